@@ -1,0 +1,41 @@
+# Two commands do everything on a fresh Debian machine:
+#   make demo   set up, then run the main job end to end on bundled defaults
+#   make test   set up, then run every test
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+BUILD  := build
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup native proto test demo bench clean
+
+setup: $(STAMP) proto native
+
+$(STAMP): requirements.txt setup.py scripts/system-deps.txt
+	scripts/install-system-deps.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+proto: profiler_proto/profile_pb2.py
+
+profiler_proto/profile_pb2.py: profiler_proto/profile.proto $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. $<
+
+native: $(STAMP)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+	cmake --build $(BUILD) -j2
+
+test: setup
+	$(BIN)/python -m pytest tests
+
+demo: setup
+	scripts/demo.sh
+
+bench: setup
+	$(BIN)/python benchmarks/profiler_overhead.py
+
+clean:
+	rm -rf $(BUILD) out profiler_proto/profile_pb2.py profiler_proto/profile_pb2.pyi

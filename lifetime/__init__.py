@@ -1,0 +1,1 @@
+"""The `lifetime` command line: the front door to every stage."""

@@ -1,0 +1,1 @@
+"""The LSTM lifetime classifier: training, metrics, baselines and reports."""

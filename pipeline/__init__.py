@@ -1,0 +1,1 @@
+"""Apache Beam dataset jobs: symbolize, aggregate lifetimes, label, tokenize, write TFRecords."""

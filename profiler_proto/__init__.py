@@ -1,0 +1,16 @@
+"""The profile schema (profile.proto) and its file container.
+
+`profile_pb2` is generated from profile.proto at build time (`make setup`).
+"""
+
+try:
+    from profiler_proto import profile_pb2
+except ImportError as e:  # pragma: no cover - only before the build step
+    raise ImportError(
+        "profiler_proto/profile_pb2.py is generated at build time; run `make setup`") from e
+
+from profiler_proto.container import (  # noqa: E402
+    SUFFIX, Profile, ProfileFormatError, iter_records, read_profile, write_profile)
+
+__all__ = ["SUFFIX", "Profile", "ProfileFormatError", "iter_records", "profile_pb2",
+           "read_profile", "write_profile"]

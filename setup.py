@@ -1,0 +1,43 @@
+"""Installable package for the lifetime-model pipeline (`pip install -e .`)."""
+
+import pathlib
+import subprocess
+import sys
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = pathlib.Path(__file__).parent
+
+
+def generate_proto() -> None:
+    """Generates profiler_proto/profile_pb2.py with the pinned grpcio-tools protoc."""
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--pyi_out=.",
+         "profiler_proto/profile.proto"],
+        cwd=ROOT, check=True)
+
+
+class BuildPyWithProto(build_py):
+    def run(self):
+        generate_proto()
+        super().run()
+
+
+def requirements() -> list[str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+setup(
+    name="lifetime-models",
+    version="0.1.0",
+    description="Offline training pipeline for learned memory-allocation lifetime models "
+                "(after LLAMA, Maas et al.)",
+    python_requires=">=3.11",
+    packages=["lifetime", "pipeline", "model", "profiler", "profiler_proto", "export"],
+    package_data={"profiler_proto": ["profile.proto", "README.md"]},
+    install_requires=requirements(),
+    entry_points={"console_scripts": ["lifetime=lifetime.cli:main"]},
+    cmdclass={"build_py": BuildPyWithProto},
+)
