@@ -46,10 +46,15 @@ def masked_crc32c(data: bytes) -> int:
 def iter_records(path: str) -> Iterator[bytes]:
     """Yields each record's data; raises ProfileFormatError at the first bad one."""
     with open(path, "rb") as f:
-        yield from _iter_records(f, path)
+        for data, bad in _records(f, path):
+            if bad:
+                raise bad
+            yield data
 
 
-def _iter_records(f: BinaryIO, path: str) -> Iterator[bytes]:
+def _records(f: BinaryIO, path: str) -> Iterator[tuple[bytes, ProfileFormatError | None]]:
+    """Yields (data, None), or (b"", error) for a record whose data checksum fails:
+    its framing is intact, so reading goes on.  A broken framing raises."""
     index = 0
     while True:
         offset = f.tell()
@@ -71,9 +76,10 @@ def _iter_records(f: BinaryIO, path: str) -> Iterator[bytes]:
                 path, f"truncated: record {index} at byte {offset} needs {length} bytes, "
                 "file ends first")
         if masked_crc32c(data) != _FOOTER.unpack(foot)[0]:
-            raise ProfileFormatError(
+            yield b"", ProfileFormatError(
                 path, f"corrupt: record {index} at byte {offset} fails its data checksum")
-        yield data
+        else:
+            yield data, None
         index += 1
 
 
@@ -118,14 +124,60 @@ def parse_chunk(path: str, index: int, data: bytes) -> profile_pb2.ProfileChunk:
     return chunk
 
 
-def read_profile(path: str) -> Profile:
-    """Reads and checks a whole profile file; raises ProfileFormatError if it is bad."""
+def read_profile(path: str,
+                 errors: list[ProfileFormatError] | None = None) -> Profile | None:
+    """Reads and checks a whole profile file.
+
+    Strict by default: the first problem raises ProfileFormatError.  With an
+    `errors` list, problems are appended there instead and the good part is kept:
+    every chunk before an unreadable record, and every sample whose stack is known.
+    Returns None only if nothing usable (no header) was found.
+    """
+    def fail(reason: str) -> None:
+        error = ProfileFormatError(path, reason)
+        if errors is None:
+            raise error
+        errors.append(error)
+
     if not os.path.exists(path):
-        raise ProfileFormatError(path, "no such file")
+        fail("no such file")
+        return None
     if os.path.isdir(path):
-        raise ProfileFormatError(path, "is a directory, not a profile file")
+        fail("is a directory, not a profile file")
+        return None
     profile = None
-    for index, data in enumerate(iter_records(path)):
+    index = 0
+    with open(path, "rb") as f:
+        records = _records(f, path)
+        while True:
+            try:
+                data, bad = next(records)
+            except StopIteration:
+                break
+            except ProfileFormatError as e:  # the framing is lost: nothing after is readable
+                fail(e.reason)
+                break
+            if bad:
+                fail(bad.reason)
+                index += 1
+                continue
+            profile = _add_chunk(path, index, data, profile, fail)
+            index += 1
+    if profile is None:
+        if index == 0 and os.path.getsize(path) == 0:
+            fail("empty: the file holds no records")
+        return None
+    missing = {s.stack_id for s in profile.samples} - profile.stacks.keys()
+    if missing:
+        fail(f"corrupt: {len(missing)} stack ids used by samples are never defined "
+             f"(e.g. {min(missing)}); those samples are dropped")
+        profile.samples = [s for s in profile.samples if s.stack_id not in missing]
+    return profile
+
+
+def _add_chunk(path, index, data, profile, fail):
+    """Merges one record into the profile (started by the first); returns the profile."""
+    try:
         chunk = parse_chunk(path, index, data)
         if profile is None:
             profile = _start_profile(path, chunk)
@@ -133,20 +185,16 @@ def read_profile(path: str) -> Profile:
             raise ProfileFormatError(path, f"corrupt: record {index} repeats the header")
         if profile.trailer is not None:
             raise ProfileFormatError(path, f"corrupt: record {index} follows the trailer")
-        profile.mappings.extend(chunk.mappings)
-        for stack in chunk.stacks:
-            profile.stacks[stack.id] = stack
-        profile.samples.extend(chunk.samples)
-        if chunk.HasField("trailer"):
-            profile.trailer = chunk.trailer
-        profile.chunks += 1
-    if profile is None:
-        raise ProfileFormatError(path, "empty: the file holds no records")
-    missing = {s.stack_id for s in profile.samples} - profile.stacks.keys()
-    if missing:
-        raise ProfileFormatError(
-            path, f"corrupt: {len(missing)} stack ids used by samples are never defined "
-            f"(e.g. {min(missing)})")
+    except ProfileFormatError as e:
+        fail(e.reason)
+        return profile
+    profile.mappings.extend(chunk.mappings)
+    for stack in chunk.stacks:
+        profile.stacks[stack.id] = stack
+    profile.samples.extend(chunk.samples)
+    if chunk.HasField("trailer"):
+        profile.trailer = chunk.trailer
+    profile.chunks += 1
     return profile
 
 

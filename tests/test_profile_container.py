@@ -131,3 +131,29 @@ def test_container_is_readable_by_beam(good_profile):
 def test_profile_without_command_is_a_usage_error():
     with pytest.raises(SystemExit, match="no command given"):
         cli.main(["profile", "--out", os.devnull])
+
+
+def test_lenient_read_keeps_the_good_part_and_reports_the_rest(good_profile):
+    data = open(good_profile, "rb").read()
+    open(good_profile, "wb").write(data[:-5])  # truncate the last chunk
+    errors = []
+    p = read_profile(good_profile, errors)
+    assert [s.size for s in p.samples] == [100]
+    assert p.trailer is None
+    assert len(errors) == 1 and "truncated" in str(errors[0]) and good_profile in str(errors[0])
+
+
+def test_lenient_read_skips_a_record_with_a_bad_checksum(tmp_path):
+    chunks = _chunks()
+    middle = profile_pb2.ProfileChunk()
+    middle.samples.add(stack_id=7, size=300, weight=1.0)
+    path = str(tmp_path / "bad-middle.ltprof")
+    write_profile(path, [chunks[0], middle, chunks[1]])
+    data = bytearray(open(path, "rb").read())
+    first_len = int.from_bytes(data[:8], "little")
+    data[12 + first_len + 4 + 12 + 2] ^= 0xFF  # a data byte of the middle record
+    open(path, "wb").write(bytes(data))
+    errors = []
+    p = read_profile(path, errors)
+    assert [s.size for s in p.samples] == [100, 200]
+    assert len(errors) == 1 and "record 1" in str(errors[0]) and "checksum" in str(errors[0])
