@@ -42,6 +42,76 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return status
 
 
+def _label_scheme(args: argparse.Namespace):
+    from pipeline.lifetimes import LabelScheme
+
+    try:
+        if args.boundaries:
+            return LabelScheme(clock=args.clock,
+                               boundaries=tuple(float(x) for x in args.boundaries.split(",")))
+        return LabelScheme(clock=args.clock) if args.clock == "wall" else LabelScheme(
+            clock="bytes", boundaries=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9))
+    except ValueError as e:
+        raise SystemExit(f"lifetime: bad --boundaries/--clock: {e}")
+
+
+def _profile_inputs(globs: list[str], labels: list[str] | None) -> list[tuple[str, str]]:
+    labels = labels or []
+    if len(labels) > len(globs):
+        raise SystemExit("lifetime: more --version-label than --profiles")
+    return [(g, labels[i] if i < len(labels) else "") for i, g in enumerate(globs)]
+
+
+def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from pipeline.dataset import DatasetConfig, build_dataset
+
+    config = DatasetConfig(max_frames=args.max_frames, vocab_size=args.vocab_size,
+                           eval_percent=args.eval_percent, num_shards=args.shards,
+                           labels=_label_scheme(args))
+    try:
+        manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
+                                 config, vocab_path=args.vocab, beam_args=beam_args)
+    except ValueError as e:
+        raise SystemExit(f"lifetime build-dataset: error: {e}")
+    splits = manifest["splits"]
+    print(f"dataset: {args.out}: {splits['train']['contexts']} train and "
+          f"{splits['eval']['contexts']} eval contexts, vocabulary "
+          f"{manifest['vocabulary']['size']}, {manifest['dropped']['bad_records_or_files']} "
+          "bad records or files (see dead_letters.jsonl)")
+    for program, stats in manifest["files"]["programs"].items():
+        print(f"  {program}: {stats['files']} files, {stats['samples']} samples, "
+              f"{stats['symbolized_frame_share']:.1%} of frames symbolized")
+    return 0
+
+
+def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
+    from pipeline.characterize import summarize_workloads, write_report
+    from pipeline.dataset import DatasetConfig
+
+    config = DatasetConfig(max_frames=args.max_frames, labels=_label_scheme(args))
+    try:
+        workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
+                                        config, args.out, beam_args)
+    except ValueError as e:
+        raise SystemExit(f"lifetime characterize: error: {e}")
+    print(f"report: {write_report(workloads, config, args.out)}")
+    return 0
+
+
+def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profiles", action="append", required=True, metavar="GLOB",
+                   help="profile files; repeat for several inputs")
+    p.add_argument("--version-label", action="append", metavar="LABEL",
+                   help="label for the matching --profiles (default: each header's own)")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--max-frames", type=_positive_int, default=32,
+                   help="frames kept per context, from the allocation site (default: 32)")
+    p.add_argument("--clock", choices=("wall", "bytes"), default="wall",
+                   help="label clock: wall time (ms) or allocated bytes")
+    p.add_argument("--boundaries", metavar="B1,B2,...",
+                   help="class upper bounds on the label clock (default: 10,...,1e6 ms)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lifetime",
@@ -63,11 +133,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--samples", type=int, default=5, help="samples to show (default: 5)")
     p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser(
+        "build-dataset", help="Beam job: profiles -> labeled, tokenized TFRecord examples",
+        description="Unknown options are passed to Beam unchanged (e.g. --runner=FlinkRunner "
+                    "--flink_master=[local] --direct_num_workers=2).")
+    _add_profile_inputs(p)
+    p.add_argument("--vocab", metavar="FILE",
+                   help="use this vocabulary instead of building one (e.g. a test set)")
+    p.add_argument("--vocab-size", type=_positive_int, default=5000)
+    p.add_argument("--eval-percent", type=int, choices=range(0, 101), default=20,
+                   metavar="0-100")
+    p.add_argument("--shards", type=_positive_int, default=1)
+    p.set_defaults(func=_cmd_build_dataset, beam=True)
+
+    p = sub.add_parser("characterize", help="Markdown report with plots per workload",
+                       description="Unknown options are passed to Beam unchanged.")
+    _add_profile_inputs(p)
+    p.set_defaults(func=_cmd_characterize, beam=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "beam", False):
+        return args.func(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.func(args)
 
 

@@ -1,0 +1,100 @@
+"""Per-context lifetime statistics, combinable in Beam.
+
+A context is (program, version label, symbolized frames).  Each profile file
+contributes one partial `ContextStats` per context; `MergeContextStats` merges
+partials across files, so raw samples never travel through a shuffle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+
+import apache_beam as beam
+
+from pipeline import lifetimes
+
+
+@dataclasses.dataclass
+class ContextStats:
+    samples: int = 0
+    weight: float = 0.0         # objects represented (sum of sample weights)
+    sampled_bytes: int = 0
+    freed: int = 0
+    censored: int = 0
+    # Over freed samples, on the label clock.
+    min_lifetime: float = math.inf
+    max_lifetime: float = 0.0
+    sum_lifetime: float = 0.0
+    sum_sq_lifetime: float = 0.0
+    # (lifetime or observed age, censored, weight, size): T95 and characterization.
+    observations: list = dataclasses.field(default_factory=list)
+
+    def add(self, lifetime: float, censored: bool, weight: float, size: int) -> None:
+        self.samples += 1
+        self.weight += weight
+        self.sampled_bytes += size
+        if censored:
+            self.censored += 1
+        else:
+            self.freed += 1
+            self.min_lifetime = min(self.min_lifetime, lifetime)
+            self.max_lifetime = max(self.max_lifetime, lifetime)
+            self.sum_lifetime += lifetime
+            self.sum_sq_lifetime += lifetime * lifetime
+        self.observations.append((lifetime, censored, weight, size))
+
+    def merge(self, other: "ContextStats") -> "ContextStats":
+        self.samples += other.samples
+        self.weight += other.weight
+        self.sampled_bytes += other.sampled_bytes
+        self.freed += other.freed
+        self.censored += other.censored
+        self.min_lifetime = min(self.min_lifetime, other.min_lifetime)
+        self.max_lifetime = max(self.max_lifetime, other.max_lifetime)
+        self.sum_lifetime += other.sum_lifetime
+        self.sum_sq_lifetime += other.sum_sq_lifetime
+        self.observations.extend(other.observations)
+        return self
+
+    def t95(self) -> float:
+        # Sorted first so the result never depends on merge order.
+        obs = sorted(self.observations)
+        return lifetimes.t95([o[0] for o in obs], [o[1] for o in obs], [o[2] for o in obs])
+
+    def summary(self) -> dict:
+        """Everything but the raw observations (JSON-friendly)."""
+        mean = self.sum_lifetime / self.freed if self.freed else None
+        var = (self.sum_sq_lifetime / self.freed - mean * mean) if self.freed else None
+        return {"samples": self.samples, "weight": self.weight,
+                "sampled_bytes": self.sampled_bytes, "freed": self.freed,
+                "censored": self.censored,
+                "min_lifetime": self.min_lifetime if self.freed else None,
+                "max_lifetime": self.max_lifetime if self.freed else None,
+                "mean_lifetime": mean,
+                "stddev_lifetime": math.sqrt(max(var, 0.0)) if self.freed else None}
+
+
+class MergeContextStats(beam.CombineFn):
+    def create_accumulator(self):
+        return ContextStats()
+
+    def add_input(self, acc, stats):
+        return acc.merge(stats)
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        first = next(accs)
+        for acc in accs:
+            first.merge(acc)
+        return first
+
+    def extract_output(self, acc):
+        return acc
+
+
+def context_id(program: str, version_label: str, frames: tuple[str, ...]) -> str:
+    """A stable 16-hex-digit id for a context (also drives the train/eval split)."""
+    text = "\x1f".join((program, version_label) + tuple(frames))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
