@@ -1,0 +1,349 @@
+"""`lifetime build-dataset`: profiles -> labeled, tokenized, weighted TFRecord examples.
+
+    ReadProfiles           files -> per-file partial stats per context (+ dead letters)
+    CombinePerKey          merge partials across files and runs
+    LabelContexts          T95 -> class; tokenize; context id; train/eval split
+    BuildVocabulary        top-N tokens of the training contexts (or --vocab FILE)
+    WriteExamples          sorted shards of tf.train.Example, so reruns are byte-identical
+    manifest.json          counts, class histogram, dropped counts, configuration
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+from typing import Iterable
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline import contexts, lifetimes, symbolize, tokenizer
+from pipeline.contexts import ContextStats, MergeContextStats
+from profiler_proto import read_profile
+
+LOG = logging.getLogger(__name__)
+DEAD_LETTER = "dead_letter"
+FILE_STATS = "file_stats"
+NS_PER_MS = 1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    max_frames: int = 32          # context = the top N frames after allocator stripping
+    vocab_size: int = 5000        # tokens besides PAD, UNK, SEP
+    eval_percent: int = 20        # share of contexts (by id hash) in the eval split
+    num_shards: int = 1
+    labels: lifetimes.LabelScheme = lifetimes.LabelScheme()
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["labels"] = self.labels.to_json()
+        return d
+
+
+class ProfileToContextsFn(beam.DoFn):
+    """One profile file -> (context key, partial ContextStats) per distinct context.
+
+    Samples are grouped by stack first, so each stack is symbolized once and each
+    distinct address once per module (the symbolizer memoizes per module)."""
+
+    def __init__(self, config: DatasetConfig):
+        self._config = config
+        self._bad = Metrics.counter("read", "bad_records")
+        self._empty = Metrics.counter("read", "empty_profiles")
+        self._samples = Metrics.counter("read", "samples")
+
+    def setup(self):
+        # One ELF cache per worker: each module is read once, whatever the file count.
+        self._modules = symbolize.ModuleCache()
+
+    def process(self, element):
+        path, version_label = element
+        errors = []
+        profile = read_profile(path, errors)
+        for e in errors:
+            self._bad.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"file": path, "reason": e.reason})
+        if profile is None:
+            return
+        if not profile.samples:
+            self._empty.inc()
+            yield beam.pvalue.TaggedOutput(
+                DEAD_LETTER, {"file": path, "reason": "empty: the profile holds no samples"})
+            return
+        self._samples.inc(len(profile.samples))
+        label = version_label or profile.header.version_label
+        by_stack = collections.defaultdict(list)
+        for s in profile.samples:
+            by_stack[s.stack_id].append(s)
+        symbolizer = symbolize.Symbolizer(profile.mappings, cache=self._modules)
+        per_context: dict[tuple, ContextStats] = {}
+        total_frames = named_frames = 0
+        for stack_id, samples in sorted(by_stack.items()):
+            # Every address the sampler records, the leaf too, is a return address.
+            raw = symbolizer.symbolize_stack(profile.stacks[stack_id].addresses,
+                                             leaf_is_return_address=True)
+            total_frames += len(raw)
+            named_frames += sum(f.resolved for f in raw)
+            kept = symbolize.strip_allocator_frames(raw)[: self._config.max_frames]
+            key = (profile.header.program, label, tuple(f.function for f in kept))
+            stats = per_context.setdefault(key, ContextStats())
+            for s in samples:
+                stats.add(_lifetime(s, self._config.labels.clock), s.censored, s.weight, s.size)
+        for key, stats in per_context.items():
+            yield key, stats
+        modules = {m.path: m.status + (f" ({m.detail})" if m.detail else "")
+                   for m in symbolizer.module_status().values()}
+        yield beam.pvalue.TaggedOutput(FILE_STATS, {
+            "file": path, "program": profile.header.program, "version_label": label,
+            "samples": len(profile.samples), "frames": total_frames,
+            "named_frames": named_frames, "modules": modules,
+            "complete": profile.trailer is not None})
+
+
+def _lifetime(sample, clock: str) -> float:
+    """Lifetime (or censored age) on the label clock: ms of wall time, or bytes."""
+    if clock == "wall":
+        if sample.censored:
+            return sample.observed_age_ns / NS_PER_MS
+        return (sample.free_monotonic_ns - sample.alloc_monotonic_ns) / NS_PER_MS
+    if sample.censored:
+        return float(sample.observed_age_bytes)
+    return float(sample.free_allocated_bytes - sample.alloc_allocated_bytes)
+
+
+class ReadProfiles(beam.PTransform):
+    """(file, version label) pairs -> context partials, with dead letters and file stats."""
+
+    def __init__(self, config: DatasetConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, files):
+        return (files
+                | "Spread" >> beam.Reshuffle()
+                | "Contexts" >> beam.ParDo(ProfileToContextsFn(self._config)).with_outputs(
+                    DEAD_LETTER, FILE_STATS, main="contexts"))
+
+
+def _label_context(element, config: DatasetConfig):
+    (program, version_label, frames), stats = element
+    t95 = stats.t95()
+    cid = contexts.context_id(program, version_label, frames)
+    split = "eval" if int(cid, 16) % 100 < config.eval_percent else "train"
+    return {"context_id": cid, "program": program, "version_label": version_label,
+            "frames": list(frames), "tokens": tokenizer.tokenize(frames),
+            "t95": t95, "label": config.labels.label(t95), "split": split,
+            "stats": stats.summary()}
+
+
+class LabelContexts(beam.PTransform):
+    def __init__(self, config: DatasetConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, partials):
+        return (partials
+                | "Merge" >> beam.CombinePerKey(MergeContextStats())
+                | "Label" >> beam.Map(_label_context, self._config))
+
+
+class BuildVocabulary(beam.PTransform):
+    """Top-N tokens by the number of training contexts that contain them (ties by
+    token text, so the order is deterministic) -> one ordered token list."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self._size = size
+
+    def expand(self, labeled):
+        return (labeled
+                | "Train" >> beam.Filter(lambda c: c["split"] == "train")
+                | "Tokens" >> beam.FlatMap(
+                    lambda c: sorted(set(c["tokens"]) - set(tokenizer.RESERVED)))
+                | "Count" >> beam.combiners.Count.PerElement()
+                | "Top" >> beam.combiners.Top.Of(self._size, key=lambda tc: (tc[1], _neg(tc[0])))
+                | "Rank" >> beam.Map(lambda top: [t for t, _ in top]))
+
+
+def _neg(token: str) -> tuple:
+    """Sort key that orders tokens alphabetically inside a descending Top."""
+    return tuple(-b for b in token.encode("utf-8")) + (1,)
+
+
+def make_example(context: dict, vocab: tokenizer.Vocabulary) -> bytes:
+    import tensorflow as tf
+
+    def feature(values, kind):
+        if kind == "bytes":
+            return tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[v.encode("utf-8") for v in values]))
+        if kind == "int":
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+    features = {
+        "tokens": feature(context["tokens"], "bytes"),
+        "token_ids": feature(vocab.ids(context["tokens"]), "int"),
+        "frames": feature(context["frames"], "bytes"),
+        "label": feature([context["label"]], "int"),
+        "weight": feature([float(context["stats"]["samples"])], "float"),
+        "context_id": feature([context["context_id"]], "bytes"),
+        "program": feature([context["program"]], "bytes"),
+        "version_label": feature([context["version_label"]], "bytes"),
+    }
+    example = tf.train.Example(features=tf.train.Features(feature=features))
+    return example.SerializeToString(deterministic=True)
+
+
+class WriteSortedShards(beam.PTransform):
+    """Writes (split, context_id, record) as TFRecord shards sorted by context id.
+
+    Sorting inside each shard makes the output byte-identical across runs and
+    runners, whatever order the workers produced it in."""
+
+    def __init__(self, out_dir: str, num_shards: int):
+        super().__init__()
+        self._out_dir = out_dir
+        self._num_shards = num_shards
+
+    def expand(self, records):
+        n = self._num_shards
+        return (records
+                | "Shard" >> beam.Map(lambda r: ((r[0], int(r[1], 16) % n), (r[1], r[2])))
+                | "Group" >> beam.GroupByKey()
+                | "Write" >> beam.Map(_write_shard, self._out_dir, n))
+
+
+def _write_shard(element, out_dir: str, num_shards: int) -> str:
+    from apache_beam.io.tfrecordio import _TFRecordUtil
+
+    (split, shard), records = element
+    path = FileSystems.join(out_dir, f"{split}-{shard:05d}-of-{num_shards:05d}.tfrecord")
+    with FileSystems.create(path) as f:
+        for _, record in sorted(records):
+            _TFRecordUtil.write_record(f, record)
+    return path
+
+
+def _summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
+    summary = {}
+    for split in ("train", "eval"):
+        rows = [c for c in labeled if c["split"] == split]
+        by_contexts, by_samples = [0] * num_classes, [0] * num_classes
+        for c in rows:
+            by_contexts[c["label"]] += 1
+            by_samples[c["label"]] += c["stats"]["samples"]
+        summary[split] = {"contexts": len(rows), "samples": sum(by_samples),
+                          "class_histogram_contexts": by_contexts,
+                          "class_histogram_samples": by_samples}
+    return summary
+
+
+def _summarize_files(file_stats: list[dict]) -> dict:
+    by_program = collections.defaultdict(lambda: {"files": 0, "samples": 0, "frames": 0,
+                                                  "named_frames": 0, "incomplete_files": 0})
+    modules = {}
+    for f in file_stats:
+        p = by_program[f"{f['program']} ({f['version_label']})"]
+        p["files"] += 1
+        p["samples"] += f["samples"]
+        p["frames"] += f["frames"]
+        p["named_frames"] += f["named_frames"]
+        p["incomplete_files"] += not f["complete"]
+        modules.update(f["modules"])
+    for p in by_program.values():
+        p["symbolized_frame_share"] = p["named_frames"] / p["frames"] if p["frames"] else 0.0
+    return {"programs": dict(sorted(by_program.items())), "modules": dict(sorted(modules.items()))}
+
+
+def _write_json(path: str, value) -> str:
+    with FileSystems.create(path) as f:
+        f.write(json.dumps(value, indent=2, sort_keys=True).encode("utf-8") + b"\n")
+    return path
+
+
+def _write_lines(path: str, lines: Iterable[str]) -> str:
+    with FileSystems.create(path) as f:
+        f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    return path
+
+
+def match_inputs(inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(glob, version label) -> sorted (file, label) pairs; an empty glob is an error."""
+    files = []
+    for pattern, label in inputs:
+        matched = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list)
+        if not matched:
+            raise ValueError(f"--profiles {pattern}: matches no files")
+        files += [(path, label) for path in matched]
+    return files
+
+
+def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetConfig,
+                  vocab_path: str | None = None, beam_args: list[str] | None = None) -> dict:
+    """Runs the job and returns the manifest (also written to OUT/manifest.json)."""
+    files = match_inputs(inputs)
+    vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
+    os.makedirs(out_dir, exist_ok=True)
+    LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
+    options = PipelineOptions(beam_args or [])
+    with beam.Pipeline(options=options) as p:
+        read = (p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config))
+        labeled = read.contexts | "Label" >> LabelContexts(config)
+        if vocab_given:
+            ranked = p | "GivenVocab" >> beam.Create([vocab_given.tokens])
+        else:
+            ranked = (labeled | "Vocabulary" >> BuildVocabulary(config.vocab_size)
+                      | "WithReserved" >> beam.Map(
+                          lambda top: tokenizer.Vocabulary.from_ranked(top).tokens))
+        vocab = beam.pvalue.AsSingleton(ranked)
+        _ = (ranked | "WriteVocab" >> beam.Map(
+            lambda tokens: _write_lines(os.path.join(out_dir, "vocab.txt"), tokens)))
+        _ = (labeled
+             | "Example" >> beam.Map(
+                 lambda c, v: (c["split"], c["context_id"],
+                               make_example(c, tokenizer.Vocabulary(v))), vocab)
+             | "Write" >> WriteSortedShards(out_dir, config.num_shards))
+        context_summary = (labeled
+                           | "Slim" >> beam.Map(lambda c: {k: c[k] for k in ("split", "label", "stats")})
+                           | "AllContexts" >> beam.combiners.ToList()
+                           | "SummarizeContexts" >> beam.Map(
+                               _summarize_contexts, config.labels.num_classes))
+        file_summary = (read[FILE_STATS] | "AllFiles" >> beam.combiners.ToList()
+                        | "SummarizeFiles" >> beam.Map(_summarize_files))
+        dead = (read[DEAD_LETTER]
+                | "DeadLines" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+                | "AllDead" >> beam.combiners.ToList() | "SortDead" >> beam.Map(sorted))
+        _ = dead | "WriteDead" >> beam.Map(
+            lambda lines: _write_lines(os.path.join(out_dir, "dead_letters.jsonl"), lines))
+        _ = (p | "One" >> beam.Create([None])
+             | "Manifest" >> beam.Map(
+                 lambda _, ctx, fs, dl, v: _write_json(
+                     os.path.join(out_dir, "manifest.json"),
+                     _manifest(files, config, vocab_path, ctx, fs, dl, v)),
+                 beam.pvalue.AsSingleton(context_summary), beam.pvalue.AsSingleton(file_summary),
+                 beam.pvalue.AsSingleton(dead), vocab))
+    with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lines, vocab):
+    dead = [json.loads(line) for line in dead_lines]
+    return {
+        "format": "lifetime-dataset-v1",
+        "tokenizer_version": tokenizer.TOKENIZER_VERSION,
+        "config": config.to_json(),
+        "inputs": [{"file": f, "version_label": label} for f, label in files],
+        "vocabulary": {"file": "vocab.txt", "size": len(vocab), "given": vocab_path},
+        "splits": context_summary,
+        "files": file_summary,
+        "dropped": {"bad_records_or_files": len(dead),
+                    "files_with_problems": sorted({d["file"] for d in dead}),
+                    "details": "dead_letters.jsonl"},
+    }

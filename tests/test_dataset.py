@@ -1,0 +1,140 @@
+"""The Beam dataset job on synthetic profiles over a real binary (known lifetimes)."""
+
+import filecmp
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline import dataset
+from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
+from pipeline.tokenizer import Vocabulary
+from tests.synthetic import build_sites, make_profile
+
+CONFIG = DatasetConfig(eval_percent=0)
+SAMPLES_A = ([("parse_request", 3.0, False)] * 20 + [("cache_insert", 300.0, False)] * 20
+             + [("registry_add", 5000.0, True)] * 10)
+SAMPLES_B = [("session_open", 3000.0, False)] * 19 + [("session_open", 10.0, True)]
+EXPECTED_LABELS = {"parse_request": 0, "cache_insert": 2, "session_open": 3, "registry_add": 7}
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    return build_sites(tmp_path_factory.mktemp("bin"))
+
+
+@pytest.fixture
+def profiles(tmp_path, sites):
+    binary, addresses = sites
+    d = tmp_path / "profiles"
+    d.mkdir()
+    make_profile(str(d / "a.ltprof"), binary, addresses, SAMPLES_A, version_label="v1")
+    make_profile(str(d / "b.ltprof"), binary, addresses, SAMPLES_B, version_label="v1")
+    return d
+
+
+def test_contexts_are_symbolized_aggregated_and_labeled(profiles):
+    files = [(str(profiles / "a.ltprof"), ""), (str(profiles / "b.ltprof"), "")]
+    with TestPipeline() as p:
+        read = p | beam.Create(files) | ReadProfiles(CONFIG)
+        labeled = read.contexts | LabelContexts(CONFIG)
+        sites = labeled | beam.Map(lambda c: (c["frames"][0], c["label"], c["stats"]["samples"],
+                                               c["frames"][1:]))
+        assert_that(sites, equal_to([
+            ("parse_request", 0, 20, ["main"]), ("cache_insert", 2, 20, ["main"]),
+            ("session_open", 3, 20, ["main"]), ("registry_add", 7, 10, ["main"])]))
+        assert_that(read["dead_letter"], equal_to([]), label="no dead letters")
+
+
+def test_bad_files_go_to_dead_letters_and_the_rest_is_kept(profiles):
+    good = profiles / "a.ltprof"
+    data = good.read_bytes()
+    (profiles / "truncated.ltprof").write_bytes(data[:-7])
+    (profiles / "garbage.ltprof").write_bytes(b"not a profile" * 10)
+    (profiles / "zero.ltprof").write_bytes(b"")
+    files = [(str(profiles / n), "") for n in
+             ("a.ltprof", "truncated.ltprof", "garbage.ltprof", "zero.ltprof")]
+    with TestPipeline() as p:
+        read = p | beam.Create(files) | ReadProfiles(CONFIG)
+        reasons = read["dead_letter"] | beam.Map(
+            lambda d: (d["file"].rsplit("/", 1)[1], d["reason"].split(":")[0]))
+        assert_that(reasons, equal_to([("truncated.ltprof", "truncated"),
+                                       ("garbage.ltprof", "corrupt"), ("zero.ltprof", "empty")]))
+        counts = (read.contexts | beam.Map(lambda kv: (kv[0][2][0], kv[1].samples))
+                  | beam.CombinePerKey(sum))
+        # a.ltprof in full; truncated.ltprof lost its last chunk (the trailer) only.
+        assert_that(counts, equal_to([("parse_request", 40), ("cache_insert", 40),
+                                      ("registry_add", 20)]), label="good samples kept")
+
+
+def _build(profiles, out, **kw):
+    config = DatasetConfig(eval_percent=kw.pop("eval_percent", 50))
+    return dataset.build_dataset([(str(profiles / "*.ltprof"), "v1")], str(out), config, **kw)
+
+
+def test_build_dataset_writes_examples_vocab_and_manifest(profiles, tmp_path):
+    import tensorflow as tf
+
+    manifest = _build(profiles, tmp_path / "ds")
+    splits = manifest["splits"]
+    assert splits["train"]["contexts"] + splits["eval"]["contexts"] == 4
+    assert sum(splits["train"]["class_histogram_samples"]) + \
+        sum(splits["eval"]["class_histogram_samples"]) == 70
+    assert manifest["dropped"]["bad_records_or_files"] == 0
+    program = manifest["files"]["programs"]["sites (v1)"]
+    assert program["files"] == 2 and program["symbolized_frame_share"] == 1.0
+    assert manifest["config"]["labels"]["class_names"][-1] == "inf"
+    vocab = Vocabulary.load(str(tmp_path / "ds" / "vocab.txt"))
+    examples = []
+    for split in ("train", "eval"):
+        for path in (tmp_path / "ds").glob(f"{split}-*.tfrecord"):
+            for raw in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+                examples.append(tf.train.Example.FromString(raw).features.feature)
+    assert len(examples) == 4
+    for f in examples:
+        tokens = [t.decode() for t in f["tokens"].bytes_list.value]
+        site = tokens[0]
+        assert f["label"].int64_list.value == [EXPECTED_LABELS[site]]
+        assert list(f["token_ids"].int64_list.value) == vocab.ids(tokens)
+        assert tokens[1:] == ["<sep>", "main"]
+        assert f["version_label"].bytes_list.value == [b"v1"]
+        assert f["weight"].float_list.value[0] in (10.0, 20.0)
+
+
+def test_two_runs_are_byte_identical(profiles, tmp_path):
+    _build(profiles, tmp_path / "one")
+    _build(profiles, tmp_path / "two", beam_args=["--direct_num_workers=2"])
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert "vocab.txt" in names and "manifest.json" in names
+    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "one", tmp_path / "two", names,
+                                               shallow=False)
+    assert mismatch == [] and errors == [] and sorted(match) == names
+
+
+def test_given_vocabulary_is_used_unchanged(profiles, tmp_path):
+    given = tmp_path / "given.txt"
+    Vocabulary.from_ranked(["main", "cache_insert"]).save(str(given))
+    manifest = _build(profiles, tmp_path / "ds", vocab_path=str(given))
+    assert (tmp_path / "ds" / "vocab.txt").read_text() == given.read_text()
+    assert manifest["vocabulary"]["size"] == 5
+
+
+def test_empty_glob_and_bad_vocabulary_are_clear_errors(profiles, tmp_path):
+    with pytest.raises(ValueError, match="nothing-here.*matches no files"):
+        dataset.build_dataset([(str(tmp_path / "nothing-here*.ltprof"), "")],
+                              str(tmp_path / "ds"), CONFIG)
+    bad = tmp_path / "bad-vocab.txt"
+    bad.write_text("hello\n")
+    with pytest.raises(ValueError, match="bad-vocab.txt"):
+        _build(profiles, tmp_path / "ds", vocab_path=str(bad))
+
+
+def test_build_id_mismatch_is_reported_per_module(profiles, tmp_path, sites):
+    binary, addresses = sites
+    make_profile(str(profiles / "c.ltprof"), binary, addresses, SAMPLES_B,
+                 build_id=bytes.fromhex("deadbeef"))
+    manifest = _build(profiles, tmp_path / "ds")
+    assert manifest["files"]["modules"][binary].startswith("build_id_mismatch")
+    assert manifest["files"]["programs"]["sites (v1)"]["symbolized_frame_share"] < 1.0
