@@ -125,7 +125,9 @@ def write_report(workloads: dict, config: DatasetConfig, out_dir: str) -> str:
         ax2.set_ylabel("bytes")
         freed = w["freed_by_lifetime"]
         total = sum(n for _, n in freed) + sum(n for _, n in w["censored_by_age"])
-        cum, xs, ys = 0.0, [], []
+        cum = 0.0
+        xs = [10 ** (freed[0][0] / BINS_PER_DECADE)] if freed else []
+        ys = [0.0] if freed else []
         for b, n in freed:
             cum += n
             xs.append(10 ** ((b + 1) / BINS_PER_DECADE))
