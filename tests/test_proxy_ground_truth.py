@@ -1,0 +1,137 @@
+"""The bundled proxy workload, profiled under the real sampler, matches its ground truth.
+
+For each version: run proxy_server_vN under `profiler.launch.run_profiled`, read the
+profile, symbolize every stack with pipeline.symbolize, take each sample's allocation
+site (the first frame after `strip_allocator_frames`), compute each site's T95 with
+pipeline.lifetimes (Kaplan-Meier: censored samples, still live at exit, only give a
+lower bound; a site whose censored mass keeps the estimate from reaching 95% is inf)
+and check its class against workloads/proxy_server/ground_truth.json.
+
+Needs the native build (`make native`: the sampler and the two proxy binaries).
+PROXY_SERVER_BUILD_DIR overrides where the binaries are looked for.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import pathlib
+
+import pytest
+
+from pipeline import lifetimes
+from pipeline import symbolize as sym
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GROUND_TRUTH = ROOT / "workloads" / "proxy_server" / "ground_truth.json"
+BUILD_DIR = pathlib.Path(os.environ.get("PROXY_SERVER_BUILD_DIR",
+                                        ROOT / "build" / "workloads" / "proxy_server"))
+SCHEME = lifetimes.LabelScheme()  # wall clock, ms; the paper's classes
+SECONDS = 8
+INTERVAL = 512 * 1024
+MIN_SAMPLES = 20          # a ground-truth site must show at least this many samples
+UNEXPECTED_SAMPLES = 20   # a proxy site outside the ground truth with this many fails
+
+with open(GROUND_TRUTH) as f:
+    GT = json.load(f)
+VERSIONS = sorted(GT["versions"])
+
+
+def _binary(version: str) -> pathlib.Path:
+    path = BUILD_DIR / GT["versions"][version]["binary"]
+    if not path.exists():
+        pytest.skip(f"{path} is not built (make native)")
+    return path
+
+
+def test_ground_truth_is_well_formed():
+    ids = [s["id"] for s in GT["sites"]]
+    assert len(ids) == len(set(ids))
+    classes = {s["class"] for s in GT["sites"]}
+    assert classes <= set(SCHEME.class_names)
+    assert "inf" in classes and len(classes - {"inf"}) >= 4
+    for version in VERSIONS:
+        functions = [s["functions"][version] for s in GT["sites"]]
+        assert len(functions) == len(set(functions)), f"{version}: one function, two sites"
+    for s in GT["sites"]:
+        if s["lifetime_ms"]:  # a designed range sits inside its class
+            lo, hi = s["lifetime_ms"]
+            assert SCHEME.class_names[SCHEME.label(lo)] == s["class"]
+            assert SCHEME.class_names[SCHEME.label(hi * 2)] == s["class"]  # 2x headroom
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_site_functions_are_symbols_of_the_binary(version):
+    """Cheap guard: every site function exists (not inlined, cloned or renamed away)."""
+    module = sym.ElfModule(str(_binary(version)))
+    assert module.symtab is not None, "the binary is stripped"
+    names = {sym.demangle(item[3]) for item in module.symtab._items}
+    missing = [s["functions"][version] for s in GT["sites"]
+               if s["functions"][version] not in names]
+    assert not missing, f"{version}: no such function symbols: {missing}"
+
+
+def site_table(profile, binary: str) -> tuple[dict[str, dict], dict[str, sym.ModuleStatus]]:
+    """Per allocation site function: samples, censored count, T95 (ms), class, and
+    whether the site is in `binary`; and the symbolizer's status per module."""
+    symbolizer = sym.Symbolizer(profile.mappings, cache=sym.ModuleCache())
+    site_of_stack = {}
+    for stack_id, stack in profile.stacks.items():
+        frames = symbolizer.symbolize_stack(stack.addresses, leaf_is_return_address=True)
+        site = sym.allocation_site(frames)
+        site_of_stack[stack_id] = (site.function if site else "<none>",
+                                   bool(site) and os.path.realpath(site.module) == binary)
+    observations = collections.defaultdict(list)
+    for s in profile.samples:
+        ms = (s.observed_age_ns if s.censored else s.free_monotonic_ns - s.alloc_monotonic_ns) / 1e6
+        observations[site_of_stack[s.stack_id]].append((ms, s.censored, s.weight or 1.0))
+    table = {}
+    for (function, in_binary), obs in observations.items():
+        t95 = lifetimes.t95([o[0] for o in obs], [o[1] for o in obs], [o[2] for o in obs])
+        table[function] = {"samples": len(obs), "censored": sum(o[1] for o in obs),
+                           "t95_ms": t95, "class": SCHEME.class_names[SCHEME.label(t95)],
+                           "in_binary": in_binary}
+    return table, symbolizer.module_status()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_profiled_sites_match_ground_truth(version, tmp_path):
+    binary = _binary(version)
+    launch = pytest.importorskip("profiler.launch", reason="the sampler launcher is not there")
+    from profiler_proto.container import read_profile
+
+    rc = launch.run_profiled([str(binary), "--seconds", str(SECONDS)], out_dir=str(tmp_path),
+                             interval=INTERVAL, version_label=version)
+    assert rc == 0
+    files = glob.glob(str(tmp_path / "*.ltprof"))
+    assert len(files) == 1, files
+    profile = read_profile(files[0])
+    assert profile.trailer is not None, "the profile has no trailer"
+    table, modules = site_table(profile, os.path.realpath(binary))
+    own = [m for path, m in modules.items() if os.path.realpath(path) == os.path.realpath(binary)]
+    assert own and all(m.status == sym.OK for m in own), modules
+
+    lines = [f"{version}: {len(profile.samples)} samples"]
+    failures = []
+    expected = {}
+    for site in GT["sites"]:
+        function = site["functions"][version]
+        expected[function] = site
+        row = table.get(function)
+        if row is None:
+            failures.append(f"{site['id']}: no samples at {function}")
+            continue
+        lines.append(f"  {site['id']:15} {row['samples']:5} samples {row['censored']:5} censored"
+                     f"  T95 {row['t95_ms']:10.2f} ms  {row['class']:6} (want {site['class']})")
+        if row["samples"] < MIN_SAMPLES:
+            failures.append(f"{site['id']}: only {row['samples']} samples")
+        elif row["class"] != site["class"]:
+            failures.append(f"{site['id']}: class {row['class']} (T95 {row['t95_ms']:.2f} ms), "
+                            f"want {site['class']}")
+    for function, row in sorted(table.items()):
+        if function not in expected and row["in_binary"] and row["samples"] >= UNEXPECTED_SAMPLES:
+            failures.append(f"site outside the ground truth: {function} ({row['samples']} samples)")
+    print("\n".join(lines))
+    assert not failures, "\n".join(lines + failures)
