@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 
@@ -154,7 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _DropNoise(logging.Filter):
+    """Beam warns at import about optional Google Cloud clients we never use."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "apitools not found" not in record.getMessage()
+
+
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_DropNoise())
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if getattr(args, "beam", False):

@@ -7,43 +7,28 @@ pipeline.lifetimes (Kaplan-Meier: censored samples, still live at exit, only giv
 lower bound; a site whose censored mass keeps the estimate from reaching 95% is inf)
 and check its class against workloads/proxy_server/ground_truth.json.
 
-Needs the native build (`make native`: the sampler and the two proxy binaries).
-PROXY_SERVER_BUILD_DIR overrides where the binaries are looked for.
+Needs the native build (`make native`: the sampler and the two proxy binaries);
+the profiles come from the session fixture `proxy_profile` (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import collections
-import glob
-import json
 import os
-import pathlib
 
 import pytest
 
 from pipeline import lifetimes
 from pipeline import symbolize as sym
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-GROUND_TRUTH = ROOT / "workloads" / "proxy_server" / "ground_truth.json"
-BUILD_DIR = pathlib.Path(os.environ.get("PROXY_SERVER_BUILD_DIR",
-                                        ROOT / "build" / "workloads" / "proxy_server"))
+from tests.conftest import GROUND_TRUTH as GT
+from tests.conftest import proxy_binary as _binary
+
 SCHEME = lifetimes.LabelScheme()  # wall clock, ms; the paper's classes
-SECONDS = 8
-INTERVAL = 512 * 1024
 MIN_SAMPLES = 20          # a ground-truth site must show at least this many samples
 UNEXPECTED_SAMPLES = 20   # a proxy site outside the ground truth with this many fails
 
-with open(GROUND_TRUTH) as f:
-    GT = json.load(f)
 VERSIONS = sorted(GT["versions"])
-
-
-def _binary(version: str) -> pathlib.Path:
-    path = BUILD_DIR / GT["versions"][version]["binary"]
-    if not path.exists():
-        pytest.skip(f"{path} is not built (make native)")
-    return path
 
 
 def test_ground_truth_is_well_formed():
@@ -97,17 +82,11 @@ def site_table(profile, binary: str) -> tuple[dict[str, dict], dict[str, sym.Mod
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_profiled_sites_match_ground_truth(version, tmp_path):
-    binary = _binary(version)
-    launch = pytest.importorskip("profiler.launch", reason="the sampler launcher is not there")
+def test_profiled_sites_match_ground_truth(version, proxy_profile):
     from profiler_proto.container import read_profile
 
-    rc = launch.run_profiled([str(binary), "--seconds", str(SECONDS)], out_dir=str(tmp_path),
-                             interval=INTERVAL, version_label=version)
-    assert rc == 0
-    files = glob.glob(str(tmp_path / "*.ltprof"))
-    assert len(files) == 1, files
-    profile = read_profile(files[0])
+    binary = _binary(version)
+    profile = read_profile(proxy_profile(version))
     assert profile.trailer is not None, "the profile has no trailer"
     table, modules = site_table(profile, os.path.realpath(binary))
     own = [m for path, m in modules.items() if os.path.realpath(path) == os.path.realpath(binary)]

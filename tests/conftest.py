@@ -1,0 +1,47 @@
+"""Shared fixtures: the proxy workload profiled once per test session."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pathlib
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROXY_BUILD = ROOT / "build" / "workloads" / "proxy_server"
+GROUND_TRUTH = json.loads((ROOT / "workloads" / "proxy_server" / "ground_truth.json").read_text())
+PROXY_SECONDS = 8
+PROXY_INTERVAL = 512 * 1024
+
+
+def proxy_binary(version: str) -> pathlib.Path:
+    path = PROXY_BUILD / GROUND_TRUTH["versions"][version]["binary"]
+    if not path.exists():
+        pytest.fail(f"{path} is not built: run `make native`")
+    return path
+
+
+@pytest.fixture(scope="session")
+def proxy_profile(tmp_path_factory):
+    """proxy_profile(version) -> path of one profile of proxy_server_<version> (run once)."""
+    from profiler import launch
+
+    paths: dict[str, str] = {}
+
+    def get(version: str) -> str:
+        if version not in paths:
+            out = tmp_path_factory.mktemp(f"proxy-{version}")
+            rc = launch.run_profiled([str(proxy_binary(version)), "--seconds", str(PROXY_SECONDS)],
+                                     out_dir=str(out), interval=PROXY_INTERVAL,
+                                     version_label=version)
+            assert rc == 0, f"proxy_server_{version} exited with {rc}"
+            files = glob.glob(str(out / "*.ltprof"))
+            assert len(files) == 1, files
+            paths[version] = files[0]
+        return paths[version]
+
+    return get
