@@ -177,6 +177,7 @@ def _neg(token: str) -> tuple:
 
 
 def make_example(context: dict, vocab: tokenizer.Vocabulary) -> bytes:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     import tensorflow as tf
 
     def feature(values, kind):
