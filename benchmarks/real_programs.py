@@ -2,8 +2,9 @@
 """Profiles real programs across versions and builds one dataset per version.
 
 Families:
-  cpython  pyenv CPython builds (full .symtab/DWARF) running workloads/bench/python_workload.py
-           with PYTHONMALLOC=malloc; versions are pyenv names (`pyenv versions`).
+  cpython  pyenv CPython builds (full .symtab/DWARF) running workloads/bench/bench_python.py
+           with PYTHONMALLOC=malloc, repeated until --seconds have passed; versions are
+           pyenv names (`pyenv versions`).
   clang    Debian clang-N compiling the bundled C++ corpus (workloads/bench/*.cpp);
            versions are N (installed with apt-get when missing). Only exported
            symbols are named, so the manifests' symbolized-frame share is lower.
@@ -45,8 +46,8 @@ def cpython_commands(version: str, seconds: int) -> tuple[list[list[str]], dict]
     except subprocess.CalledProcessError:
         raise SystemExit(f"cpython: pyenv has no version {version} (see `pyenv versions`)")
     python = os.path.join(prefix, "bin", "python3")
-    script = os.path.join(BENCH, "python_workload.py")
-    return [[python, script, "--seconds", str(seconds)]], {"PYTHONMALLOC": "malloc"}
+    script = os.path.join(BENCH, "bench_python.py")
+    return [[python, script, "1"]], {"PYTHONMALLOC": "malloc"}
 
 
 def clang_commands(version: str, seconds: int) -> tuple[list[list[str]], dict]:
