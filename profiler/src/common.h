@@ -1,0 +1,240 @@
+/* Internal declarations shared by the sampler's translation units.
+ *
+ * Nothing here allocates with malloc or uses stdio: every table is a fixed-size
+ * mmap'd region (sizes below), every lock is a small futex lock that a forked child
+ * can re-initialise by storing 0, and file output goes through open/write/close.
+ */
+#ifndef LT_COMMON_H
+#define LT_COMMON_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define LT_HIDDEN __attribute__((visibility("hidden")))
+#define LT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define LT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LT_NOINLINE __attribute__((noinline))
+#define LT_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+
+#define LT_SAMPLER_VERSION "lifetime-sampler 1.0"
+
+/* ---- limits (all memory is mmap'd once, lazily touched; see README in report) ---- */
+#define LT_MAX_FRAMES 128          /* Header.max_stack_depth upper bound */
+#define LT_FOLD_BYTES (64 * 1024)  /* per-thread bytes folded into the global clock */
+
+/* Live sampled objects: 2^18 entries (64 B each: 16 MiB virtual), 2^18 hash buckets
+ * (1 MiB), a 2^19-bit pre-filter (64 KiB) read by every free(), 64 lock stripes. */
+#define LT_LIVE_BITS 18
+#define LT_LIVE_CAP (1u << LT_LIVE_BITS)
+#define LT_LIVE_BUCKETS (1u << LT_LIVE_BITS)
+#define LT_FILTER_BITS 19
+#define LT_STRIPES 64
+
+/* Distinct stacks: 2^17 stacks, 2^22 frames (32 MiB virtual), 2^18 index slots. */
+#define LT_STACK_CAP (1u << 17)
+#define LT_FRAME_CAP (1u << 22)
+#define LT_STACK_INDEX (1u << 18)
+
+/* Completed samples waiting for the next flush: two buffers of 2^16 records. */
+#define LT_DONE_CAP (1u << 16)
+
+/* One chunk is encoded into a 4 MiB buffer; bigger flushes write several chunks. */
+#define LT_CHUNK_CAP (4u << 20)
+
+/* Executable mappings already written to this file. */
+#define LT_MAP_CAP 8192
+
+/* ---- enums mirroring profile.proto ---- */
+enum { LT_MALLOC = 1, LT_CALLOC = 2, LT_REALLOC = 3, LT_POSIX_MEMALIGN = 4,
+       LT_ALIGNED_ALLOC = 5, LT_MEMALIGN = 6, LT_VALLOC = 7, LT_REALLOCARRAY = 8,
+       LT_PVALLOC = 9 };
+enum { LT_FREE = 1, LT_FREED_BY_REALLOC = 2, LT_FREED_BY_REALLOCARRAY = 3 };
+enum { LT_END_EXIT = 1, LT_END_IMMEDIATE_EXIT = 2, LT_END_EXEC = 3 };
+
+/* ---- process state ---- */
+enum { LT_UNINIT = 0, LT_INITIALIZING = 1, LT_ACTIVE = 2, LT_DISABLED = 3,
+       LT_FINISHING = 4, LT_FINISHED = 5 };
+
+/* ---- futex lock: 0 free, 1 held, 2 held with waiters ---- */
+typedef struct { _Atomic int v; } lt_lock;
+LT_HIDDEN void lt_lock_wait(lt_lock *l);
+LT_HIDDEN void lt_lock_wake(lt_lock *l);
+static inline void lt_lock_acquire(lt_lock *l) {
+  int expected = 0;
+  if (LT_LIKELY(atomic_compare_exchange_strong_explicit(&l->v, &expected, 1,
+                                                        memory_order_acquire,
+                                                        memory_order_relaxed)))
+    return;
+  lt_lock_wait(l);
+}
+static inline int lt_lock_try(lt_lock *l) {
+  int expected = 0;
+  return atomic_compare_exchange_strong_explicit(&l->v, &expected, 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+static inline void lt_lock_release(lt_lock *l) {
+  if (LT_UNLIKELY(atomic_exchange_explicit(&l->v, 0, memory_order_release) == 2))
+    lt_lock_wake(l);
+}
+static inline void lt_lock_reset(lt_lock *l) { atomic_store_explicit(&l->v, 0, memory_order_relaxed); }
+
+/* ---- per-thread state (initial-exec TLS: one %fs-relative access) ---- */
+struct lt_thread {
+  uint64_t countdown;      /* fast path: sample/fold work once this many bytes are gone */
+  uint64_t seg;            /* countdown at the start of the current segment */
+  int64_t sample_rem;      /* bytes to the next Poisson sample point */
+  int64_t fold_rem;        /* bytes to the next fold into the global clock */
+  uint64_t pending_bytes;  /* allocated bytes not yet folded */
+  uint64_t allocs;         /* allocations not yet folded */
+  uint64_t rng;
+  uintptr_t stack_lo, stack_hi; /* this thread's stack, for the unwinder's bounds */
+  uint32_t tid;
+  uint8_t in_sampler;      /* recursion guard: nested calls go to the real allocator */
+  uint8_t initialized;
+  uint8_t stack_known;
+};
+extern __thread struct lt_thread lt_tls __attribute__((tls_model("initial-exec")));
+
+/* ---- records ---- */
+struct lt_live {            /* a sampled object that is still live */
+  uint64_t addr, size, align, alloc_ns, alloc_bytes;
+  uint32_t stack_id, tid;
+  uint32_t next;            /* bucket chain / free list: index + 1, 0 = end */
+  uint8_t fn;
+};
+struct lt_done {            /* a finished (or, at the end, censored) sample */
+  uint64_t addr, size, align, alloc_ns, alloc_bytes;
+  uint64_t free_ns, free_bytes;
+  uint32_t stack_id, tid, free_tid;
+  uint8_t fn, free_fn;
+};
+
+/* ---- global configuration and counters ---- */
+struct lt_global {
+  _Atomic int state;
+  uint64_t interval;
+  int max_frames;
+  uint64_t flush_ms;
+  int have_seed;
+  uint64_t seed;
+  int unwinder;             /* LT_UNWIND_* */
+  char out_dir[4096];
+  char version_label[1024];
+
+  /* identity of this process image (reset in a forked child) */
+  uint32_t pid, ppid, forked_from;
+  int64_t start_unix_ns;
+  uint64_t start_mono_ns;
+  char path[4096 + 256];    /* the profile file */
+
+  /* clocks and totals */
+  _Atomic uint64_t clock_bytes;   /* the CLOCK_ALLOCATED_BYTES clock = total bytes */
+  _Atomic uint64_t total_allocs;
+  _Atomic uint64_t dropped_samples, dropped_stacks;
+  _Atomic uint64_t samples_taken;
+  _Atomic uint32_t thread_seq;
+
+  /* flush machinery */
+  lt_lock flush_lock;       /* lock order: flush < stack < stripes < done */
+  _Atomic int flush_wake;   /* futex word for the background flusher */
+  _Atomic int flusher_started;
+  int header_written;
+  int file_failed;
+  uint64_t samples_written, censored_written;
+  uint32_t file_gen;        /* bumped per file; a stack is emitted once per gen */
+};
+extern struct lt_global lt_g;
+
+/* ---- helpers (sampler.c) ---- */
+LT_HIDDEN uint64_t lt_mono_ns(void);
+LT_HIDDEN int64_t lt_unix_ns(void);
+LT_HIDDEN void lt_log(const char *a, const char *b, const char *c);
+LT_HIDDEN void *lt_map(size_t bytes);
+LT_HIDDEN uint32_t lt_gettid(void);
+LT_HIDDEN uint32_t lt_getpid(void);
+LT_HIDDEN size_t lt_strlcpy(char *dst, const char *src, size_t cap);
+LT_HIDDEN char *lt_utoa(uint64_t v, char *buf); /* returns pointer to digits in buf[24] */
+
+/* ---- stacks.c ---- */
+LT_HIDDEN int lt_stacks_init(void);
+LT_HIDDEN uint32_t lt_stack_intern(const uintptr_t *frames, int depth, int truncated);
+LT_HIDDEN int lt_stack_get(uint32_t id, const uintptr_t **frames, int *depth, int *truncated,
+                           uint32_t **emitted_gen);
+LT_HIDDEN extern lt_lock lt_stack_lock;
+
+/* ---- live.c ---- */
+LT_HIDDEN int lt_live_init(void);
+LT_HIDDEN void lt_live_reset_child(void);
+LT_HIDDEN int lt_live_insert(const struct lt_live *e); /* 0 full, 1 ok, 2 replaced stale */
+LT_HIDDEN int lt_live_remove(uint64_t addr, struct lt_live *out);
+LT_HIDDEN void lt_live_reinsert(const struct lt_live *e);
+/* Two-level pre-filter read by every free(): a 1 KiB summary (2^13 bits) in front of
+ * the 64 KiB filter (2^19 bits).  Both are exact: a bit is set while at least one
+ * live entry maps to it (see live.c).  The summary is indexed by the 4 KiB page
+ * (folded), so frees close together in memory read the same cache line, and the 64
+ * filter bits under one summary bit share a line too. */
+#define LT_SUMMARY_BITS 13
+LT_HIDDEN extern _Atomic uint8_t lt_filter[(1u << LT_FILTER_BITS) / 8]; /* in .bss */
+LT_HIDDEN extern _Atomic uint8_t lt_summary[(1u << LT_SUMMARY_BITS) / 8];
+LT_HIDDEN void lt_live_lock_all(void);   /* fork prepare: in lock order */
+LT_HIDDEN void lt_live_unlock_all(void);
+LT_HIDDEN void lt_live_reset_locks(void);
+static inline uint64_t lt_ptr_hash(uint64_t a) { return (a >> 4) * 0x9E3779B97F4A7C15ull; }
+static inline uint32_t lt_summary_bit(uint64_t a) {
+  return (uint32_t)(((a >> 12) ^ (a >> 25)) & ((1u << LT_SUMMARY_BITS) - 1));
+}
+static inline uint32_t lt_filter_bit(uint64_t a, uint32_t s) {
+  return (s << (LT_FILTER_BITS - LT_SUMMARY_BITS)) |
+         (uint32_t)(lt_ptr_hash(a) >> (64 - (LT_FILTER_BITS - LT_SUMMARY_BITS)));
+}
+static inline int lt_filter_maybe(const void *p) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  uint32_t s = lt_summary_bit(a);
+  if (LT_LIKELY(!(atomic_load_explicit(&lt_summary[s >> 3], memory_order_relaxed) &
+                  (1u << (s & 7)))))
+    return 0;
+  uint32_t f = lt_filter_bit(a, s);
+  return atomic_load_explicit(&lt_filter[f >> 3], memory_order_relaxed) & (1u << (f & 7));
+}
+/* Iterates every live entry with its stripe locked; used by the final flush. */
+typedef void (*lt_live_fn)(const struct lt_live *e, void *ctx);
+LT_HIDDEN void lt_live_for_each_stripe(int stripe, lt_live_fn fn, void *ctx);
+
+/* ---- done buffer (live.c) ---- */
+LT_HIDDEN extern lt_lock lt_done_lock;
+LT_HIDDEN int lt_done_append(const struct lt_done *d); /* returns fill count, -1 if full */
+LT_HIDDEN size_t lt_done_swap(struct lt_done **out);  /* takes done_lock itself */
+LT_HIDDEN void lt_done_reset_child(void);
+
+/* ---- unwind.c ---- */
+enum { LT_UNWIND_BUILTIN = 0, LT_UNWIND_GLIBC = 1, LT_UNWIND_LIBUNWIND = 2, LT_UNWIND_CHECK = 3 };
+LT_HIDDEN void lt_unwind_report(void);
+LT_HIDDEN int lt_unwind_prepare(void);       /* maps the rule cache (global init) */
+LT_HIDDEN int lt_unwind_init(int which); /* constructor time; 0 on failure */
+LT_HIDDEN int lt_capture(uintptr_t *out, int max, uintptr_t caller_ra, int *truncated,
+                         struct lt_thread *t);
+LT_HIDDEN void lt_thread_stack_bounds(struct lt_thread *t);
+
+/* ---- procinfo.c ---- */
+LT_HIDDEN size_t lt_read_file(const char *path, char *buf, size_t cap);
+LT_HIDDEN void lt_program_name(char *exe, size_t exe_cap, const char **base);
+struct lt_pb;
+LT_HIDDEN void lt_maps_reset(void);
+/* Encodes every executable file-backed mapping not yet written to this file as
+ * ProfileChunk.mappings; calls ensure(bytes) before each so the caller can start a
+ * new chunk when the current one is full. */
+LT_HIDDEN void lt_maps_emit(struct lt_pb *pb, void (*ensure)(size_t));
+
+/* ---- flush.c ---- */
+LT_HIDDEN void lt_flush(int final, int reason); /* caller holds flush_lock, in_sampler */
+LT_HIDDEN void lt_flush_reset_child(void);
+LT_HIDDEN int lt_flush_init(void);
+LT_HIDDEN extern char lt_program[256];
+LT_HIDDEN extern char lt_exe[4096];
+
+#endif

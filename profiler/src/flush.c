@@ -1,0 +1,205 @@
+/* Writing the profile file: chunks of ProfileChunk, TFRecord-framed, appended with
+ * open(O_APPEND)/write/close at every flush.  The file is opened per flush rather
+ * than kept open so a host that closes "all" descriptors (e.g. before exec) can never
+ * make us write into a descriptor number it has reused.
+ *
+ * Everything here runs with lt_g.flush_lock held and the thread's in_sampler set.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "wire.h"
+
+#define ARGV_MAX (64 * 1024) /* header argv is cut beyond this many bytes */
+#define SAMPLE_MAX 256        /* upper bound of one encoded Sample */
+#define STACK_MAX (LT_MAX_FRAMES * 10 + 64)
+
+char lt_program[256];
+char lt_exe[4096];
+
+static uint8_t *chunk; /* LT_TFRECORD_HEAD + LT_CHUNK_CAP + LT_TFRECORD_FOOT */
+static struct lt_pb pb;
+static int chunk_has_data;
+static char argv_buf[ARGV_MAX];
+
+int lt_flush_init(void) {
+  chunk = lt_map(LT_TFRECORD_HEAD + LT_CHUNK_CAP + LT_TFRECORD_FOOT);
+  return chunk != NULL;
+}
+
+void lt_flush_reset_child(void) {
+  lt_g.header_written = 0;
+  lt_g.file_failed = 0;
+  lt_g.samples_written = 0;
+  lt_g.censored_written = 0;
+}
+
+static void chunk_start(void) {
+  lt_pb_init(&pb, chunk + LT_TFRECORD_HEAD, LT_CHUNK_CAP);
+  chunk_has_data = 0;
+}
+
+static void write_all(const uint8_t *p, size_t n) {
+  if (lt_g.file_failed) return;
+  int fd = open(lt_g.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    lt_g.file_failed = 1;
+    lt_log("cannot open ", lt_g.path, "; no more samples are written");
+    return;
+  }
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      lt_g.file_failed = 1;
+      lt_log("cannot write ", lt_g.path, "; no more samples are written");
+      break;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  close(fd);
+}
+
+static void chunk_write(void) {
+  if (pb.len == 0) return;
+  if (pb.overflow) {
+    /* cannot happen with the size bounds used by ensure(); never write a bad record */
+    lt_log("internal error: chunk overflow in ", lt_g.path, "; chunk dropped");
+  } else {
+    size_t n = lt_tfrecord_frame(chunk, pb.len);
+    write_all(chunk, n);
+    lt_g.header_written = 1;
+  }
+  chunk_start();
+}
+
+static void ensure(size_t need) {
+  if (lt_pb_room(&pb) < need) chunk_write();
+  chunk_has_data = 1;
+}
+
+static void encode_header(void) {
+  lt_pb_begin(&pb, 1);
+  lt_pb_uint(&pb, 1, 1); /* SCHEMA_VERSION */
+  lt_pb_string(&pb, 2, lt_program);
+  lt_pb_string(&pb, 3, lt_exe);
+  lt_pb_string(&pb, 4, lt_g.version_label);
+  size_t n = lt_read_file("/proc/self/cmdline", argv_buf, sizeof argv_buf);
+  for (size_t i = 0; i < n;) {
+    size_t len = strnlen(argv_buf + i, n - i);
+    lt_pb_bytes_always(&pb, 5, argv_buf + i, len);
+    i += len + 1;
+  }
+  struct utsname u;
+  if (uname(&u) == 0) lt_pb_string(&pb, 6, u.nodename);
+  lt_pb_uint(&pb, 7, lt_g.pid);
+  lt_pb_uint(&pb, 8, lt_g.ppid);
+  lt_pb_uint(&pb, 9, lt_g.forked_from);
+  lt_pb_int(&pb, 10, lt_g.start_unix_ns);
+  lt_pb_uint(&pb, 11, lt_g.start_mono_ns);
+  lt_pb_uint(&pb, 12, lt_g.interval);
+  const uint64_t clocks[2] = {1 /* CLOCK_MONOTONIC_NS */, 2 /* CLOCK_ALLOCATED_BYTES */};
+  lt_pb_packed_u64(&pb, 13, clocks, 2);
+  lt_pb_uint(&pb, 14, (uint64_t)lt_g.max_frames);
+  lt_pb_string(&pb, 15, LT_SAMPLER_VERSION);
+  lt_pb_end(&pb);
+  chunk_has_data = 1;
+}
+
+static double weight(uint64_t size) {
+  if (size == 0) return 1.0;
+  double p = -expm1(-(double)size / (double)lt_g.interval);
+  return p > 0 ? 1.0 / p : 1.0;
+}
+
+/* A sample and, the first time this file names it, its stack, in the same chunk. */
+static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
+                        uint64_t end_bytes) {
+  const uintptr_t *frames;
+  int depth, truncated;
+  uint32_t *gen;
+  if (!lt_stack_get(d->stack_id, &frames, &depth, &truncated, &gen)) return;
+  int need_stack = *gen != lt_g.file_gen;
+  ensure(SAMPLE_MAX + (need_stack ? STACK_MAX : 0));
+  if (need_stack) {
+    lt_pb_begin(&pb, 3);
+    lt_pb_uint(&pb, 1, d->stack_id);
+    lt_pb_packed_u64(&pb, 2, (const uint64_t *)frames, (size_t)depth);
+    lt_pb_bool(&pb, 3, truncated);
+    lt_pb_end(&pb);
+    *gen = lt_g.file_gen;
+  }
+  lt_pb_begin(&pb, 4);
+  lt_pb_uint(&pb, 1, d->stack_id);
+  lt_pb_uint(&pb, 2, d->size);
+  lt_pb_uint(&pb, 3, d->align);
+  lt_pb_uint(&pb, 4, d->fn);
+  lt_pb_uint(&pb, 5, d->addr);
+  lt_pb_uint(&pb, 6, d->alloc_ns);
+  lt_pb_uint(&pb, 7, d->alloc_bytes);
+  lt_pb_uint(&pb, 8, d->tid);
+  if (censored) {
+    lt_pb_bool(&pb, 13, 1);
+    lt_pb_uint(&pb, 14, end_ns > d->alloc_ns ? end_ns - d->alloc_ns : 0);
+    lt_pb_uint(&pb, 15, end_bytes > d->alloc_bytes ? end_bytes - d->alloc_bytes : 0);
+  } else {
+    lt_pb_uint(&pb, 9, d->free_ns);
+    lt_pb_uint(&pb, 10, d->free_bytes);
+    lt_pb_uint(&pb, 11, d->free_tid);
+    lt_pb_uint(&pb, 12, d->free_fn);
+  }
+  lt_pb_double(&pb, 16, weight(d->size));
+  lt_pb_end(&pb);
+  lt_g.samples_written++;
+  if (censored) lt_g.censored_written++;
+}
+
+struct censor_ctx {
+  uint64_t end_ns, end_bytes;
+};
+
+static void emit_censored(const struct lt_live *e, void *vctx) {
+  const struct censor_ctx *c = vctx;
+  struct lt_done d = {.addr = e->addr, .size = e->size, .align = e->align,
+                      .alloc_ns = e->alloc_ns, .alloc_bytes = e->alloc_bytes,
+                      .stack_id = e->stack_id, .tid = e->tid, .fn = e->fn};
+  emit_sample(&d, 1, c->end_ns, c->end_bytes);
+}
+
+void lt_flush(int final, int reason) {
+  if (lt_g.file_failed || !chunk) return;
+  /* A process image that never sampled anything has nothing to say: no file. */
+  if (atomic_load_explicit(&lt_g.samples_taken, memory_order_relaxed) == 0) return;
+  chunk_start();
+  int first = !lt_g.header_written;
+  if (first) encode_header();
+  struct lt_done *done;
+  size_t n = lt_done_swap(&done);
+  if (first || n || final) lt_maps_emit(&pb, ensure);
+  for (size_t i = 0; i < n; i++) emit_sample(&done[i], 0, 0, 0);
+  if (final) {
+    struct censor_ctx c = {lt_mono_ns(), atomic_load(&lt_g.clock_bytes)};
+    for (int s = 0; s < LT_STRIPES; s++) lt_live_for_each_stripe(s, emit_censored, &c);
+    ensure(256);
+    lt_pb_begin(&pb, 5);
+    lt_pb_uint(&pb, 1, (uint64_t)reason);
+    lt_pb_int(&pb, 2, lt_unix_ns());
+    lt_pb_uint(&pb, 3, c.end_ns);
+    lt_pb_uint(&pb, 4, c.end_bytes);
+    lt_pb_uint(&pb, 5, atomic_load(&lt_g.total_allocs));
+    lt_pb_uint(&pb, 6, atomic_load(&lt_g.clock_bytes));
+    lt_pb_uint(&pb, 7, lt_g.samples_written);
+    lt_pb_uint(&pb, 8, lt_g.censored_written);
+    lt_pb_uint(&pb, 9, atomic_load(&lt_g.dropped_samples));
+    lt_pb_uint(&pb, 10, atomic_load(&lt_g.dropped_stacks));
+    lt_pb_end(&pb);
+    chunk_has_data = 1;
+  }
+  if (chunk_has_data) chunk_write();
+}

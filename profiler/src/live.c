@@ -1,0 +1,222 @@
+/* The table of live sampled objects, the free() pre-filter, and the buffer of
+ * completed samples waiting for the next flush.
+ *
+ * Live table: chained hash buckets keyed by address, LT_STRIPES lock stripes, each
+ * owning a contiguous range of buckets (no global lock).  Entries come from one pool
+ * of LT_LIVE_CAP (atomic bump allocation; a stripe keeps the entries freed in it on
+ * its own free list).
+ *
+ * Pre-filter, read lock-free by every free(): summary bit s = 13 bits of the pointer's
+ * (folded) 4 KiB page number; filter bit f = s << 6 | 6 bits of the pointer's hash;
+ * bucket = f >> 1; stripe = f >> 13 = s >> 7.  Every summary and filter bit therefore
+ * belongs to exactly one stripe and is set/cleared only under that stripe's lock,
+ * which keeps both levels exact (summary bits count their live entries in `scount`;
+ * a filter bit is cleared when its bucket has no other entry with that bit).  A free()
+ * reads the 1 KiB summary, then, if set, the 64 KiB filter; only if both are set does
+ * it lock and search.  The page-based summary keeps the lines a program's frees touch
+ * few and hot (frees cluster in memory).
+ *
+ * Visibility argument for the lock-free filter read in free(): the entry for p is
+ * inserted (and its bit set) before malloc returns p, and whoever frees p got p through
+ * the program's own synchronisation, so the bit store happens-before the free's load.
+ */
+#include <string.h>
+#include <sys/mman.h>
+
+#include "common.h"
+
+struct stripe {
+  lt_lock lock;
+  uint32_t free_head; /* entry index + 1 */
+  char pad[64 - 8];
+};
+static _Atomic uint32_t pool_used; /* entries ever handed out */
+
+static struct lt_live *entries;
+static uint32_t *buckets; /* entry index + 1 */
+_Atomic uint8_t lt_filter[(1u << LT_FILTER_BITS) / 8] __attribute__((aligned(4096)));
+_Atomic uint8_t lt_summary[(1u << LT_SUMMARY_BITS) / 8] __attribute__((aligned(64)));
+static uint32_t scount[1u << LT_SUMMARY_BITS]; /* live entries per summary bit */
+static struct stripe stripes[LT_STRIPES] __attribute__((aligned(64)));
+
+static struct lt_done *done_buf[2];
+static uint32_t done_count;
+static int done_cur;
+lt_lock lt_done_lock;
+
+int lt_live_init(void) {
+  entries = lt_map(sizeof(struct lt_live) * LT_LIVE_CAP);
+  buckets = lt_map(sizeof(uint32_t) * LT_LIVE_BUCKETS);
+  done_buf[0] = lt_map(sizeof(struct lt_done) * LT_DONE_CAP);
+  done_buf[1] = lt_map(sizeof(struct lt_done) * LT_DONE_CAP);
+  return entries && buckets && done_buf[0] && done_buf[1];
+}
+
+static void remap_zero(void *p, size_t bytes) {
+  /* Fresh zero pages over the old ones: O(touched pages), no memset of the region. */
+  if (mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+      MAP_FAILED)
+    memset(p, 0, bytes);
+}
+
+void lt_live_reset_child(void) {
+  remap_zero(entries, sizeof(struct lt_live) * LT_LIVE_CAP);
+  remap_zero(buckets, sizeof(uint32_t) * LT_LIVE_BUCKETS);
+  memset((void *)lt_filter, 0, sizeof lt_filter);
+  memset((void *)lt_summary, 0, sizeof lt_summary);
+  memset(scount, 0, sizeof scount);
+  for (int s = 0; s < LT_STRIPES; s++) stripes[s].free_head = 0;
+  atomic_store(&pool_used, 0);
+}
+
+void lt_live_lock_all(void) {
+  for (int s = 0; s < LT_STRIPES; s++) lt_lock_acquire(&stripes[s].lock);
+}
+void lt_live_unlock_all(void) {
+  for (int s = LT_STRIPES - 1; s >= 0; s--) lt_lock_release(&stripes[s].lock);
+}
+void lt_live_reset_locks(void) {
+  for (int s = 0; s < LT_STRIPES; s++) lt_lock_reset(&stripes[s].lock);
+  lt_lock_reset(&lt_done_lock);
+}
+
+#define BUCKET_BITS (LT_FILTER_BITS - 1)
+_Static_assert(LT_LIVE_BUCKETS == 1u << BUCKET_BITS, "one bucket per two filter bits");
+_Static_assert(LT_STRIPES == 64, "STRIPE_SHIFT assumes 64 stripes");
+#define STRIPE_SHIFT (BUCKET_BITS - 6) /* LT_STRIPES == 64: the top 6 bucket bits */
+#define SUMMARY_SHIFT (LT_FILTER_BITS - LT_SUMMARY_BITS)
+
+static inline void where(uint64_t addr, uint32_t *fbit, uint32_t *bucket, uint32_t *stripe) {
+  *fbit = lt_filter_bit(addr, lt_summary_bit(addr));
+  *bucket = *fbit >> 1;
+  *stripe = *bucket >> STRIPE_SHIFT;
+}
+
+/* Called with the stripe of f locked.  Sets the filter bit before the summary bit, so
+ * a reader that sees the summary bit also finds the filter bit. */
+static inline void filter_set(uint32_t f) {
+  atomic_fetch_or_explicit(&lt_filter[f >> 3], (uint8_t)(1u << (f & 7)), memory_order_relaxed);
+  uint32_t s = f >> SUMMARY_SHIFT;
+  if (scount[s]++ == 0)
+    atomic_fetch_or_explicit(&lt_summary[s >> 3], (uint8_t)(1u << (s & 7)), memory_order_release);
+}
+/* One live entry hashing to f is gone (stripe of f locked); `last` when it was the
+ * bucket's last entry with filter bit f. */
+static inline void filter_drop(uint32_t f, int last) {
+  if (last)
+    atomic_fetch_and_explicit(&lt_filter[f >> 3], (uint8_t) ~(1u << (f & 7)),
+                              memory_order_relaxed);
+  uint32_t s = f >> SUMMARY_SHIFT;
+  if (--scount[s] == 0)
+    atomic_fetch_and_explicit(&lt_summary[s >> 3], (uint8_t) ~(1u << (s & 7)),
+                              memory_order_relaxed);
+}
+
+int lt_live_insert(const struct lt_live *e) {
+  uint32_t f, b, s;
+  where(e->addr, &f, &b, &s);
+  struct stripe *st = &stripes[s];
+  int result = 1;
+  lt_lock_acquire(&st->lock);
+  /* The same address live twice means its free was missed (e.g. freed from a signal
+   * handler while this thread was inside the sampler): replace the stale entry. */
+  for (uint32_t i = buckets[b]; i; i = entries[i - 1].next) {
+    if (entries[i - 1].addr == e->addr) {
+      uint32_t next = entries[i - 1].next;
+      entries[i - 1] = *e;
+      entries[i - 1].next = next;
+      lt_lock_release(&st->lock);
+      atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
+      return 2;
+    }
+  }
+  uint32_t idx;
+  if (st->free_head) {
+    idx = st->free_head - 1;
+    st->free_head = entries[idx].next;
+  } else if ((idx = atomic_fetch_add_explicit(&pool_used, 1, memory_order_relaxed)) <
+             LT_LIVE_CAP) {
+    /* a fresh entry from the shared pool */
+  } else {
+    atomic_store_explicit(&pool_used, LT_LIVE_CAP, memory_order_relaxed);
+    lt_lock_release(&st->lock);
+    return 0;
+  }
+  entries[idx] = *e;
+  entries[idx].next = buckets[b];
+  buckets[b] = idx + 1;
+  filter_set(f);
+  lt_lock_release(&st->lock);
+  (void)result;
+  return 1;
+}
+
+int lt_live_remove(uint64_t addr, struct lt_live *out) {
+  uint32_t f, b, s;
+  where(addr, &f, &b, &s);
+  struct stripe *st = &stripes[s];
+  int found = 0;
+  lt_lock_acquire(&st->lock);
+  uint32_t *link = &buckets[b];
+  for (uint32_t i = *link; i; link = &entries[i - 1].next, i = *link) {
+    struct lt_live *e = &entries[i - 1];
+    if (e->addr != addr) continue;
+    *out = *e;
+    *link = e->next;
+    e->next = st->free_head;
+    st->free_head = i;
+    found = 1;
+    break;
+  }
+  if (found) {
+    int still = 0;
+    for (uint32_t i = buckets[b]; i && !still; i = entries[i - 1].next) {
+      uint32_t f2, b2, s2;
+      where(entries[i - 1].addr, &f2, &b2, &s2);
+      still = (f2 == f);
+    }
+    filter_drop(f, !still);
+  }
+  lt_lock_release(&st->lock);
+  return found;
+}
+
+void lt_live_reinsert(const struct lt_live *e) {
+  if (!lt_live_insert(e)) atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
+}
+
+void lt_live_for_each_stripe(int s, lt_live_fn fn, void *ctx) {
+  struct stripe *st = &stripes[s];
+  lt_lock_acquire(&st->lock);
+  uint32_t first = (uint32_t)s << STRIPE_SHIFT, end = first + (1u << STRIPE_SHIFT);
+  for (uint32_t b = first; b < end; b++)
+    for (uint32_t i = buckets[b]; i; i = entries[i - 1].next) fn(&entries[i - 1], ctx);
+  lt_lock_release(&st->lock);
+}
+
+int lt_done_append(const struct lt_done *d) {
+  lt_lock_acquire(&lt_done_lock);
+  if (done_count >= LT_DONE_CAP) {
+    lt_lock_release(&lt_done_lock);
+    atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
+    return -1;
+  }
+  done_buf[done_cur][done_count++] = *d;
+  int n = (int)done_count;
+  lt_lock_release(&lt_done_lock);
+  return n;
+}
+
+size_t lt_done_swap(struct lt_done **out) {
+  lt_lock_acquire(&lt_done_lock);
+  *out = done_buf[done_cur];
+  size_t n = done_count;
+  done_cur ^= 1;
+  done_count = 0;
+  lt_lock_release(&lt_done_lock);
+  return n;
+}
+
+void lt_done_reset_child(void) {
+  done_count = 0;
+}

@@ -1,0 +1,675 @@
+/* Stack capture.
+ *
+ * Default: a small DWARF-CFI unwinder for x86-64 that is correct without frame
+ * pointers (Debian's clang, pyenv's CPython) and fast in the steady state:
+ *
+ *   - the unwind rule for each return address is computed once from .eh_frame
+ *     (found with glibc's lock-free _dl_find_object + the .eh_frame_hdr binary search
+ *     table) and cached in a global table of single 64-bit words
+ *     (8-way set-associative, 256 KiB), so a warm frame costs one hash, one cache
+ *     line, 1-2 stack reads;
+ *   - it never allocates, takes no locks, makes no syscalls on the warm path;
+ *   - every stack read is bounds-checked against the current thread's stack; reads
+ *     outside it (sigaltstack, fibers) go through process_vm_readv, which fails
+ *     cleanly instead of faulting, so a wrong or stale rule yields a wrong frame,
+ *     never a crash.
+ * Supported rules: CFA = rsp/rbp + offset, CFA = *(rbp + offset) (stack realignment),
+ * return address at CFA + offset, rbp saved at CFA + offset or at rbp + offset, signal
+ * frames (CIE augmentation 'S', e.g. __restore_rt: registers come from the ucontext),
+ * and DW_CFA_undefined rip (outermost frame).  Anything else ends the stack there.
+ *
+ * LIFETIME_UNWINDER=glibc (backtrace()) and =libunwind (unw_backtrace() from
+ * libunwind.so.8, dlopen'ed RTLD_LOCAL so its _Unwind_* exports cannot replace
+ * libgcc's for the host's C++ exceptions) exist to compare against, see
+ * benchmarks/profiler_overhead.py.
+ */
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/ucontext.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common.h"
+
+extern void *__libc_stack_end;
+
+static int unwinder = LT_UNWIND_BUILTIN;
+static int (*unw_backtrace_fn)(void **, int);
+
+/* ---------------- DWARF CFI ---------------- */
+
+enum { R_RBP = 6, R_RSP = 7, R_RA = 16 };
+enum { HOW_SAME = 0, HOW_UNDEF, HOW_OFFSET, HOW_ADDR_EXPR, HOW_OTHER };
+enum { RULE_NORMAL = 1, RULE_END, RULE_SIGNAL, RULE_BAD };
+
+struct reg_rule {
+  uint8_t how;
+  uint8_t reg;  /* HOW_ADDR_EXPR: saved at reg + off */
+  int64_t off;
+};
+struct cfa_state {
+  int cfa_reg;  /* -1: unsupported */
+  int64_t cfa_off;
+  int cfa_deref;
+  struct reg_rule rbp, ra;
+};
+struct rule {
+  int kind;
+  int cfa_reg;
+  int64_t cfa_off;
+  int cfa_deref;
+  int rbp_how;
+  int rbp_reg;
+  int64_t rbp_off;
+  int64_t ra_off;
+};
+
+static uint64_t uleb(const uint8_t **pp, const uint8_t *end) {
+  const uint8_t *p = *pp;
+  uint64_t v = 0;
+  int shift = 0;
+  while (p < end) {
+    uint8_t b = *p++;
+    if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+    shift += 7;
+    if (!(b & 0x80)) break;
+  }
+  *pp = p;
+  return v;
+}
+
+static int64_t sleb(const uint8_t **pp, const uint8_t *end) {
+  const uint8_t *p = *pp;
+  int64_t v = 0;
+  int shift = 0;
+  uint8_t b = 0;
+  while (p < end) {
+    b = *p++;
+    if (shift < 64) v |= (int64_t)((uint64_t)(b & 0x7f) << shift);
+    shift += 7;
+    if (!(b & 0x80)) break;
+  }
+  if (shift < 64 && (b & 0x40)) v |= -((int64_t)1 << shift);
+  *pp = p;
+  return v;
+}
+
+/* Reads a DW_EH_PE-encoded pointer; returns 0 on an unsupported encoding. */
+static int read_encoded(const uint8_t **pp, const uint8_t *end, uint8_t enc, uintptr_t datarel,
+                        uintptr_t *out) {
+  const uint8_t *p = *pp;
+  if (enc == 0xff) { *out = 0; return 1; }
+  uintptr_t base;
+  switch (enc & 0x70) {
+    case 0x00: base = 0; break;
+    case 0x10: base = (uintptr_t)p; break;
+    case 0x30: base = datarel; break;
+    default: return 0;
+  }
+  uint64_t v;
+  switch (enc & 0x0f) {
+    case 0x00: case 0x04: { uint64_t x; memcpy(&x, p, 8); p += 8; v = x; break; }
+    case 0x01: v = uleb(&p, end); break;
+    case 0x02: { uint16_t x; memcpy(&x, p, 2); p += 2; v = x; break; }
+    case 0x03: { uint32_t x; memcpy(&x, p, 4); p += 4; v = x; break; }
+    case 0x09: v = (uint64_t)sleb(&p, end); break;
+    case 0x0a: { int16_t x; memcpy(&x, p, 2); p += 2; v = (uint64_t)(int64_t)x; break; }
+    case 0x0b: { int32_t x; memcpy(&x, p, 4); p += 4; v = (uint64_t)(int64_t)x; break; }
+    case 0x0c: { int64_t x; memcpy(&x, p, 8); p += 8; v = (uint64_t)x; break; }
+    default: return 0;
+  }
+  uintptr_t r = base + (uintptr_t)v;
+  if (enc & 0x80) {
+    if (!r) return 0;
+    memcpy(&r, (const void *)r, sizeof r);
+  }
+  *pp = p;
+  *out = r;
+  return 1;
+}
+
+struct cie_info {
+  const uint8_t *insns, *end;
+  uint64_t code_align;
+  int64_t data_align;
+  uint64_t ra_reg;
+  uint8_t fde_enc;
+  int has_z, signal;
+};
+
+static int parse_cie(const uint8_t *cie, struct cie_info *ci) {
+  uint32_t len;
+  memcpy(&len, cie, 4);
+  if (len == 0 || len == 0xffffffffu) return 0;
+  const uint8_t *p = cie + 4, *end = cie + 4 + len;
+  uint32_t id;
+  memcpy(&id, p, 4);
+  p += 4;
+  if (id != 0) return 0;
+  uint8_t version = *p++;
+  if (version != 1 && version != 3) return 0;
+  const char *aug = (const char *)p;
+  p += strlen(aug) + 1;
+  if (aug[0] == 'e' && aug[1] == 'h') return 0;
+  ci->code_align = uleb(&p, end);
+  ci->data_align = sleb(&p, end);
+  ci->ra_reg = version == 1 ? *p++ : uleb(&p, end);
+  ci->fde_enc = 0;
+  ci->has_z = aug[0] == 'z';
+  ci->signal = 0;
+  if (ci->has_z) {
+    uint64_t alen = uleb(&p, end);
+    const uint8_t *aend = p + alen;
+    for (const char *a = aug + 1; *a; a++) {
+      if (*a == 'R') {
+        ci->fde_enc = *p++;
+      } else if (*a == 'P') {
+        uint8_t penc = *p++;
+        uintptr_t ignored;
+        if (!read_encoded(&p, aend, penc & 0x7f, 0, &ignored)) return 0;
+      } else if (*a == 'L') {
+        p++;
+      } else if (*a == 'S') {
+        ci->signal = 1;
+      } else if (*a == 'B' || *a == 'G') {
+        /* no data */
+      } else {
+        break;
+      }
+    }
+    p = aend;
+  }
+  ci->insns = p;
+  ci->end = end;
+  return 1;
+}
+
+/* Recognises "DW_OP_bregN off" (optionally followed by DW_OP_deref); returns 1 with
+ * reg/off/deref filled, 0 for any other expression. */
+static int simple_expr(const uint8_t *p, uint64_t n, int *reg, int64_t *off, int *deref) {
+  const uint8_t *end = p + n;
+  if (n < 2 || p[0] < 0x70 || p[0] > 0x8f) return 0;
+  *reg = p[0] - 0x70;
+  p++;
+  *off = sleb(&p, end);
+  *deref = 0;
+  if (p < end && *p == 0x06) {
+    *deref = 1;
+    p++;
+  }
+  return p == end;
+}
+
+static void set_reg(struct cfa_state *s, uint64_t reg, struct reg_rule r) {
+  if (reg == R_RBP) s->rbp = r;
+  else if (reg == R_RA) s->ra = r;
+}
+
+/* Runs CFA instructions [p, end) until the location passes `target`. */
+static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
+                   uintptr_t loc, uintptr_t target, struct cfa_state *s,
+                   const struct cfa_state *init) {
+  struct cfa_state stack[8];
+  int sp = 0;
+  while (p < end) {
+    uint8_t op = *p++;
+    uint8_t hi = op & 0xc0, low = op & 0x3f;
+    if (hi == 0x40) {
+      loc += low * ci->code_align;
+      if (loc > target) return 1;
+      continue;
+    }
+    if (hi == 0x80) {
+      int64_t off = (int64_t)uleb(&p, end) * ci->data_align;
+      set_reg(s, low, (struct reg_rule){HOW_OFFSET, 0, off});
+      continue;
+    }
+    if (hi == 0xc0) {
+      if (!init) return 0;
+      if (low == R_RBP) s->rbp = init->rbp;
+      else if (low == R_RA) s->ra = init->ra;
+      continue;
+    }
+    switch (op) {
+      case 0x00: break; /* nop */
+      case 0x01: {      /* set_loc */
+        uintptr_t nloc;
+        if (!read_encoded(&p, end, ci->fde_enc, 0, &nloc)) return 0;
+        loc = nloc;
+        if (loc > target) return 1;
+        break;
+      }
+      case 0x02:
+        loc += *p++ * ci->code_align;
+        if (loc > target) return 1;
+        break;
+      case 0x03: {
+        uint16_t d;
+        memcpy(&d, p, 2);
+        p += 2;
+        loc += d * ci->code_align;
+        if (loc > target) return 1;
+        break;
+      }
+      case 0x04: {
+        uint32_t d;
+        memcpy(&d, p, 4);
+        p += 4;
+        loc += d * ci->code_align;
+        if (loc > target) return 1;
+        break;
+      }
+      case 0x05: { uint64_t r = uleb(&p, end); int64_t off = (int64_t)uleb(&p, end) * ci->data_align;
+                   set_reg(s, r, (struct reg_rule){HOW_OFFSET, 0, off}); break; }
+      case 0x06: { uint64_t r = uleb(&p, end);
+                   if (!init) return 0;
+                   if (r == R_RBP) s->rbp = init->rbp; else if (r == R_RA) s->ra = init->ra;
+                   break; }
+      case 0x07: set_reg(s, uleb(&p, end), (struct reg_rule){HOW_UNDEF, 0, 0}); break;
+      case 0x08: set_reg(s, uleb(&p, end), (struct reg_rule){HOW_SAME, 0, 0}); break;
+      case 0x09: { uint64_t r = uleb(&p, end); (void)uleb(&p, end);
+                   set_reg(s, r, (struct reg_rule){HOW_OTHER, 0, 0}); break; }
+      case 0x0a: if (sp == 8) return 0; stack[sp++] = *s; break;
+      case 0x0b: { if (sp == 0) return 0;
+                   /* the whole row, CFA included, as libgcc and LLVM's unwinder do */
+                   *s = stack[--sp]; break; }
+      case 0x0c: s->cfa_reg = (int)uleb(&p, end); s->cfa_off = (int64_t)uleb(&p, end);
+                 s->cfa_deref = 0; break;
+      case 0x0d: s->cfa_reg = (int)uleb(&p, end); s->cfa_deref = 0; break;
+      case 0x0e: s->cfa_off = (int64_t)uleb(&p, end); break;
+      case 0x0f: { uint64_t n = uleb(&p, end); int reg, deref; int64_t off;
+                   if (simple_expr(p, n, &reg, &off, &deref) && deref) {
+                     s->cfa_reg = reg; s->cfa_off = off; s->cfa_deref = 1;
+                   } else {
+                     s->cfa_reg = -1;
+                   }
+                   p += n; break; }
+      case 0x10: { uint64_t r = uleb(&p, end); uint64_t n = uleb(&p, end); int reg, deref;
+                   int64_t off;
+                   if (simple_expr(p, n, &reg, &off, &deref) && !deref)
+                     set_reg(s, r, (struct reg_rule){HOW_ADDR_EXPR, (uint8_t)reg, off});
+                   else
+                     set_reg(s, r, (struct reg_rule){HOW_OTHER, 0, 0});
+                   p += n; break; }
+      case 0x11: { uint64_t r = uleb(&p, end); int64_t off = sleb(&p, end) * ci->data_align;
+                   set_reg(s, r, (struct reg_rule){HOW_OFFSET, 0, off}); break; }
+      case 0x12: s->cfa_reg = (int)uleb(&p, end); s->cfa_off = sleb(&p, end) * ci->data_align;
+                 s->cfa_deref = 0; break;
+      case 0x13: s->cfa_off = sleb(&p, end) * ci->data_align; break;
+      case 0x14: { uint64_t r = uleb(&p, end); (void)uleb(&p, end);
+                   set_reg(s, r, (struct reg_rule){HOW_OTHER, 0, 0}); break; }
+      case 0x15: { uint64_t r = uleb(&p, end); (void)sleb(&p, end);
+                   set_reg(s, r, (struct reg_rule){HOW_OTHER, 0, 0}); break; }
+      case 0x16: { uint64_t r = uleb(&p, end); uint64_t n = uleb(&p, end); p += n;
+                   set_reg(s, r, (struct reg_rule){HOW_OTHER, 0, 0}); break; }
+      case 0x2e: (void)uleb(&p, end); break; /* GNU_args_size */
+      case 0x2f: { uint64_t r = uleb(&p, end); int64_t off = -(int64_t)uleb(&p, end) * ci->data_align;
+                   set_reg(s, r, (struct reg_rule){HOW_OFFSET, 0, off}); break; }
+      default: return 0;
+    }
+  }
+  return 1;
+}
+
+/* Finds the FDE covering `ip` and computes the rule there. */
+static void compute_rule(uintptr_t ip, struct rule *r) {
+  r->kind = RULE_BAD;
+  struct dl_find_object dfo;
+  if (_dl_find_object((void *)ip, &dfo) != 0 || !dfo.dlfo_eh_frame) return;
+  const uint8_t *hdr = dfo.dlfo_eh_frame;
+  if (hdr[0] != 1) return;
+  const uint8_t *p = hdr + 4, *far = hdr + 64;
+  uintptr_t ehf, count;
+  if (!read_encoded(&p, far, hdr[1], (uintptr_t)hdr, &ehf)) return;
+  if (!read_encoded(&p, far, hdr[2], (uintptr_t)hdr, &count)) return;
+  if (hdr[3] != 0x3b || count == 0) return; /* datarel|sdata4 table is what ld emits */
+  const uint8_t *tab = p;
+  size_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    int32_t start;
+    memcpy(&start, tab + 8 * mid, 4);
+    if ((uintptr_t)hdr + (intptr_t)start <= ip) lo = mid; else hi = mid;
+  }
+  int32_t start, fde_off;
+  memcpy(&start, tab + 8 * lo, 4);
+  memcpy(&fde_off, tab + 8 * lo + 4, 4);
+  if ((uintptr_t)hdr + (intptr_t)start > ip) return;
+  const uint8_t *fde = hdr + fde_off;
+  uint32_t flen, cie_delta;
+  memcpy(&flen, fde, 4);
+  if (flen == 0 || flen == 0xffffffffu) return;
+  memcpy(&cie_delta, fde + 4, 4);
+  const uint8_t *fend = fde + 4 + flen;
+  struct cie_info ci;
+  if (!parse_cie(fde + 4 - cie_delta, &ci)) return;
+  const uint8_t *q = fde + 8;
+  uintptr_t pc_begin, pc_range;
+  if (!read_encoded(&q, fend, ci.fde_enc, 0, &pc_begin)) return;
+  if (!read_encoded(&q, fend, ci.fde_enc & 0x0f, 0, &pc_range)) return;
+  if (ip < pc_begin || ip - pc_begin >= pc_range) return;
+  if (ci.has_z) {
+    uint64_t alen = uleb(&q, fend);
+    q += alen;
+  }
+  if (ci.signal) {
+    r->kind = RULE_SIGNAL;
+    return;
+  }
+  if (ci.ra_reg != R_RA) return;
+  struct cfa_state s = {.cfa_reg = -1, .cfa_off = 0, .cfa_deref = 0,
+                        .rbp = {HOW_SAME, 0, 0}, .ra = {HOW_SAME, 0, 0}};
+  if (!run_cfa(ci.insns, ci.end, &ci, 0, UINTPTR_MAX, &s, NULL)) return;
+  struct cfa_state init = s;
+  if (!run_cfa(q, fend, &ci, pc_begin, ip, &s, &init)) return;
+  if (s.ra.how == HOW_UNDEF) {
+    r->kind = RULE_END;
+    return;
+  }
+  if (s.ra.how != HOW_OFFSET) return;
+  if (s.cfa_reg != R_RSP && s.cfa_reg != R_RBP) return;
+  if (s.cfa_deref && s.cfa_reg != R_RBP) return;
+  int rbp_how;
+  switch (s.rbp.how) {
+    case HOW_SAME: case HOW_UNDEF: rbp_how = HOW_SAME; break;
+    case HOW_OFFSET: rbp_how = HOW_OFFSET; break;
+    case HOW_ADDR_EXPR:
+      if (s.rbp.reg != R_RBP && s.rbp.reg != R_RSP) return;
+      rbp_how = HOW_ADDR_EXPR;
+      break;
+    default: return;
+  }
+  r->kind = RULE_NORMAL;
+  r->cfa_reg = s.cfa_reg;
+  r->cfa_off = s.cfa_off;
+  r->cfa_deref = s.cfa_deref;
+  r->rbp_how = rbp_how;
+  r->rbp_reg = s.rbp.reg;
+  r->rbp_off = s.rbp.off;
+  r->ra_off = s.ra.off;
+}
+
+/* ---------------- rule cache ----------------
+ * 8-way set-associative: 4096 sets of one 64-byte cache line (256 KiB in all), so a
+ * lookup touches exactly one line, and the ~10-15k return addresses of a big program
+ * fit in a footprint that survives in L2/L3 between sparse samples (a cold rule
+ * lookup is what dominates the cost of a sample).  Each slot is one 64-bit word,
+ * read and written atomically, so no locks and no torn entries:
+ *   bits 0-1 type (1 CFA=rsp+off, 2 CFA=rbp+off, 3 special), 2-17 CFA offset,
+ *   18-23 k where rbp is saved at CFA-8k (0: not saved), bit 24 "end of stack",
+ *   bit 25 "not cacheable: recompute", bits 26-60 ip >> 12.
+ * The set index is (ip ^ ip>>12 ^ ip>>24 ^ ip>>36) mod 4096, so set + tag identify the
+ * 47-bit ip exactly. */
+#define CACHE_SETS_BITS 12
+#define CACHE_WAYS 8
+#define TAG_SHIFT 26
+static _Atomic uint64_t *rule_cache;
+
+static inline uint32_t cache_set(uintptr_t ip) {
+  return (uint32_t)((ip ^ (ip >> 12) ^ (ip >> 24) ^ (ip >> 36)) & ((1u << CACHE_SETS_BITS) - 1));
+}
+
+static uint64_t pack(uintptr_t ip, const struct rule *r) {
+  uint64_t tag = (uint64_t)(ip >> 12) << TAG_SHIFT;
+  if (r->kind == RULE_END) return tag | 3u | (1ull << 24);
+  if (r->kind == RULE_NORMAL && !r->cfa_deref && r->ra_off == -8 && r->cfa_off > 0 &&
+      r->cfa_off < (1 << 16)) {
+    uint64_t k = 0;
+    if (r->rbp_how == HOW_OFFSET) {
+      if (r->rbp_off >= 0 || (-r->rbp_off) % 8 || -r->rbp_off / 8 > 63) goto complex;
+      k = (uint64_t)(-r->rbp_off / 8);
+    } else if (r->rbp_how != HOW_SAME) {
+      goto complex;
+    }
+    return tag | (r->cfa_reg == R_RSP ? 1u : 2u) | ((uint64_t)r->cfa_off << 2) | (k << 18);
+  }
+complex:
+  return tag | 3u | (1ull << 25); /* bad and signal rules are recomputed each time */
+}
+
+static inline int get_rule(uintptr_t ip, struct rule *r) {
+  if (LT_LIKELY(rule_cache && (ip >> 47) == 0)) {
+    _Atomic uint64_t *set = &rule_cache[(size_t)cache_set(ip) * CACHE_WAYS];
+    uint64_t want = (uint64_t)(ip >> 12);
+    for (int way = 0; way < CACHE_WAYS; way++) {
+      uint64_t w = atomic_load_explicit(&set[way], memory_order_relaxed);
+      if (!w || (w >> TAG_SHIFT) != want) continue;
+      uint32_t type = w & 3;
+      if (type != 3) {
+        r->kind = RULE_NORMAL;
+        r->cfa_reg = type == 1 ? R_RSP : R_RBP;
+        r->cfa_off = (int64_t)((w >> 2) & 0xffff);
+        r->cfa_deref = 0;
+        uint64_t k = (w >> 18) & 63;
+        r->rbp_how = k ? HOW_OFFSET : HOW_SAME;
+        r->rbp_off = -(int64_t)(k * 8);
+        r->ra_off = -8;
+        return 1;
+      }
+      if (w & (1ull << 24)) {
+        r->kind = RULE_END;
+        return 1;
+      }
+      compute_rule(ip, r); /* not cacheable */
+      return r->kind != RULE_BAD;
+    }
+    compute_rule(ip, r);
+    uint64_t packed = pack(ip, r);
+    int victim = -1;
+    for (int way = 0; way < CACHE_WAYS && victim < 0; way++)
+      if (!atomic_load_explicit(&set[way], memory_order_relaxed)) victim = way;
+    if (victim < 0) victim = (int)((ip >> 2) ^ (ip >> 9)) & (CACHE_WAYS - 1);
+    atomic_store_explicit(&set[victim], packed, memory_order_relaxed);
+    return r->kind != RULE_BAD;
+  }
+  compute_rule(ip, r);
+  return r->kind != RULE_BAD;
+}
+
+/* ---------------- the walk ---------------- */
+
+struct bounds {
+  uintptr_t lo, hi; /* reads inside [lo, hi) are direct */
+};
+
+LT_NO_SANITIZE static inline int rd(const struct bounds *b, uintptr_t addr, uintptr_t *out) {
+  if (LT_LIKELY(b->hi >= 8 && addr >= b->lo && addr <= b->hi - 8)) {
+    memcpy(out, (const void *)addr, 8);
+    return 1;
+  }
+  struct iovec local = {out, 8}, remote = {(void *)addr, 8};
+  return syscall(SYS_process_vm_readv, (long)lt_g.pid, &local, 1L, &remote, 1L, 0L) == 8;
+}
+
+static void set_bounds(struct bounds *b, const struct lt_thread *t, uintptr_t sp) {
+  if (t->stack_known && sp >= t->stack_lo && sp < t->stack_hi) {
+    b->lo = sp;
+    b->hi = t->stack_hi;
+  } else {
+    b->lo = b->hi = 0; /* everything through the checked path */
+  }
+}
+
+LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
+                                                      uintptr_t caller_ra, int *truncated,
+                                                      struct lt_thread *t) {
+  uintptr_t ip, sp, bp;
+  __asm__ volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2"
+                   : "=r"(ip), "=r"(sp), "=r"(bp));
+  struct bounds b;
+  set_bounds(&b, t, sp);
+  int exact = 1; /* ip is not a return address (first frame, after a signal frame) */
+  int recording = caller_ra == 0, n = 0, skipped = 0;
+  *truncated = 0;
+  for (int step = 0; step < max + 64; step++) {
+    struct rule r;
+    if (!get_rule(exact ? ip : ip - 1, &r) || r.kind == RULE_END) break;
+    uintptr_t nip, nsp, nbp = bp;
+    if (r.kind == RULE_SIGNAL) {
+      uintptr_t uc = sp; /* __restore_rt runs with rsp at the ucontext */
+      if (!rd(&b, uc + offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]), &nip) ||
+          !rd(&b, uc + offsetof(ucontext_t, uc_mcontext.gregs[REG_RSP]), &nsp) ||
+          !rd(&b, uc + offsetof(ucontext_t, uc_mcontext.gregs[REG_RBP]), &nbp))
+        break;
+      set_bounds(&b, t, nsp);
+      exact = 1;
+    } else {
+      uintptr_t cfa = (r.cfa_reg == R_RSP ? sp : bp) + (uintptr_t)r.cfa_off;
+      if (r.cfa_deref && !rd(&b, cfa, &cfa)) break;
+      if (!rd(&b, cfa + (uintptr_t)r.ra_off, &nip)) break;
+      if (r.rbp_how == HOW_OFFSET) {
+        if (!rd(&b, cfa + (uintptr_t)r.rbp_off, &nbp)) break;
+      } else if (r.rbp_how == HOW_ADDR_EXPR) {
+        uintptr_t base = r.rbp_reg == R_RBP ? bp : sp;
+        if (!rd(&b, base + (uintptr_t)r.rbp_off, &nbp)) break;
+      }
+      nsp = cfa;
+      if (nsp <= sp) break; /* the stack only grows towards the callers */
+      exact = 0;
+    }
+    sp = nsp;
+    bp = nbp;
+    ip = nip;
+    if (ip < 4096) break;
+    if (!recording) {
+      if (ip == caller_ra) {
+        recording = 1;
+      } else if (++skipped > 16) {
+        return 0; /* our own frames did not lead to the hook's caller */
+      } else {
+        continue;
+      }
+    }
+    if (n == max) {
+      *truncated = 1;
+      break;
+    }
+    out[n++] = ip;
+  }
+  return n;
+}
+
+LT_NOINLINE static int capture_buffer(uintptr_t *out, int max, uintptr_t caller_ra,
+                                      int *truncated) {
+  void *buf[LT_MAX_FRAMES + 24];
+  int cap = max + 24, k;
+  if (unwinder == LT_UNWIND_LIBUNWIND && unw_backtrace_fn)
+    k = unw_backtrace_fn(buf, cap);
+  else
+    k = backtrace(buf, cap);
+  int i = 0;
+  while (i < k && i < 24 && (uintptr_t)buf[i] != caller_ra) i++;
+  if (i == k || i == 24) return 0;
+  int n = 0;
+  *truncated = 0;
+  for (; i < k; i++) {
+    if (n == max) {
+      *truncated = 1;
+      break;
+    }
+    out[n++] = (uintptr_t)buf[i];
+  }
+  if (k == cap && n < max) *truncated = 1; /* the buffer ran out first */
+  return n;
+}
+
+static int ready; /* set by lt_unwind_init (constructor); before it only builtin runs */
+static _Atomic uint64_t check_total, check_differ, check_frames, check_frames_differ;
+
+/* LIFETIME_UNWINDER=check: record the builtin stack, and compare it frame by frame
+ * with glibc's backtrace() of the same allocation (a correctness check on real
+ * binaries; lt_unwind_report prints the result at exit). */
+static int capture_check(uintptr_t *out, int max, uintptr_t caller_ra, int *truncated,
+                         struct lt_thread *t) {
+  uintptr_t other[LT_MAX_FRAMES];
+  int other_trunc = 0;
+  int n = capture_builtin(out, max, caller_ra, truncated, t);
+  int m = capture_buffer(other, max, caller_ra, &other_trunc);
+  int k = n > m ? n : m, bad = 0;
+  for (int i = 0; i < k; i++) bad += i >= n || i >= m || out[i] != other[i];
+  atomic_fetch_add(&check_total, 1);
+  atomic_fetch_add(&check_frames, (uint64_t)k);
+  atomic_fetch_add(&check_frames_differ, (uint64_t)bad);
+  if (bad) atomic_fetch_add(&check_differ, 1);
+  return n;
+}
+
+void lt_unwind_report(void) {
+  if (unwinder != LT_UNWIND_CHECK) return;
+  char a[24], b[24], c[24], d[24], line[200];
+  size_t n = lt_strlcpy(line, "unwinder check: ", sizeof line);
+  n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_differ), a), sizeof line - n);
+  n += lt_strlcpy(line + n, " of ", sizeof line - n);
+  n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_total), b), sizeof line - n);
+  n += lt_strlcpy(line + n, " stacks differ from backtrace(), ", sizeof line - n);
+  n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_frames_differ), c), sizeof line - n);
+  n += lt_strlcpy(line + n, " of ", sizeof line - n);
+  n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_frames), d), sizeof line - n);
+  lt_strlcpy(line + n, " frames", sizeof line - n);
+  lt_log(line, NULL, NULL);
+}
+
+int lt_capture(uintptr_t *out, int max, uintptr_t caller_ra, int *truncated,
+               struct lt_thread *t) {
+  if (LT_LIKELY(unwinder == LT_UNWIND_BUILTIN || !ready))
+    return capture_builtin(out, max, caller_ra, truncated, t);
+  if (unwinder == LT_UNWIND_CHECK) return capture_check(out, max, caller_ra, truncated, t);
+  return capture_buffer(out, max, caller_ra, truncated);
+}
+
+void lt_thread_stack_bounds(struct lt_thread *t) {
+  t->stack_known = 1;
+  t->stack_lo = t->stack_hi = 0;
+  if (t->tid == lt_getpid()) {
+    uintptr_t hi = (uintptr_t)__libc_stack_end + 64; /* argc/argv lie above it */
+    struct rlimit rl;
+    uintptr_t size = 1ull << 30;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < size)
+      size = rl.rlim_cur;
+    t->stack_lo = hi - size;
+    t->stack_hi = hi;
+    return;
+  }
+  pthread_attr_t a;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    void *addr;
+    size_t size;
+    if (pthread_attr_getstack(&a, &addr, &size) == 0) {
+      t->stack_lo = (uintptr_t)addr;
+      t->stack_hi = (uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&a);
+  }
+}
+
+int lt_unwind_prepare(void) {
+  if (!rule_cache) rule_cache = lt_map(sizeof(uint64_t) * CACHE_WAYS << CACHE_SETS_BITS);
+  return rule_cache != NULL;
+}
+
+int lt_unwind_init(int which) {
+  unwinder = which;
+  int ok = 1;
+  if (which == LT_UNWIND_GLIBC || which == LT_UNWIND_CHECK) {
+    void *buf[4];
+    backtrace(buf, 4); /* loads libgcc_s now, not inside a later malloc */
+  } else if (which == LT_UNWIND_LIBUNWIND) {
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
+      int (*policy)(void *, int) = (int (*)(void *, int))dlsym(h, "_ULx86_64_set_caching_policy");
+      void **as = (void **)dlsym(h, "_ULx86_64_local_addr_space");
+      if (policy && as) policy(*as, 2 /* UNW_CACHE_PER_THREAD */);
+    }
+    if (!unw_backtrace_fn) {
+      unwinder = LT_UNWIND_BUILTIN;
+      ok = 0;
+    }
+  }
+  ready = 1;
+  return ok;
+}
