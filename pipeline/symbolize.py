@@ -42,13 +42,53 @@ anonymous memory).
 
 Memoization.  Each ELF file is opened and indexed once per `ModuleCache` (share
 one cache across profiles, e.g. one per Beam worker; a file rebuilt in place is
-read again), and each distinct virtual address is symbolized once per module.
+read again).  The per-address work is memoized in the `ElfModule`, keyed by
+virtual address and lookup kind (symbol: `ElfModule.function_at`; inline chain:
+`ElfModule.inlined_at`), so an address that many profiles of one binary share is
+looked up once per module per process whatever the load address of each profile;
+each `Symbolizer` also keeps its own (address, is-return-address) -> frames memo.
+Modules are thread-safe: the memos are under a lock, and the DWARF reader (whose
+pyelftools streams are not thread-safe) under a second, per-module one.
 
-Inline frames.  One address is one frame today.  DWARF inline expansion
-(``.debug_info`` ``DW_TAG_inlined_subroutine`` chains, turning one address into
-several frames marked ``inlined=True``) belongs in `ElfModule.inline_frames`,
-which `Symbolizer.symbolize_address` already calls and whose results
-`symbolize_stack` already flattens; it currently returns the symbol's frame alone.
+Inline frames.  Where the module itself carries DWARF (a ``.debug_info``
+section; separate debug files are used for ``.symtab`` only, never for DWARF),
+`ElfModule.inline_frames` expands one address into several frames, innermost
+first: the functions inlined at that address (``inlined=True``), deepest first,
+then the symbol's own frame (the physical function, ``inlined=False``, named
+from the symbol table as before).  The compile unit holding the address is found
+through ``.debug_aranges`` (or, for addresses it lacks or files without it, by
+reading compile units' top DIEs in order until one's ranges hold it); within it
+the ``DW_TAG_subprogram`` holding the address, then the chain of
+``DW_TAG_inlined_subroutine`` DIEs (through lexical blocks) whose ranges hold
+it -- ``DW_AT_low_pc`` / ``DW_AT_high_pc`` (address or offset form) or
+``DW_AT_ranges`` (DWARF 4 ``.debug_ranges`` or DWARF 5 ``.debug_rnglists``).
+An inlined function's name is its ``DW_AT_linkage_name``, demangled (so it reads
+like a symbol-table name: ``int ns::f<int>(int)``), found by following
+``DW_AT_abstract_origin`` / ``DW_AT_specification``.  Failing that (C; and C++
+functions GCC gives no linkage name, e.g. those with local types in their
+signature or in anonymous namespaces) its ``DW_AT_name``, qualified by the
+enclosing namespaces and classes but without a parameter list: ``ns::helper``,
+``ns::f(int)::{lambda}::operator()``; plain in C, where symbols are plain too.
+Inlined frames carry the physical frame's address, module and module offset, the
+linkage name (or that name) as ``symbol``, and no ``symbol_offset``.
+
+Cost.  DWARF is read lazily: a module's debug sections are loaded on the first
+address asked about (pyelftools copies them into memory), a compile unit is read
+only when an address falls in it -- its top-level function definitions found
+once by skipping DIEs over the raw bytes (far cheaper than pyelftools parsing
+the many type and declaration DIEs), with pyelftools parsing only those
+functions and, within the one holding an address, the scopes that hold it --
+and each address's chain is memoized in the module.  Modules without
+``.debug_info`` cost nothing extra.  Measured: 2000 distinct random return
+addresses in a pyenv ``libpython3.11.so`` (9 MiB of DWARF 5, 124 units touched)
+take ~2 s on top of the symbol lookup (0.7 s), loading the sections included,
+and ~90 MiB more memory; a second profile of that module, sharing the cache, is
+answered from the memos (20 ms).
+``Symbolizer(..., inline_frames=False)`` turns expansion off;
+``ModuleCache(max_dwarf_bytes=...)`` skips modules whose ``.debug_info`` is
+larger (default 256 MiB, for memory).  Both switches are deterministic, unlike a
+time budget, so reruns of a dataset stay byte-identical.  DWARF that cannot be
+read is reported in ``ElfModule.dwarf_error`` and leaves the symbol's frame alone.
 
 Allocation sites.  `strip_allocator_frames` removes the allocator and its
 wrappers from the top of a symbolized stack (rules in its docstring);
@@ -66,6 +106,7 @@ from typing import Callable, Iterable, Sequence
 
 import cxxfilt
 from elftools.common.exceptions import ELFError
+from elftools.dwarf.ranges import BaseAddressEntry
 from elftools.elf.elffile import ELFFile
 
 # ---------------------------------------------------------------- module status
@@ -81,6 +122,9 @@ USABLE_STATUSES = (OK, UNVERIFIED)
 
 UNKNOWN_MODULE_TOKEN = "<unknown+?>"
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
+#: ModuleCache's default limit on a module's .debug_info for inline frames: pyelftools
+#: holds a module's debug sections in memory (libpython3.11's .debug_info is ~9 MiB).
+DEFAULT_MAX_DWARF_BYTES = 256 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +150,12 @@ class SymbolizedFrame:
     function: str                  # demangled name, or a module token like <libfoo.so+?>
     module: str = ""               # mapping path ("" if the address is unmapped)
     module_offset: int | None = None  # file offset in the module
-    symbol: str | None = None      # raw (mangled) symbol name, if named
+    symbol: str | None = None      # raw (mangled) symbol name, if named (inlined frames:
+    #                                DW_AT_linkage_name, or the qualified DW_AT_name)
     symbol_offset: int | None = None  # looked-up address minus the symbol's start
-    inlined: bool = False          # set by DWARF inline expansion (not implemented yet)
+    #                                   (None for inlined frames: no symbol of their own)
+    inlined: bool = False          # a function inlined at this address (DWARF); the
+    #                                physical function's frame follows the inlined ones
 
     @property
     def resolved(self) -> bool:
@@ -213,14 +260,19 @@ def read_build_id(elf: ELFFile) -> bytes:
 
 
 class ElfModule:
-    """One ELF file, read once: build id, PT_LOAD segments, function symbols.
+    """One ELF file, read once: build id, PT_LOAD segments, function symbols, and
+    (lazily, if the file has ``.debug_info``) DWARF inline chains.
 
-    Lookups are memoized per virtual address.  Thread-safe for lookups.
+    Lookups are memoized per virtual address and lookup kind.  Thread-safe for lookups.
+    ``max_dwarf_bytes``: a ``.debug_info`` larger than this is not read (no inline
+    frames for this module); None: no limit.
     """
 
-    def __init__(self, path: str, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS):
+    def __init__(self, path: str, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
+                 max_dwarf_bytes: int | None = None):
         self.path = path
         with open(path, "rb") as f:
+            identity = _file_identity(os.fstat(f.fileno()))
             elf = ELFFile(f)
             self.build_id = read_build_id(elf)
             self.elf_type = elf["e_type"]
@@ -229,11 +281,24 @@ class ElfModule:
                 for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD")
             self.symtab = _read_symbols(elf, ".symtab")
             self.dynsym = _read_symbols(elf, ".dynsym")
+            info = elf.get_section_by_name(".debug_info") or elf.get_section_by_name(".zdebug_info")
+            self.dwarf_bytes = (info["sh_size"] if info is not None
+                                and info["sh_type"] != "SHT_NOBITS" else 0)
         self.debug_file = None
         if self.symtab is None and self.build_id:
             self.debug_file, self.symtab = _debug_symtab(self.build_id, debug_dirs)
+        self.dwarf_error = ""  # why this module's DWARF is not (or not fully) used
+        self._dwarf: _DwarfInlines | None = None
+        if self.dwarf_bytes:
+            if max_dwarf_bytes is not None and self.dwarf_bytes > max_dwarf_bytes:
+                self.dwarf_error = (f".debug_info is {self.dwarf_bytes} bytes, over the "
+                                    f"max_dwarf_bytes limit of {max_dwarf_bytes}")
+            else:
+                self._dwarf = _DwarfInlines(path, identity)
         self._memo: dict[int, tuple[str, str, int] | None] = {}
+        self._inline_memo: dict[int, tuple[tuple[str, str], ...]] = {}
         self._lock = threading.Lock()
+        self._dwarf_lock = threading.Lock()
 
     @property
     def build_id_hex(self) -> str:
@@ -242,6 +307,11 @@ class ElfModule:
     @property
     def has_symbols(self) -> bool:
         return self.symtab is not None or self.dynsym is not None
+
+    @property
+    def has_dwarf(self) -> bool:
+        """Whether inline frames are read from this module's DWARF."""
+        return self._dwarf is not None
 
     def offset_to_vaddr(self, offset: int) -> int | None:
         """The virtual address of a file offset, through the PT_LOAD that holds it."""
@@ -265,14 +335,548 @@ class ElfModule:
             self._memo[vaddr] = found
         return found
 
-    def inline_frames(self, vaddr: int, frame: SymbolizedFrame) -> list[SymbolizedFrame]:
-        """Extension point for DWARF inline expansion (not implemented).
+    def inlined_at(self, vaddr: int) -> tuple[tuple[str, str], ...]:
+        """(name, raw name) of each function inlined at vaddr, innermost first; ()
+        where nothing is inlined there or the module has no (usable) DWARF.  Memoized."""
+        if self._dwarf is None:
+            return ()
+        with self._lock:
+            hit = self._inline_memo.get(vaddr)
+        if hit is not None:
+            return hit
+        with self._dwarf_lock:  # pyelftools' section streams are not thread-safe
+            with self._lock:
+                hit = self._inline_memo.get(vaddr)
+            if hit is not None:
+                return hit
+            dwarf = self._dwarf
+            if dwarf is None:  # given up on by another thread meanwhile
+                return ()
+            try:
+                chain = dwarf.chain(vaddr)
+            except _DwarfUnusable as e:
+                self.dwarf_error, self._dwarf, chain = str(e), None, ()
+            except Exception as e:  # damaged or unsupported DWARF: this address only
+                self.dwarf_error = f"{type(e).__name__}: {e} (at {vaddr:#x})"
+                chain = ()
+            with self._lock:
+                self._inline_memo[vaddr] = chain
+        return chain
 
-        Should return the frames at ``vaddr`` innermost first: the inlined callees
-        (``inlined=True``) and last ``frame`` with its function replaced by the
-        outermost (real) function.  Today: ``[frame]``.
-        """
-        return [frame]
+    def inline_frames(self, vaddr: int, frame: SymbolizedFrame) -> list[SymbolizedFrame]:
+        """The frames at ``vaddr``, innermost first: one per function inlined there
+        (``inlined=True``, deepest first, named from DWARF), then ``frame``, the
+        symbol's own (physical) frame.  ``[frame]`` where nothing is inlined or the
+        module has no DWARF."""
+        chain = self.inlined_at(vaddr)
+        if not chain:
+            return [frame]
+        out = [dataclasses.replace(frame, function=name, symbol=raw, symbol_offset=None,
+                                   inlined=True) for name, raw in chain]
+        out.append(frame)
+        return out
+
+
+def _file_identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+# ---------------------------------------------------------------- DWARF inline chains
+
+class _DwarfUnusable(Exception):
+    """The module's DWARF cannot be used at all (unreadable, or the file changed)."""
+
+
+_ADDRESS_FORMS = frozenset({"DW_FORM_addr", "DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2",
+                            "DW_FORM_addrx3", "DW_FORM_addrx4", "DW_FORM_GNU_addr_index"})
+#: Scopes inside a function that may hold inlined subroutines.
+_BLOCK_TAGS = frozenset({"DW_TAG_lexical_block", "DW_TAG_inlined_subroutine",
+                         "DW_TAG_try_block", "DW_TAG_catch_block"})
+#: Scopes walked (besides the unit itself) when indexing a unit's function definitions.
+_DEFINITION_SCOPES = frozenset({"DW_TAG_namespace", "DW_TAG_module"})
+#: Scopes that qualify a DW_AT_name.
+_QUALIFYING_SCOPES = frozenset({"DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
+                                "DW_TAG_union_type", "DW_TAG_interface_type"})
+#: DW_LANG_C89, C, C99, C11, C17: names need no qualification.
+_C_LANGUAGES = frozenset({0x1, 0x2, 0xc, 0x1d, 0x2c})
+_MAX_REFERENCE_HOPS = 16
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class _Intervals:
+    """Half-open address ranges with a value each; lookup gives the latest-starting
+    range holding an address (the innermost, where ranges nest)."""
+
+    def __init__(self, items=()):
+        self._pending = list(items)
+        self._items: list[tuple[int, int, object]] = []
+        self._starts: list[int] = []
+        self._max_end: list[int] = []
+
+    def add(self, lo: int, hi: int, value) -> None:
+        self._pending.append((lo, hi, value))
+
+    def _build(self) -> None:
+        items = self._items + self._pending
+        self._pending = []
+        items.sort(key=lambda t: (t[0], t[1]))
+        self._items = items
+        self._starts = [lo for lo, _, _ in items]
+        self._max_end, m = [], 0
+        for _, hi, _ in items:
+            m = max(m, hi)
+            self._max_end.append(m)
+
+    def lookup(self, vaddr: int):
+        if self._pending:
+            self._build()
+        i = bisect.bisect_right(self._starts, vaddr) - 1
+        while i >= 0 and self._max_end[i] > vaddr:
+            lo, hi, value = self._items[i]
+            if vaddr < hi:
+                return value
+            i -= 1
+        return None
+
+
+class _UnitIndex:
+    """The function definitions (DW_TAG_subprogram DIEs with code) of one unit found
+    so far, and how deep the unit was searched for them (`_DwarfInlines._LEVELS`)."""
+
+    def __init__(self, items, level: int):
+        self.functions = _Intervals(items)
+        self.level = level
+
+
+class _SlowPath(Exception):
+    """The raw DIE scanner met something it does not handle; use pyelftools."""
+
+
+# Raw DIE scanning: skipping a DIE by its abbreviation is ~10x cheaper than pyelftools
+# parsing it, and most of a unit's top-level DIEs (types, declarations from headers)
+# are only skipped on the way to its function definitions.
+_FIXED_FORM_SIZES = {
+    "DW_FORM_flag_present": 0, "DW_FORM_implicit_const": 0,
+    "DW_FORM_data1": 1, "DW_FORM_ref1": 1, "DW_FORM_flag": 1, "DW_FORM_strx1": 1,
+    "DW_FORM_addrx1": 1,
+    "DW_FORM_data2": 2, "DW_FORM_ref2": 2, "DW_FORM_strx2": 2, "DW_FORM_addrx2": 2,
+    "DW_FORM_strx3": 3, "DW_FORM_addrx3": 3,
+    "DW_FORM_data4": 4, "DW_FORM_ref4": 4, "DW_FORM_strx4": 4, "DW_FORM_addrx4": 4,
+    "DW_FORM_ref_sup4": 4,
+    "DW_FORM_data8": 8, "DW_FORM_ref8": 8, "DW_FORM_ref_sig8": 8, "DW_FORM_ref_sup8": 8,
+    "DW_FORM_data16": 16,
+}
+_OFFSET_SIZE_FORMS = frozenset({"DW_FORM_strp", "DW_FORM_line_strp", "DW_FORM_sec_offset",
+                                "DW_FORM_strp_sup", "DW_FORM_GNU_ref_alt",
+                                "DW_FORM_GNU_strp_alt"})
+_LEB_FORMS = frozenset({"DW_FORM_udata", "DW_FORM_sdata", "DW_FORM_ref_udata", "DW_FORM_strx",
+                        "DW_FORM_addrx", "DW_FORM_rnglistx", "DW_FORM_loclistx",
+                        "DW_FORM_GNU_addr_index", "DW_FORM_GNU_str_index"})
+_BLOCK_LENGTH_SIZES = {"DW_FORM_block1": 1, "DW_FORM_block2": 2, "DW_FORM_block4": 4}
+# ops of a skip plan
+_OP_FIXED, _OP_LEB, _OP_CSTR, _OP_BLOCK, _OP_BLOCK_LEB, _OP_SIB_REL, _OP_SIB_REL_LEB, \
+    _OP_SIB_ABS = range(8)
+
+
+def _uleb(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+class _RawUnit:
+    """Skip plans for one unit's abbreviations, over the raw .debug_info bytes."""
+
+    def __init__(self, cu, data: bytes):
+        self.cu = cu
+        self.data = data
+        self.end = cu.cu_offset + cu.size
+        self.little = cu.structs.little_endian
+        self.offset_size = 8 if cu.structs.dwarf_format == 64 else 4
+        self.address_size = cu["address_size"]
+        self.version = cu["version"]
+        self._abbrevs = cu.get_abbrev_table()
+        self._plans: dict[int, tuple] = {}
+
+    def plan(self, code: int) -> tuple:
+        plan = self._plans.get(code)
+        if plan is None:
+            plan = self._plans[code] = self._make_plan(code)
+        return plan
+
+    def _make_plan(self, code: int) -> tuple:
+        decl = self._abbrevs.get_abbrev(code)
+        ops: list[tuple[int, int]] = []
+        has_code = False
+        for name, form in decl.iter_attr_specs():
+            if name in ("DW_AT_low_pc", "DW_AT_ranges"):
+                has_code = True
+            if name == "DW_AT_sibling":
+                if form == "DW_FORM_ref_udata":
+                    ops.append((_OP_SIB_REL_LEB, 0))
+                elif form in ("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8"):
+                    ops.append((_OP_SIB_REL, _FIXED_FORM_SIZES[form]))
+                elif form == "DW_FORM_ref_addr":
+                    ops.append((_OP_SIB_ABS, self._ref_addr_size()))
+                else:
+                    raise _SlowPath(f"sibling in {form}")
+                continue
+            size = _FIXED_FORM_SIZES.get(form)
+            if size is None:
+                if form in _OFFSET_SIZE_FORMS:
+                    size = self.offset_size
+                elif form == "DW_FORM_addr":
+                    size = self.address_size
+                elif form == "DW_FORM_ref_addr":
+                    size = self._ref_addr_size()
+            if size is not None:
+                if size:
+                    if ops and ops[-1][0] == _OP_FIXED:
+                        ops[-1] = (_OP_FIXED, ops[-1][1] + size)
+                    else:
+                        ops.append((_OP_FIXED, size))
+            elif form in _LEB_FORMS:
+                ops.append((_OP_LEB, 0))
+            elif form == "DW_FORM_string":
+                ops.append((_OP_CSTR, 0))
+            elif form in _BLOCK_LENGTH_SIZES:
+                ops.append((_OP_BLOCK, _BLOCK_LENGTH_SIZES[form]))
+            elif form in ("DW_FORM_block", "DW_FORM_exprloc"):
+                ops.append((_OP_BLOCK_LEB, 0))
+            else:  # DW_FORM_indirect and anything unforeseen
+                raise _SlowPath(f"attribute form {form}")
+        return decl["tag"], decl.has_children(), has_code, tuple(ops)
+
+    def _ref_addr_size(self) -> int:
+        return self.address_size if self.version <= 2 else self.offset_size
+
+    def skip_attributes(self, pos: int, ops: tuple) -> tuple[int, int | None]:
+        """Position after a DIE's attributes, and its DW_AT_sibling target (absolute)."""
+        data = self.data
+        sibling = None
+        for op, n in ops:
+            if op == _OP_FIXED:
+                pos += n
+            elif op == _OP_LEB:
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif op == _OP_CSTR:
+                pos = data.index(0, pos) + 1
+            elif op == _OP_BLOCK:
+                pos += n + int.from_bytes(data[pos:pos + n], "little" if self.little else "big")
+            elif op == _OP_BLOCK_LEB:
+                length, pos = _uleb(data, pos)
+                pos += length
+            elif op == _OP_SIB_REL_LEB:
+                value, pos = _uleb(data, pos)
+                sibling = self.cu.cu_offset + value
+            else:
+                value = int.from_bytes(data[pos:pos + n], "little" if self.little else "big")
+                pos += n
+                sibling = value if op == _OP_SIB_ABS else self.cu.cu_offset + value
+        return pos, sibling
+
+    def definitions(self, pos: int, descend: frozenset | None, out: list) -> int:
+        """Appends the offsets of function definitions (DW_TAG_subprogram DIEs whose
+        abbreviation has DW_AT_low_pc or DW_AT_ranges) among the DIEs from pos to the
+        end of their sibling list, looking inside the children of DIEs whose tag is in
+        descend (None: of every DIE); returns the position after that list."""
+        data, end = self.data, self.end
+        while pos < end:
+            start = pos
+            code, pos = _uleb(data, pos)
+            if code == 0:
+                return pos
+            tag, has_children, has_code, ops = self.plan(code)
+            pos, sibling = self.skip_attributes(pos, ops)
+            if has_code and tag == "DW_TAG_subprogram":
+                out.append(start)
+            if has_children:
+                if descend is None or tag in descend:
+                    pos = self.definitions(pos, descend, out)
+                elif sibling is not None and pos <= sibling <= end:
+                    pos = sibling
+                else:
+                    pos = self.definitions(pos, frozenset(), [])  # skip the subtree
+        return pos
+
+
+class _DwarfInlines:
+    """Lazy DWARF reader answering "which functions are inlined at this address".
+
+    The debug sections are loaded on the first question (pyelftools copies them into
+    memory, so no file stays open); a compile unit is parsed only when an address
+    falls in it.  Not thread-safe: `ElfModule` serializes calls.
+    """
+
+    def __init__(self, path: str, identity: tuple):
+        self.path = path
+        self._identity = identity
+        self._dwarf = None
+        self._aranges = None
+        self._range_lists = None
+        self._units: dict[int, _UnitIndex] = {}     # CU offset -> its function index
+        self._ranges: dict[int, list[tuple[int, int]] | None] = {}  # DIE offset -> ranges
+        self._names: dict[int, tuple[str, str] | None] = {}         # DIE offset -> name
+        self._info: bytes | None = None  # the raw .debug_info, for _RawUnit
+        self._raw_units: dict[int, _RawUnit] = {}
+        self._unit_spans = _Intervals()  # CU ranges read so far -> CU offset
+        self._unit_iter = None           # the CUs not read yet
+
+    # -- loading
+
+    def _load(self):
+        if self._dwarf is not None:
+            return self._dwarf
+        try:
+            with open(self.path, "rb") as f:
+                if _file_identity(os.fstat(f.fileno())) != self._identity:
+                    raise _DwarfUnusable("the file changed since its symbols were read")
+                elf = ELFFile(f)
+                try:
+                    dwarf = elf.get_dwarf_info()
+                except Exception:  # e.g. a supplementary (dwz) file that is not there
+                    dwarf = elf.get_dwarf_info(follow_links=False)
+        except _DwarfUnusable:
+            raise
+        except Exception as e:
+            raise _DwarfUnusable(f"unreadable DWARF: {type(e).__name__}: {e}") from e
+        if not dwarf.has_debug_info:
+            raise _DwarfUnusable("no .debug_info")
+        try:
+            self._aranges = dwarf.get_aranges()
+            if self._aranges is not None and not self._aranges.entries:
+                self._aranges = None
+        except Exception:
+            self._aranges = None  # fall back to scanning the units
+        self._range_lists = dwarf.range_lists()
+        stream = dwarf.debug_info_sec.stream
+        self._info = stream.getvalue() if hasattr(stream, "getvalue") else None
+        self._dwarf = dwarf
+        return dwarf
+
+    # -- the question
+
+    def chain(self, vaddr: int) -> tuple[tuple[str, str], ...]:
+        """(name, raw name) of the functions inlined at vaddr, innermost first."""
+        self._load()
+        cu = self._unit_at(vaddr)
+        if cu is None:
+            return ()
+        subprogram = self._function_at(cu, vaddr)
+        if subprogram is None:
+            return ()
+        dies = self._inlined_chain(subprogram, vaddr) or []
+        names = []
+        for die in reversed(dies):  # innermost first
+            name = self._name(die)
+            if name is not None:
+                names.append(name)
+        return tuple(names)
+
+    # -- compile units
+
+    def _unit_at(self, vaddr: int):
+        dwarf = self._dwarf
+        if self._aranges is not None:
+            offset = self._aranges.cu_offset_at_addr(vaddr)
+            if offset is not None:
+                return dwarf.get_CU_at(offset)
+        # Not in .debug_aranges (or no such section): the units' own ranges, read from
+        # their top DIEs in order, as far as needed.
+        offset = self._unit_spans.lookup(vaddr)
+        if offset is not None:
+            return dwarf.get_CU_at(offset)
+        if self._unit_iter is None:
+            self._unit_iter = dwarf.iter_CUs()
+        for cu in self._unit_iter:
+            found = False
+            for lo, hi in self._die_ranges(cu.get_top_DIE()) or ():
+                if lo < hi:
+                    self._unit_spans.add(lo, hi, cu.cu_offset)
+                    found = found or lo <= vaddr < hi
+            if found:
+                return cu
+        return None
+
+    # How deep a unit is searched for function definitions, in turn, as long as an
+    # address in it is not found: the unit's top level (where GCC puts every
+    # definition, with DW_AT_specification for members and namespace members), then
+    # inside namespaces (clang), then everywhere (member functions of local classes
+    # and lambdas inside their function).  C units stop after the top level.
+    _LEVELS = (frozenset(), _DEFINITION_SCOPES, None)
+
+    def _function_at(self, cu, vaddr: int):
+        index = self._units.get(cu.cu_offset)
+        if index is None:
+            index = self._units[cu.cu_offset] = _UnitIndex(self._definitions(cu, 0), 0)
+        die = index.functions.lookup(vaddr)
+        if die is None and index.level == 0:
+            language = cu.get_top_DIE().attributes.get("DW_AT_language")
+            if language is not None and language.value in _C_LANGUAGES:
+                index.level = len(self._LEVELS) - 1
+        while die is None and index.level < len(self._LEVELS) - 1:
+            level = index.level + 1
+            index = self._units[cu.cu_offset] = _UnitIndex(self._definitions(cu, level), level)
+            die = index.functions.lookup(vaddr)
+        return die
+
+    def _definitions(self, cu, level: int) -> list[tuple[int, int, object]]:
+        """(low, high, DIE) of the unit's function definitions, searched to level."""
+        descend = self._LEVELS[level]
+        top = cu.get_top_DIE()
+        dies = None
+        if self._info is not None:
+            try:
+                offsets: list[int] = []
+                raw = self._raw_units.get(cu.cu_offset)
+                if raw is None:
+                    raw = self._raw_units[cu.cu_offset] = _RawUnit(cu, self._info)
+                if top.has_children:
+                    raw.definitions(top.offset + top.size, descend, offsets)
+                dies = [cu.get_DIE_from_refaddr(offset) for offset in offsets]
+            except (_SlowPath, IndexError, KeyError, ValueError):
+                dies = None  # an unusual form, or bytes the scanner misread: pyelftools
+        if dies is None:
+            dies = []
+            self._collect_definitions(top, descend, dies)
+        return [(lo, hi, die) for die in dies if die.tag == "DW_TAG_subprogram"
+                for lo, hi in (self._die_ranges(die) or ()) if lo < hi]
+
+    def _collect_definitions(self, scope, descend: frozenset | None, out: list) -> None:
+        for die in scope.iter_children():
+            if die.tag == "DW_TAG_subprogram" and ("DW_AT_low_pc" in die.attributes
+                                                   or "DW_AT_ranges" in die.attributes):
+                out.append(die)
+            if die.has_children and (descend is None or die.tag in descend):
+                self._collect_definitions(die, descend, out)
+
+    # -- inside a function
+
+    def _inlined_chain(self, scope, vaddr: int) -> list | None:
+        """The DW_TAG_inlined_subroutine DIEs below scope whose ranges hold vaddr,
+        outermost first; None if no block below scope holds vaddr."""
+        for child in scope.iter_children():
+            if child.tag not in _BLOCK_TAGS:
+                continue
+            ranges = self._die_ranges(child)
+            if ranges is None:  # a block without code ranges of its own: look inside
+                if child.has_children:
+                    inner = self._inlined_chain(child, vaddr)
+                    if inner:
+                        return inner
+                continue
+            if any(lo <= vaddr < hi for lo, hi in ranges):
+                inner = (self._inlined_chain(child, vaddr) if child.has_children else None) or []
+                return [child] + inner if child.tag == "DW_TAG_inlined_subroutine" else inner
+        return None
+
+    def _die_ranges(self, die) -> list[tuple[int, int]] | None:
+        """The DIE's code ranges (DW_AT_ranges, or DW_AT_low_pc/high_pc), or None."""
+        key = die.offset
+        if key in self._ranges:
+            return self._ranges[key]
+        attrs = die.attributes
+        out = None
+        if "DW_AT_ranges" in attrs and self._range_lists is not None:
+            cu = die.cu
+            top = cu.get_top_DIE()
+            base_attr = top.attributes.get("DW_AT_low_pc")
+            base = base_attr.value if base_attr is not None else 0
+            out = []
+            for entry in self._range_lists.get_range_list_at_offset(
+                    attrs["DW_AT_ranges"].value, cu=cu):
+                if isinstance(entry, BaseAddressEntry):
+                    base = entry.base_address
+                elif entry.is_absolute:
+                    out.append((entry.begin_offset, entry.end_offset))
+                else:
+                    out.append((base + entry.begin_offset, base + entry.end_offset))
+        elif "DW_AT_low_pc" in attrs:
+            low = attrs["DW_AT_low_pc"].value
+            high = attrs.get("DW_AT_high_pc")
+            if high is None:
+                out = [(low, low + 1)]
+            elif high.form in _ADDRESS_FORMS:
+                out = [(low, high.value)]
+            else:  # DWARF 4+: an offset from low_pc
+                out = [(low, low + high.value)]
+        self._ranges[key] = out
+        return out
+
+    # -- names
+
+    def _name(self, die) -> tuple[str, str] | None:
+        """(demangled name, raw name) of the function an inlined subroutine (or any
+        function DIE) stands for: the first DW_AT_linkage_name along
+        DW_AT_abstract_origin / DW_AT_specification, else the qualified DW_AT_name."""
+        key = die.offset
+        if key in self._names:
+            return self._names[key]
+        found = None
+        named = None
+        seen = set()
+        d = die
+        for _ in range(_MAX_REFERENCE_HOPS):
+            seen.add(d.offset)
+            attrs = d.attributes
+            linkage = attrs.get("DW_AT_linkage_name") or attrs.get("DW_AT_MIPS_linkage_name")
+            if linkage is not None:
+                raw = _text(linkage.value)
+                found = (demangle(raw), raw)
+                break
+            if "DW_AT_name" in attrs:
+                named = d  # the last one: a declaration, in its class or namespace
+            ref = next((a for a in ("DW_AT_abstract_origin", "DW_AT_specification")
+                        if a in attrs), None)
+            if ref is None:
+                break
+            d = d.get_DIE_from_attribute(ref)
+            if d.offset in seen:
+                break
+        if found is None and named is not None:
+            qualified = self._qualified(named)
+            found = (qualified, qualified)
+        self._names[key] = found
+        return found
+
+    def _qualified(self, die) -> str:
+        """die's DW_AT_name qualified by its enclosing namespaces and classes; a local
+        class (a lambda's closure type: ``{lambda}``) by its enclosing function."""
+        name = _text(die.attributes["DW_AT_name"].value)
+        language = die.cu.get_top_DIE().attributes.get("DW_AT_language")
+        if language is not None and language.value in _C_LANGUAGES:
+            return name
+        parts = [name]
+        parent = die.get_parent()
+        while parent is not None:
+            if parent.tag in _QUALIFYING_SCOPES:
+                attr = parent.attributes.get("DW_AT_name")
+                if attr is not None:
+                    parts.append(_text(attr.value))
+                elif parent.tag == "DW_TAG_namespace":
+                    parts.append("(anonymous namespace)")
+                else:  # an unnamed class: a lambda's closure type, or a local one
+                    parts.append("{lambda}" if len(parts) == 1 and name == "operator()"
+                                 else "{unnamed type}")
+            elif parent.tag == "DW_TAG_subprogram":  # a local class's function
+                enclosing = self._name(parent)
+                if enclosing is not None:
+                    parts.append(enclosing[0])
+                break
+            elif parent.tag != "DW_TAG_lexical_block":
+                break
+            parent = parent.get_parent()
+        return "::".join(reversed(parts))
 
 
 def _debug_symtab(build_id: bytes, debug_dirs: Sequence[str]):
@@ -297,14 +901,19 @@ def _debug_symtab(build_id: bytes, debug_dirs: Sequence[str]):
 
 
 class ModuleCache:
-    """Loads each ELF file once; remembers failures too.  Share one across profiles.
+    """Loads each ELF file once; remembers failures too.  Share one across profiles:
+    the modules' per-address memos (symbols, inline chains) then serve them all.
+    ``max_dwarf_bytes``: modules whose ``.debug_info`` is larger get no inline frames
+    (default `DEFAULT_MAX_DWARF_BYTES`; None: no limit).
 
     Keyed by path and file identity (device, inode, size, mtime), so a file rebuilt
     in place is read again rather than answered from a stale entry.
     """
 
-    def __init__(self, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS):
+    def __init__(self, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
+                 max_dwarf_bytes: int | None = DEFAULT_MAX_DWARF_BYTES):
         self.debug_dirs = tuple(debug_dirs)
+        self.max_dwarf_bytes = max_dwarf_bytes
         self._modules: dict[tuple, ElfModule | tuple[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -319,7 +928,8 @@ class ModuleCache:
             if key in self._modules:
                 return self._modules[key]
         try:
-            result: ElfModule | tuple[str, str] = ElfModule(path, self.debug_dirs)
+            result: ElfModule | tuple[str, str] = ElfModule(path, self.debug_dirs,
+                                                           self.max_dwarf_bytes)
         except FileNotFoundError:
             result = (MISSING, "no such file")
         except IsADirectoryError:
@@ -359,14 +969,17 @@ class Symbolizer:
     ``path``, ``build_id`` (the profile's Mapping messages, or anything alike).
     ``resolve_path``: maps a recorded path to a local file (profiles from another
     machine, a sysroot); default: the path itself, without a " (deleted)" suffix.
+    ``inline_frames``: expand addresses into DWARF inline frames (modules with
+    ``.debug_info`` only); False: one frame per address.
     """
 
     def __init__(self, mappings: Iterable, cache: ModuleCache | None = None,
                  resolve_path: Callable[[str], str] | None = None,
-                 allow_build_id_mismatch: bool = False):
+                 allow_build_id_mismatch: bool = False, inline_frames: bool = True):
         self.cache = cache if cache is not None else default_cache()
         self.resolve_path = resolve_path or _default_resolve
         self.allow_build_id_mismatch = allow_build_id_mismatch
+        self.inline_frames = inline_frames
         ordered = sorted(mappings, key=lambda m: (m.start, m.id))
         self._mappings = ordered
         self._starts = [m.start for m in ordered]
@@ -438,7 +1051,9 @@ class Symbolizer:
     # -- addresses and stacks
 
     def symbolize_address(self, address: int, is_return_address: bool) -> list[SymbolizedFrame]:
-        """Frames for one stack address, innermost first (one, until inline expansion)."""
+        """Frames for one stack address, innermost first: the functions inlined there
+        (``inlined=True``), then the physical function's frame; a single frame where
+        nothing is inlined, the module has no DWARF, or the address is not named."""
         key = (address, is_return_address)
         frames = self._memo.get(key)
         if frames is None:
@@ -463,6 +1078,8 @@ class Symbolizer:
             return [token]
         name, raw, start = hit
         frame = dataclasses.replace(token, function=name, symbol=raw, symbol_offset=vaddr - start)
+        if not self.inline_frames:
+            return [frame]
         return module.inline_frames(vaddr, frame)
 
     def symbolize_stack(self, addresses: Sequence[int],
@@ -635,13 +1252,33 @@ def strip_allocator_frames(frames: Sequence[SymbolizedFrame]) -> list[Symbolized
     4. ``runtime``: an *unnamed* frame (a ``<module+?>`` token) in libc, ld.so,
        libstdc++, libgcc_s or libpthread: not application code, and unknowable.
 
-    Consequence: an application function inlined into a ``std::`` frame (a lambda
-    body inlined into ``std::_Function_handler::_M_invoke``) is stripped with it,
-    and the site becomes the frame below.  Unnamed application frames are kept.
+    Inline frames (``inlined=True``, from DWARF) are matched one by one like the
+    others, with one exception: code inlined *into* an allocator function (rule 2:
+    ``tcache_get`` inlined into ``malloc``, a pool helper into a custom ``operator
+    new``) is part of it, so the inlined frames directly above a physical frame
+    that matches rule 1 or 2 at the same address are stripped with it.
+
+    Consequence: where the module has no DWARF, an application function inlined
+    into a ``std::`` frame (a lambda body inlined into
+    ``std::_Function_handler::_M_invoke``) is stripped with it, and the site becomes
+    the frame below; with DWARF the lambda is its own inlined frame and becomes the
+    site.  Unnamed application frames are kept.
     """
-    i = 0
-    while i < len(frames) and allocator_rule(frames[i]) is not None:
-        i += 1
+    i, n = 0, len(frames)
+    while i < n:
+        if allocator_rule(frames[i]) is not None:
+            i += 1
+            continue
+        if not frames[i].inlined:
+            break
+        j = i  # the physical frame these inlined frames belong to
+        while j < n and frames[j].inlined and frames[j].address == frames[i].address:
+            j += 1
+        if j < n and frames[j].address == frames[i].address \
+                and allocator_rule(frames[j]) in ("sampler", "allocator"):
+            i = j + 1
+            continue
+        break
     return list(frames[i:])
 
 

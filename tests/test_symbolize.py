@@ -245,6 +245,10 @@ def test_overlapping_mappings_prefer_the_latest():
      "proxy::cache::MakeCacheKey[abi:cxx11]"),
     ("unsigned long foo::bar<int>()", "foo::bar<int>"),
     ("operator_count(int)", "operator_count"),
+    # inline frames named from DWARF without a linkage name
+    ("proxy::Janitor::Run()::{lambda}::operator()", "proxy::Janitor::Run()::{lambda}::operator()"),
+    ("util::EveryPeriod<proxy::Janitor::Run()::<lambda(int64_t)> >",
+     "util::EveryPeriod<proxy::Janitor::Run()::<lambda(int64_t)> >"),
 ])
 def test_qualified_name(demangled, qualified):
     assert sym.qualified_name(demangled) == qualified
@@ -313,3 +317,241 @@ def test_a_file_rebuilt_in_place_is_read_again(demo, tmp_path):
     shutil.copy(demo.rebuilt, path)
     os.utime(path, ns=(1, 1))  # a different mtime even on a coarse clock
     assert cache.get(str(path)).build_id_hex == OTHER_BUILD_ID
+
+
+# ---------------------------------------------------------------- DWARF inline frames
+
+INLINE_SOURCE = os.path.join(os.path.dirname(__file__), "native", "inline_frames.cc")
+
+# Return address of the opaque_alloc call in each noinline caller -> expected frames,
+# innermost first: (function, inlined).
+INLINE_EXPECTED = {
+    "caller": [("inl::make_buffer(unsigned long)", True),
+               ("inl::caller(unsigned long)", False)],
+    "template_caller": [("int* inl::make_array<int>(unsigned long)", True),
+                        ("inl::template_caller(unsigned long)", False)],
+    "nested_caller": [("inl::make_buffer(unsigned long)", True),
+                      ("inl::Pool::grab(unsigned long)", True),
+                      ("inl::nested_caller(unsigned long)", False)],
+}
+
+
+@dataclasses.dataclass
+class InlineBuild:
+    binary: str
+    returns: dict   # caller name -> runtime return address (inside the inlined body)
+    mappings: list  # profile_pb2.Mapping, executable mappings only
+
+
+@pytest.fixture(scope="module")
+def inline_builds(tmp_path_factory):
+    """The fixture program built -O2 with DWARF 5 (-g), DWARF 4, and without -g; plus
+    copies of the DWARF 5 build stripped and without .debug_aranges (same addresses)."""
+    d = tmp_path_factory.mktemp("inline")
+    builds = {}
+    for variant, flags in (("dwarf5", ["-g"]), ("dwarf4", ["-gdwarf-4"]), ("nodebug", [])):
+        binary = str(d / f"inline_{variant}")
+        subprocess.run(["g++", "-O2", *flags, "-fPIE", "-pie", "-o", binary, INLINE_SOURCE],
+                       check=True, capture_output=True)
+        out = subprocess.run([binary], check=True, capture_output=True, text=True).stdout
+        returns, mappings = _parse_run(out, {})
+        assert set(returns) == set(INLINE_EXPECTED), out
+        builds[variant] = InlineBuild(binary, returns, mappings)
+    base = builds["dwarf5"]
+    copies = {"stripped": ["strip", "-o", "{copy}", base.binary]}
+    if shutil.which("objcopy") is not None:
+        copies["noaranges"] = ["objcopy", "--remove-section=.debug_aranges", base.binary,
+                               "{copy}"]
+    for variant, command in copies.items():
+        copy = str(d / f"inline_{variant}")
+        subprocess.run([copy if arg == "{copy}" else arg for arg in command], check=True)
+        builds[variant] = InlineBuild(copy, base.returns,
+                                      _with_path(base.mappings, base.binary, copy))
+    return builds
+
+
+def _frames(symbolizer, address):
+    return [(f.function, f.inlined) for f in symbolizer.symbolize_address(address, True)]
+
+
+@pytest.mark.parametrize("variant", ["dwarf5", "dwarf4", "noaranges"])
+def test_inline_frames_from_dwarf(inline_builds, variant):
+    if variant not in inline_builds:
+        pytest.skip("needs objcopy")
+    build = inline_builds[variant]
+    cache = sym.ModuleCache()
+    s = sym.Symbolizer(build.mappings, cache=cache)
+    for caller, expected in INLINE_EXPECTED.items():
+        ret = build.returns[caller]
+        assert _frames(s, ret) == expected, caller
+        frames = s.symbolize_address(ret, True)
+        # One address, one module offset; only the physical frame has a symbol offset.
+        assert {(f.address, f.module, f.module_offset) for f in frames} == {
+            (ret, build.binary, frames[-1].module_offset)}
+        assert all(f.resolved for f in frames)
+        assert [f.symbol_offset is None for f in frames] == [f.inlined for f in frames]
+        assert frames[-1].symbol_offset > 0
+    make_buffer = s.symbolize_address(build.returns["caller"], True)[0]
+    assert make_buffer.symbol == "_ZN3inl11make_bufferEm"  # DW_AT_linkage_name, raw
+    # symbolize_stack flattens: every address's frames, innermost first, in stack order.
+    stack = [build.returns["nested_caller"], build.returns["template_caller"]]
+    assert [(f.function, f.inlined) for f in s.symbolize_stack(stack, True)] == \
+        INLINE_EXPECTED["nested_caller"] + INLINE_EXPECTED["template_caller"]
+    module = cache.get(build.binary)
+    assert module.has_dwarf and module.dwarf_error == ""
+    if variant == "noaranges":  # found the unit by reading units' own ranges
+        assert module._dwarf._aranges is None and len(module._dwarf._unit_spans._items) > 0
+
+
+def test_no_inline_frames_without_dwarf_or_when_off(inline_builds):
+    # Built without -g: one frame per address, and no DWARF machinery at all.
+    build = inline_builds["nodebug"]
+    cache = sym.ModuleCache()
+    s = sym.Symbolizer(build.mappings, cache=cache)
+    for caller, expected in INLINE_EXPECTED.items():
+        assert _frames(s, build.returns[caller]) == [expected[-1]]
+    module = cache.get(build.binary)
+    assert not module.has_dwarf and module._dwarf is None and not module._inline_memo
+    # Stripped: the noinline callers are .symtab-only, so module tokens, one frame each.
+    build = inline_builds["stripped"]
+    s = sym.Symbolizer(build.mappings, cache=sym.ModuleCache())
+    for caller in INLINE_EXPECTED:
+        assert _frames(s, build.returns[caller]) == [("<inline_stripped+?>", False)]
+    assert not s.cache.get(build.binary).has_dwarf
+    # With DWARF but inline_frames=False: the physical frame alone.
+    build = inline_builds["dwarf5"]
+    s = sym.Symbolizer(build.mappings, cache=sym.ModuleCache(), inline_frames=False)
+    for caller, expected in INLINE_EXPECTED.items():
+        assert _frames(s, build.returns[caller]) == [expected[-1]]
+    # A module whose .debug_info is over max_dwarf_bytes is not read.
+    cache = sym.ModuleCache(max_dwarf_bytes=64)
+    s = sym.Symbolizer(build.mappings, cache=cache)
+    assert _frames(s, build.returns["caller"]) == [INLINE_EXPECTED["caller"][-1]]
+    module = cache.get(build.binary)
+    assert not module.has_dwarf and "max_dwarf_bytes" in module.dwarf_error
+
+
+def _shifted(mappings, path, delta):
+    """The mappings with path's loaded delta bytes higher (another process, ASLR)."""
+    out = []
+    for m in mappings:
+        m2 = profile_pb2.Mapping()
+        m2.CopyFrom(m)
+        if m.path == path:
+            m2.start, m2.limit = m.start + delta, m.limit + delta
+        out.append(m2)
+    return out
+
+
+def test_inline_chains_are_memoized_per_module(inline_builds, monkeypatch):
+    calls = []
+    real_chain = sym._DwarfInlines.chain
+
+    def counting_chain(self, vaddr):
+        calls.append(vaddr)
+        return real_chain(self, vaddr)
+
+    monkeypatch.setattr(sym._DwarfInlines, "chain", counting_chain)
+    build = inline_builds["dwarf5"]
+    cache = sym.ModuleCache()
+    # Two profiles of the same binary, loaded at different addresses (ASLR).
+    delta = 0x1000_0000
+    s1 = sym.Symbolizer(build.mappings, cache=cache)
+    s2 = sym.Symbolizer(_shifted(build.mappings, build.binary, delta), cache=cache)
+    ret = build.returns["nested_caller"]
+    f1 = s1.symbolize_address(ret, True)
+    f2 = s2.symbolize_address(ret + delta, True)
+    assert len(calls) == 1  # the DWARF work was done once, for the module
+    assert [(f.function, f.inlined, f.symbol) for f in f1] == \
+        [(f.function, f.inlined, f.symbol) for f in f2]
+    assert {f.address for f in f2} == {ret + delta}
+    module = cache.get(build.binary)
+    assert list(module._inline_memo) == calls
+    s1.symbolize_stack([ret, ret], leaf_is_return_address=True)
+    s2.symbolize_stack([ret + delta], leaf_is_return_address=True)
+    assert len(calls) == 1
+    # A fresh cache is a fresh module: the work is done again.
+    sym.Symbolizer(build.mappings, cache=sym.ModuleCache()).symbolize_address(ret, True)
+    assert len(calls) == 2
+
+
+def test_inline_frames_are_thread_safe(inline_builds):
+    import concurrent.futures
+
+    build = inline_builds["dwarf4"]
+    cache = sym.ModuleCache()
+    module = cache.get(build.binary)
+    # Every byte of the callers' code, from several threads at once, on one module.
+    addresses = []
+    for caller in INLINE_EXPECTED:
+        vaddr = module.offset_to_vaddr(
+            sym.Symbolizer(build.mappings, cache=cache).symbolize_address(
+                build.returns[caller], True)[-1].module_offset)
+        name, raw, start = module.function_at(vaddr)
+        addresses.extend(range(start, vaddr + 8))
+    alone = sym.ElfModule(build.binary)
+    serial = {a: alone.inlined_at(a) for a in addresses}
+
+    def work(k):
+        return {a: module.inlined_at(a) for a in addresses[k::3] + addresses}
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for result in pool.map(work, range(4)):
+            assert result == {a: serial[a] for a in result}
+    assert any(serial.values())
+
+
+def test_damaged_or_replaced_dwarf_is_reported_not_raised(inline_builds, tmp_path):
+    from elftools.elf.elffile import ELFFile
+
+    build = inline_builds["dwarf5"]
+    damaged = tmp_path / "damaged"
+    shutil.copy(build.binary, damaged)
+    with open(damaged, "rb") as f:
+        section = ELFFile(f).get_section_by_name(".debug_info")
+        offset, size = section["sh_offset"], section["sh_size"]
+    with open(damaged, "r+b") as f:
+        f.seek(offset + 12)  # keep the first unit header; garble its DIEs
+        f.write(b"\xff" * (size - 12))
+    mappings = _with_path(build.mappings, build.binary, str(damaged))
+    cache = sym.ModuleCache()
+    s = sym.Symbolizer(mappings, cache=cache)
+    for caller, expected in INLINE_EXPECTED.items():
+        assert _frames(s, build.returns[caller]) == [expected[-1]]
+    assert cache.get(str(damaged)).dwarf_error
+
+    # A file replaced after its symbols were read: its DWARF is not trusted.
+    replaced = tmp_path / "replaced"
+    shutil.copy(build.binary, replaced)
+    module = sym.ElfModule(str(replaced))
+    os.utime(replaced, ns=(1, 1))
+    assert module.inlined_at(0x1000) == ()
+    assert "changed" in module.dwarf_error and not module.has_dwarf
+
+
+def test_strip_allocator_frames_with_inline_frames():
+    def inl(function, address, module="/usr/bin/app"):
+        return sym.SymbolizedFrame(address, function, module, 0, "x", None, inlined=True)
+
+    def phys(function, address, module="/usr/bin/app"):
+        return sym.SymbolizedFrame(address, function, module, 0, "x", 4)
+
+    # Code inlined into the allocator goes with it; then std:: inlined frames go one by
+    # one; an application function inlined into its caller is the site.
+    stack = [inl("tcache_get", 1, LIBC), inl("checked_request2size", 1, LIBC),
+             phys("malloc", 1, LIBC),
+             inl("std::__new_allocator<int>::allocate(unsigned long, void const*)", 2),
+             inl("app::Pool::grab(unsigned long)", 2), phys("app::f()", 2), phys("main", 3)]
+    assert [f.function for f in sym.strip_allocator_frames(stack)] == [
+        "app::Pool::grab(unsigned long)", "app::f()", "main"]
+    # An inlined frame above an application frame is kept even when unnamed by rules.
+    assert sym.allocation_site([inl("helper", 5), phys("app::g()", 5)]).function == "helper"
+    # A lambda body inlined into std::function's invoker is its own site now.
+    lam = inl("app::f()::{lambda}::operator()", 7)
+    stack = [phys("operator new(unsigned long)", 6, LIBSTDCXX), lam,
+             phys("std::_Function_handler<void (), app::f()::{lambda()#1}>::_M_invoke("
+                  "std::_Any_data const&)", 7)]
+    assert sym.allocation_site(stack) is lam
+    # Inlined frames above an allocator frame at another address are not its own.
+    stack = [phys("malloc", 8, LIBC), inl("helper", 9), phys("free", 10, LIBC)]
+    assert sym.allocation_site(stack).function == "helper"
