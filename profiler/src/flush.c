@@ -18,6 +18,8 @@
 #define ARGV_MAX (64 * 1024) /* header argv is cut beyond this many bytes */
 #define SAMPLE_MAX 256        /* upper bound of one encoded Sample */
 #define STACK_MAX (LT_MAX_FRAMES * 10 + 64)
+#define FRAME_NAME_CAP 512   /* bytes of an online frame string (LIFETIME_SYMBOLIZE) */
+#define STACK_FRAMES_MAX (LT_MAX_FRAMES * (FRAME_NAME_CAP + 8))
 
 char lt_program[256];
 char lt_exe[4096];
@@ -108,6 +110,10 @@ static void encode_header(void) {
   lt_pb_packed_u64(&pb, 13, clocks, 2);
   lt_pb_uint(&pb, 14, (uint64_t)lt_g.max_frames);
   lt_pb_string(&pb, 15, LT_SAMPLER_VERSION);
+  if (lt_online_enabled()) {
+    lt_pb_string(&pb, 16, lt_model_path);
+    lt_pb_string(&pb, 17, lt_model_id);
+  }
   lt_pb_end(&pb);
   chunk_has_data = 1;
 }
@@ -126,12 +132,22 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
   uint32_t *gen;
   if (!lt_stack_get(d->stack_id, &frames, &depth, &truncated, &gen)) return;
   int need_stack = *gen != lt_g.file_gen;
-  ensure(SAMPLE_MAX + (need_stack ? STACK_MAX : 0));
+  ensure(SAMPLE_MAX + (need_stack ? STACK_MAX : 0) +
+         (need_stack && lt_symbolize_stacks ? STACK_FRAMES_MAX : 0));
   if (need_stack) {
     lt_pb_begin(&pb, 3);
     lt_pb_uint(&pb, 1, d->stack_id);
     lt_pb_packed_u64(&pb, 2, (const uint64_t *)frames, (size_t)depth);
     lt_pb_bool(&pb, 3, truncated);
+    for (int i = 0; lt_symbolize_stacks && i < depth; i++) { /* Stack.frames, one per address */
+      char name[FRAME_NAME_CAP];
+      const char *base;
+      int resolved;
+      size_t len = lt_symbolize(frames[i], name, sizeof name, &base, &resolved);
+      lt_pb_begin(&pb, 4);
+      lt_pb_bytes(&pb, 1, name, len);
+      lt_pb_end(&pb);
+    }
     lt_pb_end(&pb);
     *gen = lt_g.file_gen;
   }
@@ -155,6 +171,12 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
     lt_pb_uint(&pb, 12, d->free_fn);
   }
   lt_pb_double(&pb, 16, weight(d->size));
+  if (d->pred >= 0) {
+    lt_pb_bool(&pb, 17, 1);
+    lt_pb_uint(&pb, 18, (uint64_t)d->pred);
+    lt_pb_bool(&pb, 19, d->pred_hit);
+    lt_pb_uint(&pb, 20, d->pred_ns);
+  }
   lt_pb_end(&pb);
   lt_g.samples_written++;
   if (censored) lt_g.censored_written++;
@@ -168,7 +190,8 @@ static void emit_censored(const struct lt_live *e, void *vctx) {
   const struct censor_ctx *c = vctx;
   struct lt_done d = {.addr = e->addr, .size = e->size, .align = e->align,
                       .alloc_ns = e->alloc_ns, .alloc_bytes = e->alloc_bytes,
-                      .stack_id = e->stack_id, .tid = e->tid, .fn = e->fn};
+                      .stack_id = e->stack_id, .tid = e->tid, .fn = e->fn,
+                      .pred = e->pred, .pred_hit = e->pred_hit, .pred_ns = e->pred_ns};
   emit_sample(&d, 1, c->end_ns, c->end_bytes);
 }
 
@@ -176,6 +199,8 @@ void lt_flush(int final, int reason) {
   if (lt_g.file_failed || !chunk) return;
   /* A process image that never sampled anything has nothing to say: no file. */
   if (atomic_load_explicit(&lt_g.samples_taken, memory_order_relaxed) == 0) return;
+  /* Modules dlopen'ed since the last flush become known to the online symbolizer. */
+  if (lt_symbolize_stacks || lt_online_enabled()) lt_symtab_refresh();
   chunk_start();
   int first = !lt_g.header_written;
   if (first) encode_header();
@@ -198,6 +223,18 @@ void lt_flush(int final, int reason) {
     lt_pb_uint(&pb, 8, lt_g.censored_written);
     lt_pb_uint(&pb, 9, atomic_load(&lt_g.dropped_samples));
     lt_pb_uint(&pb, 10, atomic_load(&lt_g.dropped_stacks));
+    if (lt_online_enabled()) {
+      lt_pb_begin(&pb, 11);
+      lt_pb_uint(&pb, 1, atomic_load(&lt_online.calls));
+      lt_pb_uint(&pb, 2, atomic_load(&lt_online.hits));
+      lt_pb_uint(&pb, 3, atomic_load(&lt_online.misses));
+      lt_pb_uint(&pb, 4, atomic_load(&lt_online.model_runs));
+      lt_pb_uint(&pb, 5, atomic_load(&lt_online.revalidations));
+      lt_pb_uint(&pb, 6, atomic_load(&lt_online.disagreements));
+      lt_pb_uint(&pb, 7, atomic_load(&lt_online.failures));
+      lt_pb_uint(&pb, 8, atomic_load(&lt_online.total_ns));
+      lt_pb_end(&pb);
+    }
     lt_pb_end(&pb);
     chunk_has_data = 1;
   }

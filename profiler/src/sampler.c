@@ -90,6 +90,7 @@ struct lt_global lt_g;
 static pthread_key_t thread_key;
 static int have_thread_key;
 static uint64_t page_size = 4096;
+int lt_symbolize_stacks;
 
 /* ---------------- small helpers ---------------- */
 
@@ -342,7 +343,19 @@ static LT_NOINLINE void record_alloc(struct lt_thread *t, void *p, size_t size, 
   } else {
     struct lt_live ent = {.addr = (uint64_t)(uintptr_t)p, .size = size, .align = align,
                           .alloc_ns = lt_mono_ns(), .alloc_bytes = clock, .stack_id = sid,
-                          .tid = t->tid, .fn = (uint8_t)fn};
+                          .tid = t->tid, .fn = (uint8_t)fn, .pred = -1};
+    if (lt_online_enabled()) { /* counterfactual: predicted, recorded, not acted on */
+      int hit = 0;
+      uint64_t ns = 0;
+      uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
+      /* Keyed on the size class (next power of two), not the exact size: requests of
+       * variable length from one site would otherwise almost never hit. */
+      size_t size_class = size <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(size - 1));
+      int cls = lt_online_predict(frames, depth, ra, height, size_class, &hit, &ns);
+      ent.pred = (int8_t)(cls >= 0 && cls < 127 ? cls : -1);
+      ent.pred_hit = (uint8_t)hit;
+      ent.pred_ns = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+    }
     int r = lt_live_insert(&ent);
     if (r == 0) {
       atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
@@ -363,6 +376,7 @@ static void complete(struct lt_thread *t, const struct lt_live *e, int free_fn) 
   struct lt_done d = {.addr = e->addr, .size = e->size, .align = e->align,
                       .alloc_ns = e->alloc_ns, .alloc_bytes = e->alloc_bytes,
                       .stack_id = e->stack_id, .tid = e->tid, .fn = e->fn,
+                      .pred = e->pred, .pred_hit = e->pred_hit, .pred_ns = e->pred_ns,
                       .free_ns = lt_mono_ns(), .free_bytes = fold(t),
                       .free_tid = t->tid ? t->tid : lt_gettid(), .free_fn = (uint8_t)free_fn};
   int fill = lt_done_append(&d);
@@ -783,6 +797,7 @@ static void fork_child(void) {
   lt_done_reset_child();
   lt_maps_reset();
   lt_flush_reset_child();
+  lt_online_reset_child();
   lt_g.file_gen++;
   atomic_store(&lt_g.clock_bytes, 0);
   atomic_store(&lt_g.total_allocs, 0);
@@ -946,6 +961,11 @@ __attribute__((constructor(101))) static void lt_constructor(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     if (!lt_unwind_init(lt_g.unwinder))
       lt_log("LIFETIME_UNWINDER: cannot load that unwinder; using the builtin one", NULL, NULL);
+#ifndef LT_HARNESS
+    const char *sym = getenv("LIFETIME_SYMBOLIZE");
+    if (sym && strcmp(sym, "1") == 0 && lt_symtab_refresh()) lt_symbolize_stacks = 1;
+    lt_online_init();
+#endif
   }
   t->countdown = saved;
   t->in_sampler = 0;

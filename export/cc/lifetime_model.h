@@ -1,0 +1,284 @@
+// lifetime_model.h: the exported allocation-lifetime model (llama-paper §2.2-2.3).
+//
+// A model exported by `lifetime export MODEL_DIR --out DIR` is one static library,
+// DIR/lib/liblifetime_model.a: the XLA AOT-compiled network, its runtime, the Abseil
+// subset that runtime needs, the vocabulary and class table, and this API.  It needs
+// only libstdc++, libm and libc.  Consume it with CMake:
+//
+//   find_package(LifetimeModel REQUIRED)            # CMAKE_PREFIX_PATH=DIR
+//   target_link_libraries(app PRIVATE LifetimeModel::lifetime_model)
+//
+// or pkg-config (PKG_CONFIG_PATH=DIR/lib/pkgconfig): `pkg-config --cflags --libs
+// lifetime_model`.
+//
+// Input.  A stack is a list of symbolized frames, top of stack (the allocation site)
+// first.  Frame i < max_frames fills token slots [i*T, i*T+T) (T = tokens_per_frame)
+// with the ids of its first T tokens; the other slots are 0 (<pad>); frames past
+// max_frames are dropped.  Tokens and ids follow pipeline/tokenizer.py exactly
+// (lifetime-tokenizer-v1): a token is a maximal run of bytes that are neither ASCII
+// whitespace nor one of  :()<>[]{},*&.;=+-~!%^|/\'"`?@#  ; unknown tokens get id 1.
+//
+// Output.  Probabilities over the lifetime classes (shortest first, "never freed"
+// last) and their argmax, the predicted class.
+//
+// Allocation.  Constructing a Predictor allocates its buffers (once).  After that,
+// nothing on the prediction path allocates: tokenizing frame strings, running the
+// model, and the PredictionCache (a fixed-size table with no heap memory at all).
+// Nothing here throws; errors are return values.
+//
+// Threads.  A Predictor is thread-compatible, not thread-safe: use one per thread
+// (or lock around it).  Distinct Predictors may run concurrently.  A PredictionCache
+// is meant to be thread-local (see lifetime_cache_thread_local()); it is not
+// thread-safe either.  The vocabulary and model constants are immutable and shared.
+#ifndef LIFETIME_MODEL_H_
+#define LIFETIME_MODEL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------------
+// C API (also what an LD_PRELOAD allocator uses).  All functions are noexcept.
+
+// The compiled-in model's shape and metadata.
+typedef struct lifetime_model_info {
+  int max_frames;        // F: frames read from the top of the stack
+  int tokens_per_frame;  // T: token slots per frame
+  int max_tokens;        // F * T: length of the token-id input
+  int num_classes;       // C: lifetime classes, shortest first
+  int vocab_size;        // ids are in [0, vocab_size)
+  const char* const* class_names;  // C names, e.g. "10 ms", ..., "inf"
+  const char* model_id;            // sha256 of the exported model's graph and vocabulary
+  const char* graph;               // "folded" or "keras": how the network was compiled
+} lifetime_model_info;
+
+const lifetime_model_info* lifetime_model_get_info(void);
+
+typedef struct lifetime_predictor lifetime_predictor;
+
+// Allocates a predictor and its buffers; NULL when out of memory.
+lifetime_predictor* lifetime_predictor_create(void);
+void lifetime_predictor_destroy(lifetime_predictor* p);
+
+// Predicts from frame strings (frames[i] has lengths[i] bytes; lengths may be NULL for
+// NUL-terminated frames).  Writes num_classes probabilities to probs when it is not
+// NULL.  Returns the predicted class, or -1 on bad arguments.
+int lifetime_predict_frames(lifetime_predictor* p, const char* const* frames,
+                            const size_t* lengths, int num_frames, float* probs);
+
+// Predicts from token ids in the frame-slot layout: max_tokens ids.  Ids outside
+// [0, vocab_size) are read as 1 (<unk>).
+int lifetime_predict_ids(lifetime_predictor* p, const int32_t* ids, float* probs);
+
+// Tokenizer.  Writes the frame-slot ids of a stack (max_tokens ids); returns the number
+// of frames used.
+int lifetime_tokenize_frames(const char* const* frames, const size_t* lengths,
+                             int num_frames, int32_t* ids);
+// The id of one token string under the compiled-in vocabulary (1 when unknown).
+int32_t lifetime_token_id(const char* token, size_t length);
+
+// ---------------------------------------------------------------------------------
+// Prediction cache (§2.3): a direct-mapped table keyed by a hash of the return
+// address, the stack height and the object size.  On a miss the caller supplies the
+// frames and the model runs; every `revalidate_every` hits of an entry the model
+// runs again, and when it disagrees the entry becomes the larger (longer-lived) class.
+
+typedef struct lifetime_cache lifetime_cache;
+
+typedef struct lifetime_cache_stats {
+  uint64_t hits;           // lookups that found their key (revalidations included)
+  uint64_t misses;         // lookups that did not (the model ran)
+  uint64_t revalidations;  // hits on which the model ran again
+  uint64_t disagreements;  // revalidations whose class differed from the cached one
+  uint64_t evictions;      // misses that replaced another key's entry
+} lifetime_cache_stats;
+
+// Fills frames[0..max_frames) (and lengths) for the current allocation; returns the
+// number of frames.  Called only when the model must run.
+typedef int (*lifetime_frames_fn)(void* ctx, const char** frames, size_t* lengths,
+                                  int max_frames);
+
+// The calling thread's cache (static thread-local storage, no heap memory).
+lifetime_cache* lifetime_cache_thread_local(void);
+uint64_t lifetime_cache_key(uintptr_t return_address, uintptr_t stack_height,
+                            size_t size);
+// The class for this allocation: cached, or predicted (and cached) through p and get.
+// Returns -1 when the model had to run and failed (bad frames callback or predictor).
+int lifetime_cache_predict(lifetime_cache* c, lifetime_predictor* p,
+                           uintptr_t return_address, uintptr_t stack_height, size_t size,
+                           lifetime_frames_fn get, void* ctx);
+void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out);
+void lifetime_cache_set_revalidate_every(lifetime_cache* c, uint32_t n);  // 0: never
+void lifetime_cache_clear(lifetime_cache* c);  // entries and counters
+
+#ifdef __cplusplus
+}  // extern "C"
+
+// -------------------------------------------------------------------------------------
+// C++ API.
+namespace lifetime_model {
+
+inline const lifetime_model_info& Info() { return *lifetime_model_get_info(); }
+
+// A token of a frame: a view into the frame string.
+struct TokenView {
+  const char* data;
+  size_t size;
+};
+
+// Splits one frame into tokens (pipeline.tokenizer.frame_tokens).  Writes at most
+// max_out tokens; returns the total number of tokens in the frame.
+size_t FrameTokens(const char* frame, size_t length, TokenView* out, size_t max_out) noexcept;
+
+// Token -> id under the compiled-in vocabulary; 1 (<unk>) when absent.
+int32_t TokenId(const char* token, size_t length) noexcept;
+
+// A vocabulary other than the compiled-in one, e.g. the shared test vectors'
+// (construction allocates; lookups do not).
+class Vocabulary {
+ public:
+  Vocabulary(const char* const* tokens, const size_t* lengths, int count) noexcept;
+  ~Vocabulary();
+  Vocabulary(const Vocabulary&) = delete;
+  Vocabulary& operator=(const Vocabulary&) = delete;
+  bool ok() const noexcept { return slots_ != nullptr; }
+  int32_t Id(const char* token, size_t length) const noexcept;
+
+ private:
+  char* blob_ = nullptr;
+  uint32_t* offsets_ = nullptr;
+  int32_t* slots_ = nullptr;
+  uint32_t mask_ = 0;
+  int count_ = 0;
+};
+
+// Frame-slot ids of a stack (max_tokens ids).  Returns the number of frames used.
+int TokenizeFrames(const char* const* frames, const size_t* lengths, int num_frames,
+                   int32_t* ids) noexcept;
+
+// Runs the compiled model.  See the thread contract above: one per thread.
+class Predictor {
+ public:
+  Predictor() noexcept;  // allocates the model's buffers; check ok()
+  ~Predictor();
+  Predictor(const Predictor&) = delete;
+  Predictor& operator=(const Predictor&) = delete;
+
+  bool ok() const noexcept { return impl_ != nullptr; }
+
+  // Returns the predicted class (or -1 on bad arguments); probabilities() then holds
+  // the num_classes probabilities until the next call.
+  int PredictFrames(const char* const* frames, const size_t* lengths,
+                    int num_frames) noexcept;
+  int PredictIds(const int32_t* ids) noexcept;
+  const float* probabilities() const noexcept;
+
+  struct Impl;
+
+ private:
+  Impl* impl_;
+};
+
+// Cache key of §2.3: values an allocator has in registers.
+inline uint64_t CacheKey(uintptr_t return_address, uintptr_t stack_height,
+                         size_t size) noexcept {
+  uint64_t h = static_cast<uint64_t>(return_address) * 0x9E3779B97F4A7C15ull;
+  h ^= (static_cast<uint64_t>(stack_height) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+  h ^= (static_cast<uint64_t>(size) + 0x165667B19E3779F9ull) * 0xD6E8FEB86659FD93ull;
+  h ^= h >> 32;
+  h *= 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return h ? h : 1;  // 0 marks an empty entry
+}
+
+// The prediction cache: fixed size, no heap memory, not thread-safe (one per thread).
+class PredictionCache {
+ public:
+  static constexpr int kLogEntries = 12;
+  static constexpr uint32_t kEntries = 1u << kLogEntries;  // 4096 entries, 64 KiB
+  static constexpr uint32_t kDefaultRevalidateEvery = 1000;
+
+  enum Status : int32_t { kHit = 0, kMiss = 1, kRevalidate = 2 };
+  struct Lookup {
+    Status status;
+    int32_t cached_class;  // valid for kHit and kRevalidate
+    uint64_t key;
+  };
+
+  constexpr PredictionCache() noexcept = default;
+
+  // The fast path: a hash-indexed load and compare.  kRevalidate means the caller
+  // should run the model and call Update() (cached_class is still usable meanwhile).
+  Lookup Find(uint64_t key) noexcept {
+    Entry& e = entries_[Slot(key)];
+    if (__builtin_expect(e.key == key, 1)) {
+      ++stats_.hits;
+      if (__builtin_expect(++e.hits_since_check < revalidate_every_ || revalidate_every_ == 0,
+                           1)) {
+        return {kHit, e.cls, key};
+      }
+      e.hits_since_check = 0;
+      ++stats_.revalidations;
+      return {kRevalidate, e.cls, key};
+    }
+    ++stats_.misses;
+    return {kMiss, -1, key};
+  }
+
+  // Records the model's class for a key after a miss or a revalidation; returns the class
+  // to use: the new one on a miss, max(cached, new) on a revalidation.
+  int32_t Update(uint64_t key, int32_t model_class) noexcept {
+    Entry& e = entries_[Slot(key)];
+    if (e.key == key) {
+      if (model_class != e.cls) {
+        ++stats_.disagreements;
+        if (model_class > e.cls) e.cls = model_class;
+      }
+      return e.cls;
+    }
+    if (e.key != 0) ++stats_.evictions;
+    e.key = key;
+    e.cls = model_class;
+    e.hits_since_check = 0;
+    return model_class;
+  }
+
+  // Find + (on a miss or revalidation) `predict()` + Update.  predict returns the model's
+  // class, or < 0 on failure (then nothing is cached and that value is returned).
+  template <class PredictFn>
+  int32_t Get(uint64_t key, PredictFn&& predict) noexcept {
+    Lookup l = Find(key);
+    if (__builtin_expect(l.status == kHit, 1)) return l.cached_class;
+    int32_t model_class = predict();
+    if (model_class < 0) return l.status == kRevalidate ? l.cached_class : model_class;
+    return Update(key, model_class);
+  }
+
+  const lifetime_cache_stats& stats() const noexcept { return stats_; }
+  void set_revalidate_every(uint32_t n) noexcept { revalidate_every_ = n; }
+  uint32_t revalidate_every() const noexcept { return revalidate_every_; }
+  void Clear() noexcept {
+    for (Entry& e : entries_) e = Entry();
+    stats_ = lifetime_cache_stats();
+  }
+  static uint32_t Slot(uint64_t key) noexcept {
+    return static_cast<uint32_t>(key >> (64 - kLogEntries));
+  }
+
+ private:
+  struct Entry {
+    uint64_t key = 0;
+    int32_t cls = 0;
+    uint32_t hits_since_check = 0;
+  };
+  Entry entries_[kEntries] = {};
+  lifetime_cache_stats stats_ = {};
+  uint32_t revalidate_every_ = kDefaultRevalidateEvery;
+};
+
+}  // namespace lifetime_model
+#endif  // __cplusplus
+#endif  // LIFETIME_MODEL_H_
