@@ -1,0 +1,69 @@
+"""model_card.md: what the model is, what it was trained on, how well it does."""
+
+from __future__ import annotations
+
+from model.metrics import headline
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def metrics_table(rows: dict) -> str:
+    """rows: name -> classification_metrics dict -> Markdown table of headline figures."""
+    lines = ["| predictor | weighted exact | weighted off-by-one | weighted under-pred. "
+             "| unweighted exact | unweighted off-by-one | unweighted under-pred. |",
+             "|---|---|---|---|---|---|---|"]
+    for name, m in rows.items():
+        h = headline(m)
+        lines.append(f"| {name} | " + " | ".join(_pct(h[f"{w}_{k}"]) for w in ("weighted", "unweighted")
+                                              for k in ("exact", "off_by_one", "under_prediction"))
+                     + " |")
+    return "\n".join(lines)
+
+
+def model_card(config: dict, metrics: dict) -> str:
+    hp = config["hyperparameters"]
+    ds = "\n".join(f"- `{d['path']}`: {d['train_contexts']} train / {d['eval_contexts']} eval "
+                   f"contexts, versions {', '.join(d['version_labels'])}"
+                   for d in config["training_datasets"])
+    ev = metrics["eval"]
+    rows = {"model": ev["model"], **{f"baseline: {k}": v for k, v in ev["baselines"].items()}}
+    return f"""# Lifetime model card
+
+Predicts the lifetime class of an allocation from its symbolized stack (llama-paper
+§2.2): embedding over stack tokens -> LSTM -> softmax over {len(config['class_names'])} classes
+({', '.join(config['class_names'])}; {config['label_scheme']['rule']}, clock
+{config['label_scheme']['clock']}).
+
+## Architecture
+
+`{hp['architecture']}`: Embedding({hp['vocab_size']}, {hp['embedding_dim']}) ->
+{'per-frame masked mean of token embeddings -> ' if hp['architecture'] == 'frames' else ''}LSTM({hp['lstm_units']})
+over {'frames (' + str(hp['max_frames']) + ' steps)' if hp['architecture'] == 'frames' else 'tokens (' + str(hp['max_tokens']) + ' steps)'}
+-> Dense softmax. Input `token_ids` int32[{hp['max_tokens']}] = {hp['max_frames']} frames x
+{hp['tokens_per_frame']} tokens, top of the stack first (model/features.py; tokenizer
+`{config['tokenizer_version']}`).
+
+Hyperparameters: {', '.join(f'{k}={v}' for k, v in sorted(hp.items()))}.
+
+## Training data
+
+{ds}
+
+Examples are weighted by sample count ** {hp['weight_power']}; Adam, early stopping on the
+eval split's loss (patience {hp['patience']}), stopped after {metrics['epochs_run']} epochs
+(best: {metrics['best_epoch']}).
+
+## Held-out contexts (the datasets' eval split)
+
+{ev['model']['contexts']} contexts, {ev['model']['samples']:.0f} samples.
+
+{metrics_table(rows)}
+
+## Limitations
+
+- The eval split holds contexts of the training versions; across versions see
+  `lifetime report`. Tokens missing from the vocabulary read as `<unk>`.
+- Labels come from T95 of sampled lifetimes; rare contexts have noisy labels.
+"""

@@ -1,0 +1,137 @@
+"""`lifetime train`, `lifetime evaluate`, `lifetime report` (registered by lifetime/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+from model.hparams import ARCHITECTURES, HParams
+
+# hyperparameter -> (type, help); the defaults come from HParams, the one place they live.
+_HP_FLAGS = {
+    "architecture": (str, "frames: LSTM over frames (export default); tokens: over token slots"),
+    "max_frames": (int, "frames kept from the top of the stack"),
+    "tokens_per_frame": (int, "tokens kept from the start of each frame"),
+    "embedding_dim": (int, "token embedding size"),
+    "lstm_units": (int, "LSTM units"),
+    "learning_rate": (float, "Adam learning rate"),
+    "batch_size": (int, "examples per step"),
+    "epochs": (int, "maximum epochs"),
+    "patience": (int, "early-stopping patience (epochs)"),
+    "min_epochs": (int, "epochs before early stopping watches"),
+    "seed": (int, "random seed (training is deterministic)"),
+    "unk_dropout": (float, "training-time probability of replacing a token by <unk>"),
+    "weight_power": (float, "example weight = samples ** this (1: by samples, 0: by context)"),
+}
+
+
+def parse_hparams(values: dict, **overrides) -> HParams:
+    """HParams from a dict of overrides (unknown names are an error)."""
+    names = {f.name for f in dataclasses.fields(HParams)}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(f"unknown hyperparameters: {', '.join(sorted(unknown))}")
+    return HParams(**{**values, **overrides})
+
+
+def _fail(cmd: str, e: Exception) -> SystemExit:
+    return SystemExit(f"lifetime {cmd}: error: {e}")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from model.train import train
+
+    values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
+    try:
+        hp = parse_hparams(values, refit=args.refit)
+        metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
+    except ValueError as e:
+        raise _fail("train", e)
+    m = metrics["eval"]["model"]
+    print(f"model: {args.out}: {metrics['epochs_run']} epochs (best {metrics['best_epoch']}); "
+          f"held-out eval split: {m['contexts']} contexts, weighted exact "
+          f"{m['weighted']['exact']:.1%}, unweighted exact {m['unweighted']['exact']:.1%}")
+    return 0
+
+
+def _print_table(result: dict) -> None:
+    from model.card import metrics_table
+
+    for part in ("overall", "unseen"):
+        rows = {k.replace("baseline_", "baseline: "): v for k, v in result[part].items()}
+        print(f"\n{part}: {rows['model']['contexts']} contexts, {rows['model']['samples']:.0f} samples")
+        if rows["model"]["contexts"]:
+            print(metrics_table(rows))
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from model import io
+    from model.evaluate import evaluate
+
+    try:
+        result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
+    except ValueError as e:
+        raise _fail("evaluate", e)
+    out = args.out or os.path.join(args.model, "evaluations", "_".join(
+        os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    io.write_json(out, result)
+    _print_table(result)
+    print(f"\nevaluation: {out}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from model.report import write_report
+
+    try:
+        fractions = [float(x) for x in args.fractions.split(",") if x]
+        write_report(args.model, args.train, args.test, args.out, fractions=fractions)
+    except ValueError as e:
+        raise _fail("report", e)
+    print(f"report: {os.path.join(args.out, 'report.md')} (also report.html, report.json)")
+    return 0
+
+
+def add_subcommands(sub) -> None:
+    """Adds train, evaluate and report to the `lifetime` subparsers."""
+    p = sub.add_parser("train", help="train the LSTM lifetime model on datasets",
+                       description="Hyperparameter defaults: " + ", ".join(
+                           f"{k}={v}" for k, v in dataclasses.asdict(HParams()).items()))
+    p.add_argument("--dataset", action="append", required=True, metavar="DIR",
+                   help="dataset from `lifetime build-dataset`; repeat for several (one vocabulary)")
+    p.add_argument("--out", required=True, metavar="MODEL_DIR")
+    for name, (kind, help_text) in _HP_FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "architecture":
+            p.add_argument(flag, choices=ARCHITECTURES, default=None, help=help_text)
+        else:
+            p.add_argument(flag, type=kind, default=None, help=help_text)
+    p.add_argument("--refit", action="store_true",
+                   help="after early stopping, retrain on train + eval splits for the best "
+                        "epoch count (for models used on other versions)")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("evaluate", help="model vs baselines on datasets (JSON + table)")
+    p.add_argument("--model", required=True, metavar="MODEL_DIR")
+    p.add_argument("--dataset", action="append", required=True, metavar="DIR")
+    p.add_argument("--split", choices=("auto", "train", "eval", "all"), default="auto",
+                   help="auto: eval split of the model's training datasets, all of any other")
+    p.add_argument("--train", action="append", metavar="DIR",
+                   help="training datasets for the baselines (default: the model's own)")
+    p.add_argument("--out", metavar="FILE.json",
+                   help="default: MODEL_DIR/evaluations/<dataset names>.json")
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser("report", help="cross-version generalization report (Markdown, HTML, "
+                                      "JSON, PNG)")
+    p.add_argument("--model", required=True, metavar="MODEL_DIR")
+    p.add_argument("--train", action="append", required=True, metavar="DIR",
+                   help="the model's training datasets (baselines, overlap statistics)")
+    p.add_argument("--test", action="append", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="REPORT_DIR")
+    p.add_argument("--fractions", default="0.1,0.3,1",
+                   help="training-sample fractions for the accuracy-vs-sampling plot")
+    p.set_defaults(func=_cmd_report)

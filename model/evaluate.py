@@ -1,0 +1,84 @@
+"""`lifetime evaluate`: a model against the baselines on one or more datasets.
+
+Which contexts are scored (`split`):
+  * "auto" (default): a dataset the model was trained on is scored on its eval
+    split only (held-out contexts); any other dataset (another version) in full;
+  * "train", "eval", "all": that split of every dataset.
+
+Baselines are fit on the model's training datasets (their train splits, as the
+model was), so the model is always compared on equal terms. Every figure is also
+given restricted to contexts whose exact stack does not occur in the training data.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from model import baselines, io
+from model.data import DatasetError, Examples, check_compatible, load_dataset
+from model.metrics import classification_metrics
+from model.train import predict_classes
+
+SPLIT_CHOICES = ("auto", "train", "eval", "all")
+
+
+def training_data(config: dict, train_dirs: list[str] | None):
+    """The model's training datasets and examples, for baselines and seen/unseen: the
+    train splits, plus the eval splits when the model was refit on them."""
+    dirs = train_dirs or [d["path"] for d in config["training_datasets"]]
+    missing = [d for d in dirs if not os.path.isdir(d)]
+    if missing:
+        raise DatasetError(f"the model's training dataset {missing[0]} is gone; the baselines "
+                           "need it: pass the training datasets with --train DIR")
+    datasets = [load_dataset(d) for d in dirs]
+    splits = ("train", "eval") if config["hyperparameters"].get("refit") else ("train",)
+    return datasets, Examples.concat([d.splits[s] for d in datasets for s in splits])
+
+
+def select_split(dataset, split: str, training_paths: set[str]) -> tuple[str, Examples]:
+    if split == "auto":
+        split = "eval" if dataset.path in training_paths else "all"
+    ex = dataset.all() if split == "all" else dataset.splits[split]
+    return split, ex
+
+
+def score(model, hp, class_names, train_ex: Examples, test: Examples) -> dict:
+    """Model + baselines on `test`, overall and on stacks unseen in `train_ex`."""
+    if not len(test):
+        raise DatasetError("no contexts to evaluate on (empty split)")
+    fitted = baselines.fit_baselines(train_ex.frames, train_ex.label, train_ex.weight)
+    preds = {"model": predict_classes(model, test, hp),
+             **{f"baseline_{k}": p(test.frames) for k, p in fitted.items()}}
+    unseen = ~baselines.seen_mask(train_ex.frames, test.frames)
+    out = {"overall": {}, "unseen": {}}
+    for name, pred in preds.items():
+        out["overall"][name] = classification_metrics(test.label, pred, test.weight, class_names)
+        out["unseen"][name] = classification_metrics(test.label[unseen], pred[unseen],
+                                                     test.weight[unseen], class_names)
+    out["unseen_share"] = {"contexts": float(unseen.mean()),
+                           "samples": float(test.weight[unseen].sum() / test.weight.sum())}
+    return out
+
+
+def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
+             train_dirs: list[str] | None = None) -> dict:
+    model, config, vocab = io.load_model_dir(model_dir)
+    hp = io.hparams_of(config)
+    datasets = [load_dataset(d) for d in dataset_dirs]
+    check_compatible(datasets, vocab=vocab, label_scheme=config["label_scheme"], what="model")
+    train_sets, train_ex = training_data(config, train_dirs)
+    training_paths = {d.path for d in train_sets}
+    chosen = [select_split(d, split, training_paths) for d in datasets]
+    test = Examples.concat([ex for _, ex in chosen])
+    if not len(test):
+        raise DatasetError(f"datasets {', '.join(dataset_dirs)}: no contexts in the "
+                           f"{'/'.join(sorted({s for s, _ in chosen}))} split")
+    result = score(model, hp, config["class_names"], train_ex, test)
+    result.update({"model_dir": os.path.abspath(model_dir), "class_names": config["class_names"],
+                   "datasets": [{"path": d.path, "split": s, "contexts": len(ex),
+                                 "samples": float(np.sum(ex.weight))}
+                                for d, (s, ex) in zip(datasets, chosen)],
+                   "baseline_training_datasets": sorted(training_paths)})
+    return result

@@ -1,0 +1,72 @@
+"""Hyperparameters: the one place they are defined, and how they are recorded.
+
+Every knob that changes the trained model lives in `HParams`; `config.json` in a
+model directory stores them all (`to_json`), so a model can be rebuilt exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+ARCHITECTURES = ("frames", "tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    # "frames": mean-pooled tokens per frame, then an LSTM over frames (max_frames steps,
+    # the export default: XLA AOT costs ~1.2-3 us per LSTM step). "tokens": an LSTM
+    # over every token slot (max_tokens steps), for comparison.
+    architecture: str = "frames"
+    max_frames: int = 16          # frames kept from the top of the stack (allocation site)
+    tokens_per_frame: int = 16    # tokens kept from the start of each frame
+    vocab_size: int = 0           # set from the training datasets' vocab.txt
+    embedding_dim: int = 32
+    lstm_units: int = 32
+    learning_rate: float = 3e-3
+    batch_size: int = 256
+    epochs: int = 60              # upper bound; early stopping usually ends sooner
+    patience: int = 8             # epochs without eval-loss improvement before stopping
+    min_epochs: int = 5           # early stopping watches (and restores) from this epoch on:
+                                  # a small eval split of unseen contexts can look best at 1
+    seed: int = 0
+    # Refit: once early stopping has picked the epoch count on the eval split, train a
+    # fresh model on train + eval for that many epochs and save that one. For models
+    # meant for other versions (every context of the training version helps); the
+    # held-out figures in metrics.json are then those of the first, train-only fit.
+    refit: bool = False
+    # Word dropout: during training each token is replaced by <unk> with this
+    # probability, so the model learns what to do with names it has never seen (the
+    # <unk> embedding is otherwise never trained when the vocabulary covers the
+    # training set). Inference is unaffected.
+    unk_dropout: float = 0.5
+    # Example weight = samples ** weight_power (1: by sample count, as in the paper;
+    # 0: every context counts once), normalized to mean 1 over the training split.
+    weight_power: float = 1.0
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"unknown architecture {self.architecture!r} "
+                             f"(expected one of {', '.join(ARCHITECTURES)})")
+        for name in ("max_frames", "tokens_per_frame", "embedding_dim", "lstm_units",
+                     "batch_size", "epochs"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"hyperparameter {name} must be positive")
+        if not 0.0 <= self.unk_dropout < 1.0:
+            raise ValueError("unk_dropout must be in [0, 1)")
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_frames * self.tokens_per_frame
+
+    def replace(self, **changes) -> "HParams":
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["max_tokens"] = self.max_tokens
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "HParams":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})

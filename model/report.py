@@ -1,0 +1,333 @@
+"""`lifetime report`: the cross-version generalization report (issue 4, llama-paper
+Table 2 and Fig. 9) as report.md, report.html, report.json and PNG plots.
+
+  1. datasets: contexts, samples, named-frame share per program;
+  2. Table-2-style exact stack overlap between versions at several depths;
+  3. token and function (frame name) overlap, and vocabulary coverage;
+  4. model vs the three baselines on the test versions, overall and on stacks
+     unseen in training: exact and off-by-one accuracy, under-prediction, both
+     weighted and unweighted, with confusion matrices;
+  5. accuracy against sampling fraction: the model retrained (same hyperparameters)
+     on x% of the training samples, each context's sample count thinned binomially
+     with its label kept (a context left with no samples drops out).
+"""
+
+from __future__ import annotations
+
+import collections
+import html
+import json
+import os
+
+import numpy as np
+
+from model import io, plots
+from model.card import metrics_table
+from model.data import DatasetError, Examples, check_compatible, load_dataset
+from model.evaluate import score, select_split, training_data
+from model.metrics import headline
+from pipeline import tokenizer
+
+DEPTHS = (1, 2, 4, 8, 16, 32)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def stack_overlap(train: Examples, test: Examples, depth: int) -> dict:
+    """Share of test contexts whose top `depth` frames occur (as a prefix) in training."""
+    seen = {tuple(f[:depth]) for f in train.frames}
+    hit = np.array([tuple(f[:depth]) in seen for f in test.frames], bool)
+    return {"contexts": float(hit.mean()) if len(hit) else None,
+            "samples": float(test.weight[hit].sum() / test.weight.sum()) if len(hit) else None}
+
+
+def name_overlap(train: Examples, test: Examples, vocab) -> dict:
+    """Distinct tokens / functions of the test contexts also in the training ones,
+    by distinct item and by sample-weighted occurrence; plus UNK share under `vocab`."""
+    def items(ex, fn):
+        return [set(fn(f)) for f in ex.frames]
+
+    out = {}
+    for name, fn in (("tokens", lambda fr: tokenizer.tokenize(fr)),
+                     ("functions", lambda fr: fr)):
+        train_items = set().union(*items(train, fn)) if len(train) else set()
+        test_sets = items(test, fn)
+        distinct = set().union(*test_sets) if test_sets else set()
+        weighted = sum(w * len(s & train_items) for s, w in zip(test_sets, test.weight))
+        total = sum(w * len(s) for s, w in zip(test_sets, test.weight))
+        out[name] = {"distinct_test": len(distinct),
+                     "distinct_share_seen": len(distinct & train_items) / len(distinct) if distinct else None,
+                     "weighted_share_seen": float(weighted / total) if total else None}
+    ids = [vocab.ids(tokenizer.tokenize(f)) for f in test.frames]
+    n = sum(len(i) for i in ids)
+    out["unk_token_share"] = sum(i.count(tokenizer.UNK_ID) for i in ids) / n if n else None
+    return out
+
+
+def thin(examples: Examples, fraction: float, rng: np.random.Generator) -> Examples:
+    """Keeps each sample with probability `fraction`; contexts left with none drop out."""
+    if fraction >= 1:
+        return examples
+    counts = rng.binomial(np.round(examples.weight).astype(np.int64), fraction)
+    thinned = examples.select(counts > 0)
+    thinned.weight = counts[counts > 0].astype(np.float32)
+    return thinned
+
+
+def _fraction_run(model_dir, config, datasets, test, fraction, out_dir, class_names):
+    from model.train import fit, predict_classes  # noqa: F401  (TensorFlow import is slow)
+    from model.metrics import classification_metrics
+
+    hp = io.hparams_of(config)
+    rng = np.random.default_rng(hp.seed)
+    tr = thin(Examples.concat([d.splits["train"] for d in datasets]), fraction, rng)
+    ev = thin(Examples.concat([d.splits["eval"] for d in datasets]), fraction, rng)
+    if not len(tr) or not len(ev):
+        return None
+    model, _, best = fit(tr, ev, hp, len(class_names), None, verbose=0)
+    if hp.refit:
+        tr = Examples.concat([tr, ev])
+        model, _, _ = fit(tr, None, hp.replace(epochs=best), len(class_names), None, verbose=0)
+    from model import baselines
+
+    fitted = baselines.fit_baselines(tr.frames, tr.label, tr.weight)
+    res = {"train_contexts": len(tr), "train_samples": float(tr.weight.sum()),
+           "model": classification_metrics(test.label, predict_classes(model, test, hp),
+                                           test.weight, class_names)}
+    for name in ("exact", "site"):
+        res[f"baseline_{name}"] = classification_metrics(
+            test.label, fitted[name](test.frames), test.weight, class_names)
+    return res
+
+
+def _md_to_html(md: str, title: str) -> str:
+    """Just enough Markdown for our reports: headings, tables, images, lists, text."""
+    out, table = [], []
+
+    def flush_table():
+        if table:
+            rows = [r for r in table if not set(r.replace("|", "").strip()) <= set("-: ")]
+            out.append("<table>")
+            for i, r in enumerate(rows):
+                tag = "th" if i == 0 else "td"
+                cells = [c.strip() for c in r.strip().strip("|").split("|")]
+                out.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
+            out.append("</table>")
+            table.clear()
+
+    for line in md.splitlines():
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        flush_table()
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
+        elif line.startswith("![") and "](" in line:
+            alt, src = line[2:].split("](", 1)
+            out.append(f'<p><img src="{html.escape(src.rstrip(")"))}" alt="{html.escape(alt)}"></p>')
+        elif line.startswith("- "):
+            out.append(f"<li>{html.escape(line[2:])}</li>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    flush_table()
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+            "</head><body>\n" + "\n".join(out) + "\n</body></html>\n")
+
+
+def _by_version(ex: Examples) -> dict:
+    return {v: ex.select(ex.version_label == v) for v in sorted(set(ex.version_label.tolist()))}
+
+
+def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], out_dir: str,
+                 fractions=(0.1, 0.3, 1.0), depths=DEPTHS) -> dict:
+    model, config, vocab = io.load_model_dir(model_dir)
+    hp = io.hparams_of(config)
+    class_names = config["class_names"]
+    train_sets, train_ex = training_data(config, train_dirs)
+    test_sets = [load_dataset(d) for d in test_dirs]
+    check_compatible(train_sets + test_sets, vocab=vocab, label_scheme=config["label_scheme"])
+    training_paths = {d.path for d in train_sets}
+    test_ex = Examples.concat([select_split(d, "auto", training_paths)[1] for d in test_sets])
+    if not len(test_ex):
+        raise DatasetError("report: the test datasets hold no contexts")
+    os.makedirs(out_dir, exist_ok=True)
+    rep: dict = {"model_dir": os.path.abspath(model_dir), "class_names": class_names,
+                 "hyperparameters": config["hyperparameters"],
+                 "train_datasets": sorted(training_paths), "test_datasets": [d.path for d in test_sets]}
+
+    # 1. datasets
+    rep["datasets"] = {d.path: {"role": "train" if d.path in training_paths else "test",
+                                "contexts": len(d.all()), "samples": float(d.all().weight.sum()),
+                                "programs": {p: {"samples": s["samples"],
+                                                 "named_frame_share": s["symbolized_frame_share"]}
+                                             for p, s in d.manifest["files"]["programs"].items()}}
+                       for d in train_sets + test_sets}
+    # 2-3. overlap between versions
+    train_all = Examples.concat([d.all() for d in train_sets])
+    train_versions, test_versions = _by_version(train_all), _by_version(test_ex)
+    pairs = [(a, b) for a in train_versions for b in test_versions]
+    pairs += [(a, b) for a in train_versions for b in train_versions if a < b]
+    rep["stack_overlap"] = [{"from": a, "to": b, "depths": {
+        str(d): stack_overlap(train_versions[a], (test_versions.get(b) or train_versions[b]), d)
+        for d in depths}} for a, b in pairs]
+    if len(train_versions) > 1:
+        rep["stack_overlap"] += [{"from": "all training", "to": b, "depths": {
+            str(d): stack_overlap(train_all, test_versions[b], d) for d in depths}}
+            for b in test_versions]
+    rep["name_overlap"] = name_overlap(train_all, test_ex, vocab)
+
+    # 4. model vs baselines on the test versions
+    rep["test"] = score(model, hp, class_names, train_ex, test_ex)
+    with open(os.path.join(model_dir, io.METRICS_FILE), encoding="utf-8") as f:
+        rep["within_version_held_out"] = json.load(f)["eval"]
+
+    # 5. accuracy against sampling fraction
+    rep["sampling"] = []
+    for fr in sorted(fractions):
+        if fr >= 1:
+            o = rep["test"]["overall"]
+            run = {"train_contexts": len(train_ex), "train_samples": float(train_ex.weight.sum()),
+                   "model": o["model"], "baseline_exact": o["baseline_exact"],
+                   "baseline_site": o["baseline_site"]}
+        else:
+            run = _fraction_run(model_dir, config, train_sets, test_ex, fr, out_dir, class_names)
+        rep["sampling"].append({"fraction": fr, **({"skipped": "no train or eval contexts left"}
+                                                    if run is None else run)})
+
+    figures = _figures(rep, class_names, out_dir)
+    rep["summary"] = _summary(rep)
+    md = _markdown(rep, figures, depths)
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as f:
+        f.write(_md_to_html(md, "Cross-version lifetime model report"))
+    io.write_json(os.path.join(out_dir, "report.json"), rep)
+    return rep
+
+
+PREDICTORS = ("model", "baseline_majority", "baseline_exact", "baseline_site")
+
+
+def _summary(rep) -> dict:
+    out = {}
+    for part in ("overall", "unseen"):
+        for name in PREDICTORS:
+            m = rep["test"][part][name]
+            if m["contexts"]:
+                out[f"{part}/{name}"] = {k: (None if v is None else round(v, 4))
+                                         for k, v in headline(m).items()}
+    out["unseen_share"] = rep["test"]["unseen_share"]
+    return out
+
+
+def _figures(rep, class_names, out_dir) -> dict:
+    figs = {}
+    o = rep["test"]["overall"]["model"]
+    figs["confusion_weighted"] = plots.confusion_png(
+        o["weighted"]["confusion"], class_names, "model on the test versions (sample-weighted)",
+        os.path.join(out_dir, "confusion_weighted.png"))
+    figs["confusion_unweighted"] = plots.confusion_png(
+        o["unweighted"]["confusion"], class_names, "model on the test versions (per context)",
+        os.path.join(out_dir, "confusion_unweighted.png"))
+    for part in ("overall", "unseen"):
+        groups = {name: {"w exact": headline(m)["weighted_exact"],
+                         "w off-by-1": headline(m)["weighted_off_by_one"],
+                         "u exact": headline(m)["unweighted_exact"],
+                         "u off-by-1": headline(m)["unweighted_off_by_one"]}
+                  for name, m in rep["test"][part].items() if m["contexts"]}
+        if groups:
+            figs[f"bars_{part}"] = plots.bars_png(
+                groups, f"test versions, {part} contexts", os.path.join(out_dir, f"bars_{part}.png"))
+    runs = [r for r in rep["sampling"] if "model" in r]
+    if runs:
+        series = {}
+        for name in ("model", "baseline_exact", "baseline_site"):
+            series[f"{name} weighted"] = [r[name]["weighted"]["exact"] for r in runs]
+            series[f"{name} unweighted"] = [r[name]["unweighted"]["exact"] for r in runs]
+        figs["sampling"] = plots.lines_png(
+            [100 * r["fraction"] for r in runs], series, "% of training samples kept",
+            "exact accuracy on the test versions vs sampling", os.path.join(out_dir, "sampling.png"),
+            logx=True)
+    depth_series = {f"{r['from']} -> {r['to']}": [r["depths"][d]["contexts"] for d in r["depths"]]
+                    for r in rep["stack_overlap"]}
+    if depth_series:
+        figs["overlap"] = plots.lines_png(
+            [int(d) for d in rep["stack_overlap"][0]["depths"]], depth_series,
+            "stack depth compared (frames from the top)", "exact stack overlap (share of contexts)",
+            os.path.join(out_dir, "overlap.png"), logx=True)
+    return {k: os.path.basename(v) for k, v in figs.items()}
+
+
+def _markdown(rep, figs, depths) -> str:
+    L = ["# Cross-version lifetime model report", "",
+         f"Model `{rep['model_dir']}` ({rep['hyperparameters']['architecture']} architecture). "
+         "Training datasets feed the model, the baselines and the overlap statistics.", "",
+         "## Datasets", "",
+         "| dataset | role | contexts | samples | program: named-frame share |", "|---|---|---|---|---|"]
+    for path, d in rep["datasets"].items():
+        progs = "; ".join(f"{p}: {_pct(s['named_frame_share'])}" for p, s in d["programs"].items())
+        L.append(f"| `{path}` | {d['role']} | {d['contexts']} | {d['samples']:.0f} | {progs} |")
+    L += ["", "## Exact stack overlap (llama-paper Table 2)", "",
+          "Share of the later version's contexts (unweighted / sample-weighted) whose top "
+          "N frames occur among the earlier version's.", "",
+          "| from -> to | " + " | ".join(f"depth {d}" for d in depths) + " |",
+          "|---|" + "---|" * len(depths)]
+    for r in rep["stack_overlap"]:
+        L.append(f"| {r['from']} -> {r['to']} | " + " | ".join(
+            f"{_pct(r['depths'][str(d)]['contexts'])} / {_pct(r['depths'][str(d)]['samples'])}"
+            for d in depths) + " |")
+    if "overlap" in figs:
+        L += ["", f"![stack overlap]({figs['overlap']})"]
+    n = rep["name_overlap"]
+    L += ["", "## Token and function overlap", "",
+          "| item | distinct in test | distinct seen in training | sample-weighted seen |",
+          "|---|---|---|---|"]
+    for k in ("tokens", "functions"):
+        L.append(f"| {k} | {n[k]['distinct_test']} | {_pct(n[k]['distinct_share_seen'])} | "
+                 f"{_pct(n[k]['weighted_share_seen'])} |")
+    L += ["", f"Test token occurrences outside the model's vocabulary (read as `<unk>`): "
+              f"{_pct(n['unk_token_share'])}.", ""]
+    share = rep["test"]["unseen_share"]
+    for part, title in (("overall", "all test contexts"),
+                        ("unseen", "test contexts whose exact stack is unseen in training")):
+        rows = {k.replace("baseline_", "baseline: "): m for k, m in rep["test"][part].items()}
+        count = rows["model"]["contexts"]
+        L += [f"## Model vs baselines: {title}", "",
+              f"{count} contexts, {rows['model']['samples']:.0f} samples"
+              + (f" ({_pct(share['contexts'])} of contexts, {_pct(share['samples'])} of samples)."
+                 if part == "unseen" else "."), ""]
+        if count:
+            L += [metrics_table(rows), ""]
+            if f"bars_{part}" in figs:
+                L += [f"![model vs baselines]({figs[f'bars_{part}']})", ""]
+    L += ["## Confusion matrices (model, all test contexts)", "",
+          "Rows: true class; columns: predicted. Below the diagonal = under-prediction.", "",
+          f"![confusion, weighted]({figs['confusion_weighted']})", "",
+          f"![confusion, unweighted]({figs['confusion_unweighted']})", ""]
+    names = rep["class_names"]
+    conf = rep["test"]["overall"]["model"]["weighted"]["confusion"]
+    L += ["Sample-weighted counts:", "", "| true \\ predicted | " + " | ".join(names) + " |",
+          "|---|" + "---|" * len(names)]
+    L += [f"| {names[i]} | " + " | ".join(f"{v:.0f}" for v in row) + " |" for i, row in enumerate(conf)]
+    held = rep["within_version_held_out"]
+    L += ["", "## Within-version held-out contexts (training datasets' eval split)", "",
+          metrics_table({"model": held["model"],
+                         **{f"baseline: {k}": v for k, v in held["baselines"].items()}}), "",
+          "## Accuracy against sampling fraction", "",
+          "| % of samples | train contexts | model w / u exact | exact table w / u | site table w / u |",
+          "|---|---|---|---|---|"]
+    for r in rep["sampling"]:
+        if "model" not in r:
+            L.append(f"| {100 * r['fraction']:g} | skipped: {r['skipped']} | | | |")
+            continue
+        cells = [f"{_pct(r[k]['weighted']['exact'])} / {_pct(r[k]['unweighted']['exact'])}"
+                 for k in ("model", "baseline_exact", "baseline_site")]
+        L.append(f"| {100 * r['fraction']:g} | {r['train_contexts']} | " + " | ".join(cells) + " |")
+    if "sampling" in figs:
+        L += ["", f"![sampling]({figs['sampling']})"]
+    return "\n".join(L) + "\n"

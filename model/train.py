@@ -1,0 +1,173 @@
+"""`lifetime train`: datasets -> a model directory (model/io.py).
+
+Deterministic: the same datasets, hyperparameters and seed give the same weights
+(keras.utils.set_random_seed + TensorFlow op determinism; tf.data shuffles with
+the seed). Training uses the datasets' train splits; the eval splits drive early
+stopping and the held-out figures in metrics.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+
+from model import baselines, io
+from model.card import model_card
+from model.data import DatasetError, Examples, check_compatible, load_dataset
+from model.features import layout_from_token_ids
+from model.hparams import HParams
+from model.metrics import classification_metrics
+from pipeline.tokenizer import TOKENIZER_VERSION
+
+LOG = logging.getLogger(__name__)
+MIN_STEPS_PER_EPOCH = 20  # tiny datasets are repeated so an epoch is a real amount of training
+
+
+def encode(examples: Examples, hp: HParams) -> np.ndarray:
+    if not len(examples):
+        return np.zeros((0, hp.max_tokens), np.int32)
+    return np.stack([layout_from_token_ids(t, hp) for t in examples.token_ids])
+
+
+def example_weights(samples: np.ndarray, power: float) -> np.ndarray:
+    w = np.asarray(samples, np.float64) ** power
+    return (w / w.mean()).astype(np.float32) if len(w) else w.astype(np.float32)
+
+
+def set_determinism(seed: int) -> None:
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
+
+
+def fit(train: Examples, evl: Examples, hp: HParams, num_classes: int,
+        checkpoint_dir: str | None = None, verbose: int = 2):
+    """Trains a fresh model; returns (keras model, history dict, best epoch)."""
+    import keras
+    import tensorflow as tf
+
+    from model.network import build_model, training_wrapper
+
+    set_determinism(hp.seed)
+    x, y = encode(train, hp), train.label.astype(np.int32)
+    w = example_weights(train.weight, hp.weight_power)
+    steps = max(math.ceil(len(y) / hp.batch_size), MIN_STEPS_PER_EPOCH)
+    train_ds = (tf.data.Dataset.from_tensor_slices((x, y, w))
+                .shuffle(len(y), seed=hp.seed, reshuffle_each_iteration=True)
+                .repeat().batch(hp.batch_size).prefetch(2))
+    model = build_model(hp, num_classes)
+    trainer = training_wrapper(model, hp)
+    trainer.compile(optimizer=keras.optimizers.Adam(hp.learning_rate),
+                    loss=keras.losses.SparseCategoricalCrossentropy(),
+                    weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="acc")])
+    if evl is None:  # a refit for a known number of epochs
+        history = trainer.fit(train_ds, epochs=hp.epochs, steps_per_epoch=steps,
+                              verbose=verbose, shuffle=False)
+        return model, {k: [float(v) for v in vals] for k, vals in history.history.items()}, hp.epochs
+    eval_ds = tf.data.Dataset.from_tensor_slices(
+        (encode(evl, hp), evl.label.astype(np.int32), example_weights(evl.weight, hp.weight_power))
+    ).batch(1024)
+    callbacks = [keras.callbacks.EarlyStopping(monitor="val_loss", patience=hp.patience,
+                                               restore_best_weights=True,
+                                               start_from_epoch=hp.min_epochs)]
+    if checkpoint_dir:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        callbacks.append(keras.callbacks.ModelCheckpoint(
+            os.path.join(checkpoint_dir, "best.weights.h5"), monitor="val_loss",
+            save_best_only=True, save_weights_only=True))
+    history = trainer.fit(train_ds, validation_data=eval_ds, epochs=hp.epochs,
+                          steps_per_epoch=steps, callbacks=callbacks, verbose=verbose,
+                          shuffle=False)
+    h = {k: [float(v) for v in vals] for k, vals in history.history.items()}
+    best = hp.min_epochs + int(np.argmin(h["val_loss"][hp.min_epochs:])) + 1 \
+        if len(h["val_loss"]) > hp.min_epochs else len(h["val_loss"])
+    return model, h, best
+
+
+def predict_classes(model, examples: Examples, hp: HParams) -> np.ndarray:
+    if not len(examples):
+        return np.zeros(0, np.int32)
+    probs = model.predict(encode(examples, hp), batch_size=2048, verbose=0)
+    return np.argmax(probs, axis=-1).astype(np.int32)
+
+
+def compare(model, hp, train: Examples, test: Examples, class_names) -> dict:
+    """Model and the three baselines (fit on `train`) on `test`."""
+    fitted = baselines.fit_baselines(train.frames, train.label, train.weight)
+    out = {"model": classification_metrics(test.label, predict_classes(model, test, hp),
+                                           test.weight, class_names),
+           "baselines": {name: classification_metrics(test.label, predict(test.frames),
+                                                      test.weight, class_names)
+                         for name, predict in fitted.items()}}
+    return out
+
+
+def load_training_data(dataset_dirs: list[str]):
+    if not dataset_dirs:
+        raise DatasetError("no training datasets given")
+    datasets = [load_dataset(d) for d in dataset_dirs]
+    check_compatible(datasets, what="first training dataset")
+    train = Examples.concat([d.splits["train"] for d in datasets])
+    evl = Examples.concat([d.splits["eval"] for d in datasets])
+    if not len(train):
+        raise DatasetError(f"datasets {', '.join(dataset_dirs)}: the train split is empty")
+    if not len(evl):
+        raise DatasetError(f"datasets {', '.join(dataset_dirs)}: the eval split is empty; "
+                           "early stopping and held-out metrics need eval contexts (rebuild "
+                           "with `lifetime build-dataset --eval-percent 20`)")
+    return datasets, train, evl
+
+
+def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbose: int = 2) -> dict:
+    """Trains on the datasets and writes the model directory; returns metrics.json."""
+    datasets, train_ex, eval_ex = load_training_data(dataset_dirs)
+    vocab = datasets[0].vocab
+    labels = datasets[0].label_scheme
+    class_names = labels["class_names"]
+    hp = hp.replace(vocab_size=len(vocab))
+    os.makedirs(out_dir, exist_ok=True)
+    LOG.info("train: %d train / %d eval contexts, vocabulary %d, %s",
+             len(train_ex), len(eval_ex), len(vocab), hp)
+    start = time.monotonic()
+    model, history, best = fit(train_ex, eval_ex, hp, len(class_names),
+                               os.path.join(out_dir, "checkpoints"), verbose)
+    held_out = compare(model, hp, train_ex, eval_ex, class_names)
+    if hp.refit:
+        LOG.info("train: refit on train + eval splits for %d epochs", best)
+        train_ex = Examples.concat([train_ex, eval_ex])
+        model, _, _ = fit(train_ex, None, hp.replace(epochs=best), len(class_names), None, verbose)
+    seconds = time.monotonic() - start
+    model.save(os.path.join(out_dir, io.MODEL_FILE))
+    shutil.copyfile(os.path.join(datasets[0].path, "vocab.txt"), os.path.join(out_dir, io.VOCAB_FILE))
+    config = {
+        "format": io.FORMAT, "hyperparameters": hp.to_json(), "class_names": class_names,
+        "label_scheme": labels, "tokenizer_version": TOKENIZER_VERSION,
+        "input": {"name": "token_ids", "dtype": "int32", "shape": [None, hp.max_tokens],
+                  "layout": "frame slots, see model/features.py"},
+        "output": {"dtype": "float32", "shape": [None, len(class_names)], "kind": "softmax"},
+        "training_datasets": [{
+            "path": d.path, "train_contexts": len(d.splits["train"]),
+            "eval_contexts": len(d.splits["eval"]),
+            "version_labels": sorted(set(d.all().version_label.tolist())),
+            "tokenizer_version": d.manifest.get("tokenizer_version")} for d in datasets],
+    }
+    metrics = {"eval": held_out, "refit_on_eval": hp.refit,
+               "train": {"model": classification_metrics(
+                   train_ex.label, predict_classes(model, train_ex, hp), train_ex.weight,
+                   class_names)},
+               "epochs_run": len(history["loss"]), "best_epoch": best}
+    io.write_json(os.path.join(out_dir, io.CONFIG_FILE), config)
+    io.write_json(os.path.join(out_dir, io.METRICS_FILE), metrics)
+    io.write_json(os.path.join(out_dir, io.LOG_FILE), {"seconds": seconds, "history": history})
+    with open(os.path.join(out_dir, io.CARD_FILE), "w", encoding="utf-8") as f:
+        f.write(model_card(config, metrics))
+    LOG.info("train: %d epochs in %.1f s -> %s", len(history["loss"]), seconds, out_dir)
+    return metrics

@@ -1,0 +1,78 @@
+"""Metrics, baselines and the input layout, on hand-built cases (no training)."""
+
+import numpy as np
+import pytest
+
+from model import baselines, features, metrics
+from model.hparams import HParams
+from pipeline import tokenizer
+from pipeline.tokenizer import Vocabulary
+
+NAMES = ["10ms", "100ms", "1s", "10s", "100s", "1000s", ">=1000s", "inf"]
+
+
+def test_metrics_match_hand_computed_values():
+    y_true, y_pred, w = [0, 1, 2, 7], [0, 2, 1, 7], [10, 1, 1, 2]
+    m = metrics.classification_metrics(y_true, y_pred, w, NAMES)
+    assert m["contexts"] == 4 and m["samples"] == 14
+    assert m["weighted"]["exact"] == pytest.approx(12 / 14)
+    assert m["unweighted"]["exact"] == pytest.approx(2 / 4)
+    assert m["weighted"]["off_by_one"] == pytest.approx(1.0)
+    assert m["weighted"]["under_prediction"] == pytest.approx(1 / 14)   # 2 -> 1
+    assert m["weighted"]["over_prediction"] == pytest.approx(1 / 14)    # 1 -> 2
+    assert m["unweighted"]["under_prediction"] == pytest.approx(1 / 4)
+    pc = m["weighted"]["per_class"]
+    assert pc["10ms"] == {"precision": 1.0, "recall": 1.0, "support": 10.0}
+    assert pc["100ms"]["precision"] == 0.0 and pc["100ms"]["recall"] == 0.0
+    assert pc["10s"]["precision"] is None  # never predicted: undefined, not 0
+    conf = np.array(m["weighted"]["confusion"])
+    assert conf[0, 0] == 10 and conf[1, 2] == 1 and conf[2, 1] == 1 and conf[7, 7] == 2
+    assert conf.sum() == 14
+    assert np.array(m["unweighted"]["confusion"]).sum() == 4
+
+
+def test_off_by_one_and_under_prediction_count_class_distance():
+    # 0 -> 2 is over by two; 7 (inf) -> 6 (>=1000s) is under by one.
+    m = metrics.classification_metrics([0, 7], [2, 6], [1, 3], NAMES)
+    assert m["weighted"]["exact"] == 0.0
+    assert m["weighted"]["off_by_one"] == pytest.approx(3 / 4)
+    assert m["weighted"]["under_prediction"] == pytest.approx(3 / 4)
+
+
+def test_metrics_of_no_contexts_are_undefined():
+    m = metrics.classification_metrics([], [], [], NAMES)
+    assert m["contexts"] == 0 and m["weighted"]["exact"] is None
+
+
+def test_baselines_on_hand_built_examples():
+    frames = [("f", "main"), ("f", "main"), ("g", "main"), ("g", "other")]
+    labels = [0, 2, 3, 7]
+    weights = [5, 1, 2, 3]
+    fitted = baselines.fit_baselines(frames, labels, weights)
+    test = [("f", "main"), ("g", "main"), ("h", "main"), ("g", "x"), ()]
+    assert fitted["majority"](test).tolist() == [0] * 5            # 0 has the most samples
+    assert fitted["exact"](test).tolist() == [0, 3, 0, 0, 0]       # unseen stacks -> majority
+    assert fitted["site"](test).tolist() == [0, 7, 0, 7, 0]        # site g: 3 samples of 7 > 2 of 3
+    assert baselines.seen_mask(frames, test).tolist() == [True, True, False, False, False]
+
+
+def test_baseline_ties_go_to_the_shorter_class():
+    fitted = baselines.fit_baselines([("a",), ("a",)], [5, 2], [1, 1])
+    assert fitted["exact"]([("a",)]).tolist() == [2]
+    assert fitted["majority"]([("b",)]).tolist() == [2]
+
+
+def test_frame_slot_layout_and_truncation():
+    hp = HParams(max_frames=2, tokens_per_frame=3)
+    vocab = Vocabulary.from_ranked(["a", "b", "c", "d", "main"])
+    frames = ["a::b(c, d)", "main", "start_thread"]  # 4 tokens, 1, and a third frame
+    layout = features.encode_frames(frames, vocab, hp)
+    ids = vocab.ids(["a", "b", "c"]) + vocab.ids(["main"]) + [0, 0]
+    assert layout.dtype == np.int32 and layout.tolist() == ids  # "d" and frame 3 dropped
+    flat = vocab.ids(tokenizer.tokenize(frames))
+    assert features.layout_from_token_ids(flat, hp).tolist() == ids
+    assert features.frame_mask(layout, hp).tolist() == [True, True]
+    unknown = features.encode_frames(["zz"], vocab, hp)
+    assert unknown.tolist() == [tokenizer.UNK_ID, 0, 0, 0, 0, 0]
+    assert features.frame_mask(unknown, hp).tolist() == [True, False]
+    assert features.layout_from_token_ids([], hp).tolist() == [0] * 6

@@ -1,0 +1,158 @@
+"""Training, the model directory, evaluate and report, on a tiny real dataset.
+
+Small hyperparameters keep every training run to a few seconds on 2 cores."""
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+from model import io
+from model.data import DatasetError
+from model.hparams import HParams
+from model.io import ModelDirError
+from tests.model_support import build_tiny_dataset
+
+HP = HParams(max_frames=4, tokens_per_frame=4, embedding_dim=8, lstm_units=8, epochs=3,
+             min_epochs=1, patience=2, batch_size=8, seed=7)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    return build_tiny_dataset(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def trained(tiny_dataset, tmp_path_factory):
+    from model.train import train
+
+    out = str(tmp_path_factory.mktemp("model") / "m")
+    train([tiny_dataset], out, HP, verbose=0)
+    return out
+
+
+def _train(dataset, out, hp=HP):
+    from model.train import train
+
+    return train([dataset], str(out), hp, verbose=0)
+
+
+def test_model_dir_holds_the_contract(trained, tiny_dataset):
+    for name in ("model.keras", "vocab.txt", "config.json", "metrics.json", "model_card.md"):
+        assert os.path.exists(os.path.join(trained, name)), name
+    model, config, vocab = io.load_model_dir(trained)
+    assert config["format"] == "lifetime-model-v1"
+    hp = config["hyperparameters"]
+    for key in ("architecture", "max_frames", "tokens_per_frame", "max_tokens", "vocab_size",
+                "embedding_dim", "lstm_units", "learning_rate", "batch_size", "epochs",
+                "patience", "seed"):
+        assert key in hp, key
+    assert hp["max_tokens"] == 16 and hp["vocab_size"] == len(vocab)
+    assert config["class_names"][-1] == "inf" and config["label_scheme"]["rule"]
+    assert config["tokenizer_version"] == "lifetime-tokenizer-v1"
+    assert config["training_datasets"][0]["path"] == os.path.abspath(tiny_dataset)
+    with open(os.path.join(tiny_dataset, "vocab.txt")) as a, open(os.path.join(trained, "vocab.txt")) as b:
+        assert a.read() == b.read()
+    assert model.inputs[0].name == "token_ids" and model.inputs[0].dtype == "int32"
+    probs = np.asarray(model(np.zeros((3, 16), np.int32)))
+    assert probs.shape == (3, 8) and probs.dtype == np.float32
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    m = json.load(open(os.path.join(trained, "metrics.json")))
+    assert set(m["eval"]["baselines"]) == {"majority", "exact", "site"}
+    assert "| model |" in open(os.path.join(trained, "model_card.md")).read()
+
+
+def test_training_is_deterministic(trained, tiny_dataset, tmp_path):
+    _train(tiny_dataset, tmp_path / "again")
+    assert (open(os.path.join(trained, "metrics.json")).read()
+            == open(tmp_path / "again" / "metrics.json").read())
+    a, _, _ = io.load_model_dir(trained)
+    b, _, _ = io.load_model_dir(str(tmp_path / "again"))
+    for wa, wb in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_array_equal(wa, wb)
+    c = _train(tiny_dataset, tmp_path / "other_seed", HP.replace(seed=8))
+    assert c["epochs_run"] >= 1  # a different seed trains too (weights differ, checked below)
+    d, _, _ = io.load_model_dir(str(tmp_path / "other_seed"))
+    assert not np.array_equal(a.get_weights()[0], d.get_weights()[0])
+
+
+def test_tokens_architecture_and_refit_train(tiny_dataset, tmp_path):
+    metrics = _train(tiny_dataset, tmp_path / "tok", HP.replace(architecture="tokens", refit=True))
+    assert metrics["refit_on_eval"] is True
+    model, config, _ = io.load_model_dir(str(tmp_path / "tok"))
+    assert config["hyperparameters"]["architecture"] == "tokens"
+    assert np.asarray(model(np.ones((1, 16), np.int32))).shape == (1, 8)
+
+
+def test_evaluate_cli_writes_json(trained, tiny_dataset, tmp_path, capsys):
+    from lifetime.cli import main
+
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", "--model", trained, "--dataset", tiny_dataset, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["datasets"][0]["split"] == "eval"  # its own training dataset: held out only
+    assert set(result["overall"]) == {"model", "baseline_majority", "baseline_exact",
+                                      "baseline_site"}
+    assert result["overall"]["model"]["contexts"] == result["datasets"][0]["contexts"]
+    assert "| baseline: site |" in capsys.readouterr().out
+
+
+def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
+    from model.report import write_report
+
+    out = tmp_path / "report"
+    rep = write_report(trained, [tiny_dataset], [tiny_dataset], str(out), fractions=(0.5, 1.0))
+    md = (out / "report.md").read_text()
+    for heading in ("## Exact stack overlap", "## Token and function overlap",
+                    "## Model vs baselines: all test contexts", "## Confusion matrices",
+                    "## Accuracy against sampling fraction"):
+        assert heading in md
+    assert "| baseline: exact |" in md and "| from -> to | depth 1 | depth 2 |" in md
+    for png in ("confusion_weighted.png", "confusion_unweighted.png", "sampling.png",
+                "overlap.png", "bars_overall.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"]({png})" in md
+    assert "<table>" in (out / "report.html").read_text()
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["summary"] == rep["summary"] and len(saved["sampling"]) == 2
+    assert saved["stack_overlap"][0]["depths"]["1"]["contexts"] == 1.0  # same version
+
+
+def test_missing_dataset_fails_clearly(tmp_path):
+    with pytest.raises(DatasetError, match="no such directory"):
+        _train(str(tmp_path / "nope"), tmp_path / "m")
+
+
+def test_empty_eval_split_fails_clearly(tmp_path):
+    ds = build_tiny_dataset(tmp_path, eval_percent=0)
+    with pytest.raises(DatasetError, match="eval split is empty"):
+        _train(ds, tmp_path / "m")
+
+
+def test_vocabulary_mismatch_fails_clearly(trained, tmp_path):
+    from model.evaluate import evaluate
+
+    vocab = tmp_path / "other_vocab.txt"
+    vocab.write_text("<pad>\n<unk>\n<sep>\nmain\nsomething_else\n")
+    ds = build_tiny_dataset(tmp_path, vocab_path=str(vocab), programs=("sites_a",))
+    with pytest.raises(DatasetError, match="vocabulary differs from the model's"):
+        evaluate(trained, [ds])
+
+
+def test_bad_model_dirs_fail_clearly(trained, tmp_path):
+    import shutil
+
+    with pytest.raises(ModelDirError, match="no such directory"):
+        io.load_model_dir(str(tmp_path / "nope"))
+    broken = tmp_path / "broken"
+    shutil.copytree(trained, broken)
+    os.remove(broken / "vocab.txt")
+    with pytest.raises(ModelDirError, match="no vocab.txt"):
+        io.load_model_dir(str(broken))
+    shutil.copy(os.path.join(trained, "vocab.txt"), broken / "vocab.txt")
+    (broken / "model.keras").write_bytes(b"not a zip file at all")
+    with pytest.raises(ModelDirError, match="corrupt"):
+        io.load_model_dir(str(broken))
+    assert not zipfile.is_zipfile(broken / "model.keras")
