@@ -1,0 +1,288 @@
+// Implementation of lifetime_model.h over the XLA AOT-compiled class.
+//
+// Compiled by `lifetime export` together with two generated files:
+//   lifetime_model_xla.h   tfcompile's header (class lifetime_model_aot::LifetimeModelXla)
+//   lifetime_model_data.cc the vocabulary hash table, class names and model info
+#include "lifetime_model.h"
+
+#include <new>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lifetime_model_data.h"
+#include "lifetime_model_xla.h"
+
+namespace lifetime_model {
+namespace {
+
+// pipeline/tokenizer.py: DELIMITERS plus ASCII whitespace " \t\n\r\f\v".
+struct DelimiterTable {
+  bool is[256];
+  constexpr DelimiterTable() : is() {
+    const char* d = ":()<>[]{},*&.;=+-~!%^|/\\'\"`?@# \t\n\r\f\v";
+    for (; *d; ++d) is[static_cast<unsigned char>(*d)] = true;
+  }
+};
+constexpr DelimiterTable kDelimiters;
+
+inline bool IsDelimiter(char c) { return kDelimiters.is[static_cast<unsigned char>(c)]; }
+
+// FNV-1a, 64 bit; export/codegen.py builds the compiled-in table with the same function.
+inline uint64_t HashBytes(const char* s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(s[i]);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Open addressing, linear probing; slots hold ids, -1 = empty.
+inline int32_t LookupId(const char* blob, const uint32_t* offsets, const int32_t* slots,
+                        uint32_t mask, const char* token, size_t length) {
+  for (uint32_t i = static_cast<uint32_t>(HashBytes(token, length)) & mask;;
+       i = (i + 1) & mask) {
+    int32_t id = slots[i];
+    if (id < 0) return 1;  // <unk>
+    size_t n = offsets[id + 1] - offsets[id];
+    if (n == length && memcmp(blob + offsets[id], token, length) == 0) return id;
+  }
+}
+
+inline size_t Length(const char* const* frames, const size_t* lengths, int i) {
+  return lengths ? lengths[i] : (frames[i] ? strlen(frames[i]) : 0);
+}
+
+// Writes the frame-slot ids of a stack into ids[0, F*T).
+int FillSlots(const char* const* frames, const size_t* lengths, int num_frames,
+              int32_t* ids) {
+  const int f_max = generated::kMaxFrames, t_max = generated::kTokensPerFrame;
+  memset(ids, 0, sizeof(int32_t) * f_max * t_max);
+  int used = num_frames < f_max ? num_frames : f_max;
+  for (int f = 0; f < used; ++f) {
+    const char* s = frames[f];
+    if (!s) continue;
+    size_t n = Length(frames, lengths, f), i = 0;
+    int32_t* slot = ids + f * t_max;
+    for (int t = 0; t < t_max;) {
+      while (i < n && IsDelimiter(s[i])) ++i;
+      if (i == n) break;
+      size_t start = i;
+      while (i < n && !IsDelimiter(s[i])) ++i;
+      slot[t++] = TokenId(s + start, i - start);
+    }
+  }
+  return used;
+}
+
+}  // namespace
+
+size_t FrameTokens(const char* frame, size_t length, TokenView* out,
+                   size_t max_out) noexcept {
+  size_t count = 0, i = 0;
+  while (frame) {
+    while (i < length && IsDelimiter(frame[i])) ++i;
+    if (i == length) break;
+    size_t start = i;
+    while (i < length && !IsDelimiter(frame[i])) ++i;
+    if (count < max_out) out[count] = TokenView{frame + start, i - start};
+    ++count;
+  }
+  return count;
+}
+
+int32_t TokenId(const char* token, size_t length) noexcept {
+  return LookupId(reinterpret_cast<const char*>(generated::kVocabBlob),
+                  generated::kVocabOffsets, generated::kVocabSlots, generated::kVocabSlotMask,
+                  token, length);
+}
+
+int TokenizeFrames(const char* const* frames, const size_t* lengths, int num_frames,
+                   int32_t* ids) noexcept {
+  if (!ids || num_frames < 0 || (num_frames > 0 && !frames)) return -1;
+  return FillSlots(frames, lengths, num_frames, ids);
+}
+
+Vocabulary::Vocabulary(const char* const* tokens, const size_t* lengths, int count) noexcept {
+  if (count <= 0 || !tokens) return;
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += Length(tokens, lengths, i);
+  uint32_t size = 2;
+  while (size < 2u * static_cast<uint32_t>(count)) size <<= 1;
+  blob_ = static_cast<char*>(malloc(total + 1));
+  offsets_ = static_cast<uint32_t*>(malloc(sizeof(uint32_t) * (count + 1)));
+  int32_t* slots = static_cast<int32_t*>(malloc(sizeof(int32_t) * size));
+  if (!blob_ || !offsets_ || !slots) {
+    free(slots);
+    return;
+  }
+  mask_ = size - 1;
+  count_ = count;
+  memset(slots, 0xff, sizeof(int32_t) * size);
+  uint32_t off = 0;
+  for (int id = 0; id < count; ++id) {
+    size_t n = Length(tokens, lengths, id);
+    offsets_[id] = off;
+    if (n) memcpy(blob_ + off, tokens[id], n);
+    off += static_cast<uint32_t>(n);
+    uint32_t i = static_cast<uint32_t>(HashBytes(tokens[id], n)) & mask_;
+    while (slots[i] >= 0) i = (i + 1) & mask_;
+    slots[i] = id;
+  }
+  offsets_[count] = off;
+  slots_ = slots;
+}
+
+Vocabulary::~Vocabulary() {
+  free(blob_);
+  free(offsets_);
+  free(slots_);
+}
+
+int32_t Vocabulary::Id(const char* token, size_t length) const noexcept {
+  if (!slots_) return 1;
+  return LookupId(blob_, offsets_, slots_, mask_, token, length);
+}
+
+struct Predictor::Impl {
+  ::lifetime_model_aot::LifetimeModelXla fn;
+  float probs[generated::kNumClasses];
+  Impl() : fn(::lifetime_model_aot::LifetimeModelXla::AllocMode::ARGS_VARIABLES_RESULTS_PROFILES_AND_TEMPS) {}
+
+  int Run() {
+    if (!fn.Run()) return -1;
+    const float* p = fn.result_fetch_probabilities_data();
+    int best = 0;
+    for (int c = 0; c < generated::kNumClasses; ++c) {
+      probs[c] = p[c];
+      if (p[c] > p[best]) best = c;
+    }
+    return best;
+  }
+};
+
+Predictor::Predictor() noexcept : impl_(new (std::nothrow) Impl()) {
+  if (impl_ && !impl_->fn.arg_feed_token_ids_data()) {
+    delete impl_;
+    impl_ = nullptr;
+  }
+}
+
+Predictor::~Predictor() { delete impl_; }
+
+int Predictor::PredictFrames(const char* const* frames, const size_t* lengths,
+                             int num_frames) noexcept {
+  if (!impl_ || num_frames < 0 || (num_frames > 0 && !frames)) return -1;
+  FillSlots(frames, lengths, num_frames, impl_->fn.arg_feed_token_ids_data());
+  return impl_->Run();
+}
+
+int Predictor::PredictIds(const int32_t* ids) noexcept {
+  if (!impl_ || !ids) return -1;
+  int32_t* in = impl_->fn.arg_feed_token_ids_data();
+  for (int i = 0; i < generated::kMaxFrames * generated::kTokensPerFrame; ++i) {
+    in[i] = (ids[i] >= 0 && ids[i] < generated::kVocabSize) ? ids[i] : 1;
+  }
+  return impl_->Run();
+}
+
+const float* Predictor::probabilities() const noexcept {
+  return impl_ ? impl_->probs : nullptr;
+}
+
+}  // namespace lifetime_model
+
+// ---------------------------------------------------------------------------------
+// C API.
+struct lifetime_predictor {
+  lifetime_model::Predictor predictor;
+  // Frame buffers for lifetime_cache_predict's callback, preallocated.
+  const char* frames[lifetime_model::generated::kMaxFrames];
+  size_t lengths[lifetime_model::generated::kMaxFrames];
+};
+
+struct lifetime_cache {
+  lifetime_model::PredictionCache cache;
+};
+
+namespace {
+thread_local lifetime_cache tls_cache;
+
+int CopyOut(const lifetime_model::Predictor& p, int cls, float* probs) {
+  if (cls >= 0 && probs) {
+    memcpy(probs, p.probabilities(), sizeof(float) * lifetime_model::generated::kNumClasses);
+  }
+  return cls;
+}
+}  // namespace
+
+extern "C" {
+
+const lifetime_model_info* lifetime_model_get_info(void) {
+  return &lifetime_model::generated::kInfo;
+}
+
+lifetime_predictor* lifetime_predictor_create(void) {
+  lifetime_predictor* p = new (std::nothrow) lifetime_predictor();
+  if (p && !p->predictor.ok()) {
+    delete p;
+    return nullptr;
+  }
+  return p;
+}
+
+void lifetime_predictor_destroy(lifetime_predictor* p) { delete p; }
+
+int lifetime_predict_frames(lifetime_predictor* p, const char* const* frames,
+                            const size_t* lengths, int num_frames, float* probs) {
+  if (!p) return -1;
+  return CopyOut(p->predictor, p->predictor.PredictFrames(frames, lengths, num_frames), probs);
+}
+
+int lifetime_predict_ids(lifetime_predictor* p, const int32_t* ids, float* probs) {
+  if (!p) return -1;
+  return CopyOut(p->predictor, p->predictor.PredictIds(ids), probs);
+}
+
+int lifetime_tokenize_frames(const char* const* frames, const size_t* lengths,
+                             int num_frames, int32_t* ids) {
+  return lifetime_model::TokenizeFrames(frames, lengths, num_frames, ids);
+}
+
+int32_t lifetime_token_id(const char* token, size_t length) {
+  return token || !length ? lifetime_model::TokenId(token, length) : 1;
+}
+
+lifetime_cache* lifetime_cache_thread_local(void) { return &tls_cache; }
+
+uint64_t lifetime_cache_key(uintptr_t return_address, uintptr_t stack_height, size_t size) {
+  return lifetime_model::CacheKey(return_address, stack_height, size);
+}
+
+int lifetime_cache_predict(lifetime_cache* c, lifetime_predictor* p, uintptr_t return_address,
+                           uintptr_t stack_height, size_t size, lifetime_frames_fn get,
+                           void* ctx) {
+  if (!c) return -1;
+  uint64_t key = lifetime_model::CacheKey(return_address, stack_height, size);
+  return c->cache.Get(key, [&]() -> int32_t {
+    if (!p || !get) return -1;
+    int n = get(ctx, p->frames, p->lengths, lifetime_model::generated::kMaxFrames);
+    if (n < 0) return -1;
+    if (n > lifetime_model::generated::kMaxFrames) n = lifetime_model::generated::kMaxFrames;
+    return p->predictor.PredictFrames(p->frames, p->lengths, n);
+  });
+}
+
+void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out) {
+  if (c && out) *out = c->cache.stats();
+}
+
+void lifetime_cache_set_revalidate_every(lifetime_cache* c, uint32_t n) {
+  if (c) c->cache.set_revalidate_every(n);
+}
+
+void lifetime_cache_clear(lifetime_cache* c) {
+  if (c) c->cache.Clear();
+}
+
+}  // extern "C"

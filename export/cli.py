@@ -1,0 +1,44 @@
+"""`lifetime export MODEL_DIR --out DIR` (wired into lifetime/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export", help="XLA AOT-compile a trained model into a static C++ library",
+        description="Compiles MODEL_DIR (model.keras, vocab.txt, config.json) into DIR: "
+                    "include/, lib/liblifetime_model.a (model + XLA runtime + Abseil "
+                    "subset), a CMake package (find_package(LifetimeModel)) and a "
+                    "pkg-config file.  The XLA runtime is built once and cached under "
+                    "$LIFETIME_CACHE_DIR (default ~/.cache/lifetime-models).")
+    p.add_argument("model_dir", metavar="MODEL_DIR")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--graph", choices=("auto", "folded", "keras"), default="auto",
+                   help="folded: the LSTM rewritten for one prediction, checked against the "
+                        "model (fast); keras: the Keras model as is; auto: folded when it "
+                        "applies (default)")
+    p.add_argument("--target-cpu", default="", metavar="CPU",
+                   help="LLVM CPU for the compiled code, e.g. haswell (default: generic "
+                        "x86-64, runs anywhere)")
+    p.add_argument("--xla-flags", default=None, metavar="FLAGS",
+                   help="XLA_FLAGS for the compilation")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from export.exporter import ExportError, export_model
+    from export.runtime_build import RuntimeBuildError
+
+    try:
+        m = export_model(args.model_dir, args.out, graph=args.graph,
+                         target_cpu=args.target_cpu, xla_flags=args.xla_flags)
+    except (ExportError, RuntimeBuildError) as e:
+        print(f"lifetime export: error: {e}", file=sys.stderr)
+        return 1
+    print(f"exported {args.model_dir} -> {args.out}: {m['library']} "
+          f"({m['library_bytes'] / 1e6:.1f} MB, graph {m['graph']}, "
+          f"{m['num_classes']} classes, vocabulary {m['vocab_size']}) in {m['seconds']} s")
+    return 0
