@@ -25,8 +25,44 @@ def _cmd_profile(args: argparse.Namespace) -> int:
                          "[--interval BYTES] [--out DIR] -- CMD ARGS...)")
     from profiler import launch
 
-    return launch.run_profiled(cmd, out_dir=args.out, interval=args.interval,
-                               version_label=args.version_label)
+    try:
+        return launch.run_profiled(cmd, out_dir=args.out, interval=args.interval,
+                                   version_label=args.version_label, model=args.model)
+    except launch.ModelExportError as e:
+        raise SystemExit(f"lifetime profile: error: {e}")
+
+
+def _cmd_evaluate_online(args: argparse.Namespace) -> int:
+    import json
+
+    from model.online import OnlineEvaluationError, evaluate_online
+
+    try:
+        result = evaluate_online(args.profiles, _label_scheme(args), max_frames=args.max_frames)
+    except OnlineEvaluationError as e:
+        raise SystemExit(f"lifetime evaluate-online: error: {e}")
+    h, cache, cost = result["headline"], result["cache"], result["cost_ns_per_sampled_allocation"]
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    print(f"{result['profiles']} profiles, {result['contexts']} contexts, "
+          f"{result['predicted_samples']} predicted samples")
+    print(f"per context  weighted exact {pct(h['weighted_exact'])}, off-by-one "
+          f"{pct(h['weighted_off_by_one'])}, under-prediction {pct(h['weighted_under_prediction'])}"
+          f"; unweighted exact {pct(h['unweighted_exact'])}, off-by-one "
+          f"{pct(h['unweighted_off_by_one'])}")
+    print(f"per sample   exact {pct(h['per_sample_exact'])}, off-by-one "
+          f"{pct(h['per_sample_off_by_one'])}, under-prediction "
+          f"{pct(h['per_sample_under_prediction'])}")
+    print(f"cache        hit rate {pct(cache['hit_rate'])} ({cache['cache_hits']} hits, "
+          f"{cache['cache_misses']} misses, {cache['revalidations']} revalidations, "
+          f"{cache['disagreements']} disagreements)")
+    print(f"added cost   per sampled allocation: mean {cost['mean'] / 1e3:.2f} us, p50 "
+          f"{cost['p50'] / 1e3:.2f} us (hits {(cost['hit_p50'] or 0) / 1e3:.2f} us, misses "
+          f"{(cost['miss_p50'] or 0) / 1e3:.2f} us), p99 {cost['p99'] / 1e3:.2f} us")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1, sort_keys=True)
+        print(f"wrote {args.json}")
+    return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -128,8 +164,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for the profile files, one per process (default: %(default)s)")
     p.add_argument("--version-label", default=None, metavar="LABEL",
                    help="free-form version label stored in each profile's header")
+    p.add_argument("--model", default=None, metavar="EXPORT_DIR",
+                   help="a `lifetime export` directory: predict each sampled allocation's "
+                        "lifetime class online (recorded, not acted on)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     p.set_defaults(func=_cmd_profile)
+
+    p = sub.add_parser("evaluate-online",
+                       help="online predictions in profiles against the actual lifetimes")
+    p.add_argument("profiles", nargs="+", metavar="PROFILE")
+    p.add_argument("--max-frames", type=_positive_int, default=32,
+                   help="frames per context, as in build-dataset (default: 32)")
+    p.add_argument("--clock", choices=("wall", "bytes"), default="wall")
+    p.add_argument("--boundaries", metavar="B1,B2,...")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.set_defaults(func=_cmd_evaluate_online)
 
     p = sub.add_parser("inspect", help="print a profile file's header, counts and samples")
     p.add_argument("files", nargs="+", metavar="FILE")
@@ -153,6 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Unknown options are passed to Beam unchanged.")
     _add_profile_inputs(p)
     p.set_defaults(func=_cmd_characterize, beam=True)
+
+    from model.cli import add_subcommands as add_model_subcommands  # train, evaluate, report
+
+    add_model_subcommands(sub)
+
+    from export.cli import add_parser as add_export_subcommand  # export
+
+    add_export_subcommand(sub)
     return parser
 
 

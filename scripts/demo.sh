@@ -1,18 +1,61 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on bundled defaults.  Today: profile the proxy
-# workload (v1 and v2) under the sampler and summarize each profile.
+# `make demo`: the whole loop on bundled defaults (`make setup` has built everything).
+#   profile proxy v1 (several runs) and v2 -> build-dataset -> train on v1
+#   -> report v1 -> v2 -> characterize -> export -> a C++ consumer via find_package
+#   -> v2 again, with the exported model predicting inside the sampler (online)
+# Knobs: DEMO_SECONDS (per profiled run, default 12), DEMO_RUNS (v1 runs, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 OUT=out/demo
 SECONDS_PER_RUN=${DEMO_SECONDS:-12}
-rm -rf "$OUT/profiles"
-mkdir -p "$OUT/profiles"
-for v in v1 v2; do
-  echo "== profiling proxy_server_$v for ${SECONDS_PER_RUN}s"
-  $BIN/lifetime profile --out "$OUT/profiles/$v" --version-label "proxy-$v" -- \
-    build/workloads/proxy_server/proxy_server_$v --seconds "$SECONDS_PER_RUN"
+RUNS=${DEMO_RUNS:-3}
+PROXY=build/workloads/proxy_server
+START=$(date +%s)
+step() { echo; echo "== [$(( $(date +%s) - START ))s] $*"; }
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+for i in $(seq 1 "$RUNS"); do
+  step "profiling proxy_server_v1, run $i of $RUNS (${SECONDS_PER_RUN}s)"
+  $BIN/lifetime profile --out "$OUT/profiles/v1" --version-label v1 -- \
+    "$PROXY/proxy_server_v1" --seconds "$SECONDS_PER_RUN"
 done
-echo "== summaries"
-$BIN/lifetime inspect --samples 3 "$OUT"/profiles/*/*.ltprof
-echo "profiles are in $OUT/profiles"
+step "profiling proxy_server_v2 (${SECONDS_PER_RUN}s)"
+$BIN/lifetime profile --out "$OUT/profiles/v2" --version-label v2 -- \
+  "$PROXY/proxy_server_v2" --seconds "$SECONDS_PER_RUN"
+$BIN/lifetime inspect --samples 0 "$OUT"/profiles/v2/*.ltprof
+
+step "build-dataset (Beam, DirectRunner): v1, then v2 on v1's vocabulary"
+$BIN/lifetime build-dataset --profiles "$OUT/profiles/v1/*.ltprof" --version-label v1 \
+  --out "$OUT/datasets/v1"
+$BIN/lifetime build-dataset --profiles "$OUT/profiles/v2/*.ltprof" --version-label v2 \
+  --vocab "$OUT/datasets/v1/vocab.txt" --out "$OUT/datasets/v2"
+
+step "train on v1"
+$BIN/lifetime train --dataset "$OUT/datasets/v1" --out "$OUT/model"
+
+step "report: trained on v1, tested on v2"
+$BIN/lifetime report --model "$OUT/model" --train "$OUT/datasets/v1" \
+  --test "$OUT/datasets/v2" --out "$OUT/report"
+
+step "characterize v1 and v2"
+$BIN/lifetime characterize --profiles "$OUT/profiles/*/*.ltprof" --out "$OUT/characterize"
+
+step "export: XLA AOT -> static library + CMake package"
+$BIN/lifetime export "$OUT/model" --out "$OUT/export"
+
+step "a C++ consumer built with find_package(LifetimeModel)"
+cmake -S export/examples/consumer -B "$OUT/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$PWD/$OUT/export" > /dev/null
+cmake --build "$OUT/consumer" > /dev/null
+"$OUT/consumer/lifetime_consumer"
+
+step "online: proxy_server_v2 with the exported model inside the sampler"
+$BIN/lifetime profile --model "$OUT/export" --out "$OUT/profiles/v2-online" --version-label v2 -- \
+  "$PROXY/proxy_server_v2" --seconds "$SECONDS_PER_RUN"
+$BIN/lifetime evaluate-online "$OUT"/profiles/v2-online/*.ltprof --json "$OUT/online.json"
+
+step "done in $(( $(date +%s) - START ))s"
+$BIN/python scripts/demo_summary.py "$OUT"

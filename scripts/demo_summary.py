@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Prints where `make demo` put its outputs, with the headline figures."""
+
+import json
+import pathlib
+import sys
+
+out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "out/demo")
+
+
+def pct(x):
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def load(path):
+    p = out / path
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+report = load("report/report.json")
+online = load("online.json")
+manifest = load("export/export_manifest.json")
+print("outputs:")
+for name, path in [("profiles", "profiles"), ("datasets", "datasets"), ("model", "model"),
+                   ("report (v1 -> v2)", "report/report.md"),
+                   ("characterization", "characterize"), ("exported library", "export"),
+                   ("online evaluation", "online.json")]:
+    print(f"  {name:20s} {out / path}")
+if report:
+    print("offline, trained on v1, tested on v2:")
+    for key, m in sorted(report.get("summary", {}).items()):
+        if not isinstance(m, dict):
+            continue
+        print(f"  {key:32s} weighted exact {pct(m['weighted_exact'])}, off-by-one "
+              f"{pct(m['weighted_off_by_one'])}; unweighted exact {pct(m['unweighted_exact'])}")
+if online:
+    h = online["headline"]
+    print(f"online (v2, model inside the sampler): weighted exact {pct(h['weighted_exact'])}, "
+          f"off-by-one {pct(h['weighted_off_by_one'])}, cache hit rate "
+          f"{pct(online['cache']['hit_rate'])}, added cost p50 "
+          f"{online['cost_ns_per_sampled_allocation']['p50'] / 1e3:.2f} us per sampled allocation")
+if manifest:
+    print(f"exported library: {manifest.get('library', out / 'export/lib')}")

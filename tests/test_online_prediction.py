@@ -1,0 +1,141 @@
+"""Online, counterfactual predictions: an exported model loaded into the sampler.
+
+A small model (tests/export_support.py) is exported once with the real XLA AOT
+toolchain, built into the sampler's model plugin through CMake find_package, and
+loaded by `lifetime profile --model`.  The tests check that every sampled allocation
+carries a prediction, that the trailer's totals add up, that evaluate-online reports
+on them, and that the profiler's host-safety guarantees hold with a model loaded
+(threads with cross-thread frees, fork + exec, a model that cannot be loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from profiler import launch
+from tests.sampler_support import compile_c, only_profile, read_all, run_sampled
+from tests.test_sampler_threads import PER_PRODUCER, PRODUCERS, check_cross_thread_profile
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(export dir, plugin .so) of a small synthetic model."""
+    from export.exporter import export_model
+    from tests.export_support import make_model_dir
+
+    root = tmp_path_factory.mktemp("online-model")
+    model_dir = make_model_dir(root / "model", train=1500, eval_=200, epochs=2)
+    export_model(model_dir, root / "export")
+    return str(root / "export"), launch.model_plugin(str(root / "export"))
+
+
+def _model_env(plugin: str) -> dict:
+    return {"LIFETIME_MODEL_LIB": plugin}
+
+
+def test_every_sample_carries_a_prediction(exported, tmp_path):
+    from tests.conftest import proxy_binary
+
+    export_dir, _ = exported
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "lifetime.cli", "profile", "--model", export_dir,
+           "--interval", "65536", "--out", str(out), "--",
+           str(proxy_binary("v2")), "--seconds", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    prof = only_profile(out)
+    assert prof.header.model_id and prof.header.model_path.endswith(".so")
+    assert prof.samples and all(s.predicted for s in prof.samples)
+    num_classes = 8
+    assert all(0 <= s.predicted_class < num_classes for s in prof.samples)
+    stats = prof.trailer.prediction
+    assert stats.predictions == stats.cache_hits + stats.cache_misses
+    assert stats.predictions >= len(prof.samples)  # dropped samples were predicted too
+    assert stats.model_runs == stats.cache_misses + stats.revalidations
+    assert stats.failures == 0
+    assert sum(s.prediction_cache_hit for s in prof.samples) > 0
+    # Misses run the model; hits do not: a miss costs more than the median hit.
+    hits = sorted(s.prediction_ns for s in prof.samples if s.prediction_cache_hit)
+    misses = sorted(s.prediction_ns for s in prof.samples if not s.prediction_cache_hit)
+    assert misses[len(misses) // 2] > hits[len(hits) // 2]
+
+    report = tmp_path / "online.json"
+    proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
+                           *map(str, out.glob("*.ltprof")), "--json", str(report)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "cache        hit rate" in proc.stdout and "per sample" in proc.stdout
+    result = json.loads(report.read_text())
+    assert result["predicted_samples"] == len(prof.samples)
+    assert result["cache"]["hit_rate"] > 0.9  # size classes keep the keys few
+    for key in ("weighted_exact", "weighted_off_by_one", "weighted_under_prediction",
+                "unweighted_exact", "per_sample_exact"):
+        assert 0.0 <= result["headline"][key] <= 1.0
+
+
+def test_threads_with_cross_thread_frees_and_a_model(exported, tmp_path):
+    _, plugin = exported
+    binary = compile_c("threads_xfree", tmp_path)
+    proc = run_sampled([binary, str(PER_PRODUCER)], tmp_path / "out", interval=1,
+                       extra_env=_model_env(plugin))
+    total = PER_PRODUCER * PRODUCERS
+    assert proc.stdout == f"produced {total} consumed {total}\n"
+    prof = only_profile(tmp_path / "out")
+    check_cross_thread_profile(prof, PER_PRODUCER)
+    assert all(s.predicted for s in prof.samples)
+
+
+def test_fork_and_exec_with_a_model(exported, tmp_path):
+    _, plugin = exported
+    binary = compile_c("fork_exec", tmp_path)
+    out = tmp_path / "out"
+    proc = run_sampled([binary, "parent", "alloc"], out, interval=1,
+                       extra_env=_model_env(plugin))
+    assert proc.stdout.startswith("parent ")
+    profiles = read_all(out)
+    # parent, forked child (it sampled before exec), exec'd image: one file each
+    assert len(profiles) == 3
+    assert sum(p.header.forked_from_pid != 0 for p in profiles) == 1
+    for prof in profiles:
+        assert prof.header.model_id
+        assert all(s.predicted for s in prof.samples)
+
+
+def test_an_unloadable_model_leaves_plain_profiling(tmp_path):
+    from tests.conftest import proxy_binary
+
+    bad = tmp_path / "not-a-model.so"
+    bad.write_bytes(b"\x7fELF garbage")
+    out = tmp_path / "out"
+    proc = run_sampled([str(proxy_binary("v1")), "--seconds", "1"], out, interval=65536,
+                       extra_env=_model_env(str(bad)))
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("lifetime-sampler:")]
+    assert len(lines) == 1 and str(bad) in lines[0] and "predictions off" in lines[0]
+    prof = only_profile(out)
+    assert prof.samples and not any(s.predicted for s in prof.samples)
+    assert not prof.header.model_id
+
+
+def test_profile_with_a_missing_export_is_a_clear_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "profile", "--model",
+                           str(tmp_path / "nope"), "--", "true"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "no such model export directory" in proc.stderr and "nope" in proc.stderr
+
+
+def test_evaluate_online_needs_predictions(tmp_path):
+    from tests.conftest import proxy_binary
+
+    out = tmp_path / "out"
+    run_sampled([str(proxy_binary("v1")), "--seconds", "1"], out, interval=65536)
+    proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
+                           *map(str, out.glob("*.ltprof"))],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode != 0
+    assert "no online predictions" in proc.stderr
