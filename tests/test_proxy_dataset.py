@@ -1,5 +1,6 @@
 """End to end on real profiles: the dataset built from the proxy workload's profile
-recovers the ground-truth class of (at least 95% of) its allocation sites."""
+recovers the ground-truth class of (at least 95% of) its allocation sites, and holds one
+context per designed call path (ground_truth.json "callers"), not one per site."""
 
 import collections
 
@@ -22,6 +23,9 @@ def test_proxy_dataset_recovers_ground_truth(proxy_profile, tmp_path):
     config = DatasetConfig()
     manifest = dataset.build_dataset([(proxy_profile("v1"), "v1")], str(tmp_path), config)
     assert manifest["dropped"]["bad_records_or_files"] == 0
+    contexts = sum(split["contexts"] for split in manifest["splits"].values())
+    paths = sum(len(site["callers"]["v1"]) for site in GROUND_TRUTH["sites"])
+    assert contexts >= paths, f"{contexts} contexts for {paths} designed call paths"
     names = config.labels.class_names
     votes = collections.defaultdict(collections.Counter)  # site function -> class -> samples
     for frames, label, weight in _read_examples(tmp_path):

@@ -5,7 +5,9 @@ profile, symbolize every stack with pipeline.symbolize, take each sample's alloc
 site (the first frame after `strip_allocator_frames`), compute each site's T95 with
 pipeline.lifetimes (Kaplan-Meier: censored samples, still live at exit, only give a
 lower bound; a site whose censored mass keeps the estimate from reaching 95% is inf)
-and check its class against workloads/proxy_server/ground_truth.json.
+and check its class against workloads/proxy_server/ground_truth.json; and check that
+each site is reached through each of its designed callers (one allocation context per
+caller), every stack through exactly one.
 
 Needs the native build (`make native`: the sampler and the two proxy binaries);
 the profiles come from the session fixture `proxy_profile` (tests/conftest.py).
@@ -27,6 +29,8 @@ from tests.conftest import proxy_binary as _binary
 SCHEME = lifetimes.LabelScheme()  # wall clock, ms; the paper's classes
 MIN_SAMPLES = 20          # a ground-truth site must show at least this many samples
 UNEXPECTED_SAMPLES = 20   # a proxy site outside the ground truth with this many fails
+MIN_CALLERS = 3           # designed call paths (allocation contexts) per site, at least
+MIN_CONTEXTS = 40         # ... and per version, in all
 
 VERSIONS = sorted(GT["versions"])
 
@@ -40,6 +44,9 @@ def test_ground_truth_is_well_formed():
     for version in VERSIONS:
         functions = [s["functions"][version] for s in GT["sites"]]
         assert len(functions) == len(set(functions)), f"{version}: one function, two sites"
+        callers = [s["callers"][version] for s in GT["sites"]]
+        assert all(len(c) == len(set(c)) >= MIN_CALLERS for c in callers), version
+        assert sum(map(len, callers)) >= MIN_CONTEXTS, version
     for s in GT["sites"]:
         if s["lifetime_ms"]:  # a designed range sits inside its class
             lo, hi = s["lifetime_ms"]
@@ -53,8 +60,8 @@ def test_site_functions_are_symbols_of_the_binary(version):
     module = sym.ElfModule(str(_binary(version)))
     assert module.symtab is not None, "the binary is stripped"
     names = {sym.demangle(item[3]) for item in module.symtab._items}
-    missing = [s["functions"][version] for s in GT["sites"]
-               if s["functions"][version] not in names]
+    wanted = {f for s in GT["sites"] for f in [s["functions"][version], *s["callers"][version]]}
+    missing = sorted(wanted - names)
     assert not missing, f"{version}: no such function symbols: {missing}"
 
 
@@ -112,5 +119,43 @@ def test_profiled_sites_match_ground_truth(version, proxy_profile):
     for function, row in sorted(table.items()):
         if function not in expected and row["in_binary"] and row["samples"] >= UNEXPECTED_SAMPLES:
             failures.append(f"site outside the ground truth: {function} ({row['samples']} samples)")
+    print("\n".join(lines))
+    assert not failures, "\n".join(lines + failures)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_profiled_sites_take_their_call_paths(version, proxy_profile):
+    """Each site is reached through each of its designed callers, every stack through
+    exactly one: so the site has (at least) one allocation context per caller."""
+    from profiler_proto.container import read_profile
+
+    profile = read_profile(proxy_profile(version))
+    symbolizer = sym.Symbolizer(profile.mappings, cache=sym.ModuleCache())
+    samples = collections.Counter(s.stack_id for s in profile.samples)
+    seen = collections.defaultdict(collections.Counter)  # site function -> caller -> samples
+    contexts = collections.defaultdict(set)  # site function -> distinct stacks (functions)
+    for stack_id, stack in profile.stacks.items():
+        if not samples[stack_id]:
+            continue
+        frames = sym.strip_allocator_frames(
+            symbolizer.symbolize_stack(stack.addresses, leaf_is_return_address=True))
+        if frames:
+            functions = [f.function for f in frames]
+            seen[functions[0]].update({c: samples[stack_id] for c in functions[1:]})
+            contexts[functions[0]].add(tuple(functions))
+
+    failures, lines = [], []
+    for site in GT["sites"]:
+        function, callers = site["functions"][version], site["callers"][version]
+        through = {c: seen[function][c] for c in callers}
+        lines.append(f"  {site['id']:15} {len(contexts[function]):3} stacks  " +
+                     "  ".join(f"{c.split('(')[0].rsplit('::', 1)[-1]}:{n}"
+                               for c, n in through.items()))
+        failures += [f"{site['id']}: no samples through {c}" for c, n in through.items() if not n]
+        for stack in contexts[function]:
+            hits = [c for c in callers if c in stack[1:]]
+            if len(hits) != 1:
+                failures.append(f"{site['id']}: a stack through {len(hits)} of its callers: "
+                                f"{list(stack[1:6])}")
     print("\n".join(lines))
     assert not failures, "\n".join(lines + failures)

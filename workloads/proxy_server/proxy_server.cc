@@ -3,9 +3,14 @@
 //
 //   listener thread --(RequestQueue)--> worker threads --> timer wheels --> sweeper threads
 //
-// The listener reads requests from synthetic clients at a fixed rate; workers parse them,
-// build responses, fill a TTL cache, open sessions and append to never-freed logs and
-// registries; three sweeper threads free what the workers scheduled when it is due.
+// The listener reads requests from synthetic clients at a fixed rate (on new, keep-alive
+// or pipelined connections); workers set up new connections (plain, TLS or PROXY
+// protocol) and route each request by its path to a handler (api, static, auth, admin,
+// health, upload) that parses it, builds the response, fills a TTL cache, opens sessions
+// and appends to never-freed logs and registries; three sweeper threads free what the
+// workers scheduled when it is due.  Every allocation site is reached from several
+// callers (listener paths, transports, handlers), so a profile holds several allocation
+// contexts per site; a site's lifetime depends on the site only, never on the path.
 //
 // One source, two versions.  proxy_server_v1 (PROXY_V2=0, -O2) and proxy_server_v2
 // (PROXY_V2=1, -O3) have the same behaviour and the same lifetime per site.  v2 is a
@@ -14,9 +19,10 @@
 // renames or moves about half of the functions while keeping their domain words
 // (free function ParseRequest -> RequestParser::ParseRequest, ResponseCache::Insert ->
 // ResponseCache::Put, SessionTable::Open -> SessionTable::Create, Worker::Run ->
-// Worker::Serve, ...; PX(v1, v2) below picks every name that differs), adds wrapper
-// frames between some sites and the allocator (proxy::mem::Pool<Owner>::Take, ...) and
-// inlines a v1 frame away.  So most tokens of v2's stacks occur in v1's, but no v2
+// Worker::Serve, route::HandleAuth -> route::HandleLogin, route::HandleHealth ->
+// route::HealthCheck::Probe, ...; PX(v1, v2) below picks every name that differs), adds
+// wrapper frames between some sites and the allocator (proxy::mem::Pool<Owner>::Take, ...)
+// and inlines a v1 frame away.  So most tokens of v2's stacks occur in v1's, but no v2
 // allocation stack equals a v1 one and most site functions differ.  The names that end
 // up in allocation stacks are listed per version in ground_truth.json.
 
@@ -83,9 +89,19 @@ constexpr size_t kCachePayloadBytes[2] = {8 << 10, 40 << 10};
 constexpr size_t kCacheKeyBytes[2] = {8 << 10, 20 << 10};
 constexpr size_t kSessionStateBytes[2] = {16 << 10, 48 << 10};
 constexpr size_t kLogRecordBytes[2] = {6 << 10, 10 << 10};
-constexpr double kCacheableShare = 0.5;
-constexpr double kLoginShare = 0.4;
-constexpr uint64_t kRequestsPerConnection = 4;
+constexpr uint64_t kRequestsPerConnection = 4;  // the first one opens the connection
+
+// Request mix.  Endpoints (http::Endpoint order: api, static, auth, admin, health,
+// upload) by share of requests; per endpoint, the share of requests that fill the cache
+// and that open a session.  Overall 50% of the requests are cacheable and 40% open a
+// session, as before the requests were routed, so every site keeps its volume.
+constexpr double kEndpointShare[6] = {0.40, 0.22, 0.12, 0.08, 0.08, 0.10};
+constexpr double kCacheableShare[6] = {0.60, 1.00, 0.00, 0.00, 0.50, 0.00};  // 0.50
+constexpr double kLoginShare[6] = {0.45, 0.00, 1.00, 0.80, 0.00, 0.35};      // 0.40
+// New connections by transport (net::Transport order: plain, tls, proxied); the other
+// requests of a connection arrive one by one (keep-alive) or pipelined.
+constexpr double kTransportShare[3] = {0.45, 0.40, 0.15};
+constexpr double kPipelinedShare = 0.30;
 }  // namespace design
 
 // ============================================================== utilities (both versions)
@@ -113,6 +129,17 @@ inline uint64_t Mix(uint64_t x) {  // splitmix64 finalizer
 // Deterministic uniform [0, 1) for (request id, purpose).
 inline double Unit(uint64_t id, uint64_t salt) {
   return double(Mix(id * 0x100000001b3ULL ^ (salt << 56 | salt)) >> 11) * 0x1.0p-53;
+}
+
+// Deterministic pick of an index for (request id, purpose), by shares summing to 1.
+template <size_t N>
+inline int Pick(uint64_t id, uint64_t salt, const double (&shares)[N]) {
+  double u = Unit(id, salt);
+  for (size_t i = 0; i + 1 < N; ++i) {
+    if (u < shares[i]) return int(i);
+    u -= shares[i];
+  }
+  return int(N - 1);
 }
 
 inline size_t Between(uint64_t id, uint64_t salt, const size_t (&range)[2]) {
@@ -234,6 +261,7 @@ namespace PX(proxy::upstream, proxy::backend) {}
 namespace proxy::cache {}
 namespace proxy::session {}
 namespace PX(proxy::log, proxy::logging) {}
+namespace proxy::route {}
 namespace net = proxy::net;
 namespace http = proxy::http;
 namespace core = PX(proxy::core, proxy::server);
@@ -241,6 +269,7 @@ namespace upstream = PX(proxy::upstream, proxy::backend);
 namespace cache = proxy::cache;
 namespace session = proxy::session;
 namespace applog = PX(proxy::log, proxy::logging);
+namespace route = proxy::route;
 
 #if PROXY_V2
 // v2's allocation helper: one instantiation per owner type, so each stays a distinct
@@ -260,9 +289,14 @@ struct Pool {
 #endif
 
 namespace proxy::net {
+// How a request's connection came in: kReused for the later requests of a connection,
+// else the transport of the new connection it opens.
+enum class Transport : uint8_t { kReused, kPlain, kTls, kProxied };
+
 struct Request {
   uint64_t id = 0;
   int64_t arrival_ns = 0;
+  Transport transport = Transport::kReused;
   std::string raw;  // the request text, moved (never copied) through the queue
 };
 
@@ -301,20 +335,48 @@ class FrameReader {
 class Listener {
  public:
   PX_FRAME static void Run(RequestQueue* queue);
+  // The three ways a request is read, each a caller of the request_raw site: the first
+  // request of a new connection, a later one on an idle keep-alive connection, or one
+  // pipelined behind the previous request.  Each does work after the read, so none ends
+  // in a tail call (which would drop its frame from the stack).
+  PX_FRAME static bool Accept(uint64_t id, Request* out);
+  PX_FRAME static bool PX(ReadKeepAlive, PollKeepAlive)(uint64_t id, Request* out);
+  PX_FRAME static bool ReadPipelined(uint64_t id, Request* out);
 };
 }  // namespace proxy::net
 
 namespace proxy::http {
+// What a request asks for, by the first segment of its path (design::kEndpointShare).
+enum class Endpoint : uint8_t { kApi, kStatic, kAuth, kAdmin, kHealth, kUpload };
+constexpr int kEndpoints = 6;
+constexpr const char* kEndpointMethods[kEndpoints] = {"GET", "GET", "POST", "GET", "GET", "PUT"};
+constexpr const char* kEndpointPrefixes[kEndpoints] = {"/api/", "/static/", "/auth/",
+                                                       "/admin/", "/healthz/", "/upload/"};
+
+// The router's match: the endpoint of a request line ("METHOD /path ..."), found without
+// parsing (or allocating) anything else.  Unknown paths go to the api handler.
+inline Endpoint MatchEndpoint(const char* text, size_t n) {
+  const char* space = static_cast<const char*>(std::memchr(text, ' ', std::min<size_t>(n, 8)));
+  if (space == nullptr) return Endpoint::kApi;
+  const char* path = space + 1;
+  const size_t left = n - size_t(path - text);
+  for (int e = 0; e < kEndpoints; ++e) {
+    const size_t len = std::strlen(kEndpointPrefixes[e]);
+    if (left >= len && std::memcmp(path, kEndpointPrefixes[e], len) == 0) return Endpoint(e);
+  }
+  return Endpoint::kApi;
+}
+
 struct ParsedRequest {
   uint64_t id = 0;
-  uint64_t route = 0;
+  uint64_t route = 0;  // hash of the request line
   uint64_t connection = 0;
+  Endpoint endpoint = Endpoint::kApi;
   int header_count = 0;
   size_t header_bytes = 0;
   size_t body_bytes = 0;
   bool cacheable = false;
   bool login = false;
-  bool new_connection = false;
 };
 
 struct HeaderField {  // 512 bytes: a normalized copy of one header line
@@ -382,6 +444,15 @@ class ConnectionRegistry {
   PX_FRAME static ConnectionStats* PX(Register, Admit)(uint64_t connection);
   static std::mutex mu;
   static ConnectionStats* head;  // everything stays reachable from here
+};
+
+// Sets up a new connection on its first request, by transport; each registers the
+// connection's statistics (three callers of the conn_registry site).
+class Acceptor {
+ public:
+  PX_FRAME static ConnectionStats* AcceptPlain(uint64_t connection);
+  PX_FRAME static ConnectionStats* PX(AcceptTls, TerminateTls)(uint64_t connection);
+  PX_FRAME static ConnectionStats* AcceptProxied(uint64_t connection);
 };
 
 class Worker {
@@ -496,6 +567,39 @@ class AccessLog {
 };
 }  // namespace PX(proxy::log, proxy::logging)
 
+namespace proxy::route {
+// One handler per endpoint; Worker::Handle dispatches on http::MatchEndpoint.  Each
+// handler parses the request, tracks it in flight, builds the response and logs it, and,
+// depending on the endpoint, fills the cache and opens a session: so the worker's sites
+// are each reached from several handlers.  A handler returns the in-flight request for
+// the worker to schedule.  v2 renames or moves half of them (PX).
+using InFlight = core::InFlightRequest;
+PX_FRAME InFlight* HandleApi(net::Request& req, int64_t now);
+PX_FRAME InFlight* HandleAdmin(net::Request& req, int64_t now);
+PX_FRAME InFlight* HandleUpload(net::Request& req, int64_t now);
+#if PROXY_V2
+PX_FRAME InFlight* HandleLogin(net::Request& req, int64_t now);  // v1 HandleAuth
+class StaticFiles {
+ public:
+  PX_FRAME static InFlight* HandleStatic(net::Request& req, int64_t now);
+};
+class HealthCheck {
+ public:
+  PX_FRAME static InFlight* Probe(net::Request& req, int64_t now);  // v1 HandleHealth
+};
+class SessionGuard {
+ public:
+  PX_FRAME static session::SessionT* RequireSession(const http::ParsedRequest& req);
+};
+#else
+PX_FRAME InFlight* HandleStatic(net::Request& req, int64_t now);
+PX_FRAME InFlight* HandleAuth(net::Request& req, int64_t now);
+PX_FRAME InFlight* HandleHealth(net::Request& req, int64_t now);
+// Opens the session a logged-in request needs (api, admin, upload; auth opens its own).
+PX_FRAME session::SessionT* RequireSession(const http::ParsedRequest& req);
+#endif
+}  // namespace proxy::route
+
 // ============================================================== listener
 namespace proxy::net {
 
@@ -530,9 +634,13 @@ static inline void WriteRequestText(uint64_t id, size_t bytes, std::string* out)
   char line[160];
   const int headers = design::kHeaders[0] +
                       int(util::Unit(id, 2) * (design::kHeaders[1] - design::kHeaders[0] + 1));
-  int n = std::snprintf(line, sizeof line,
-                        "GET /api/v3/route-%u/items/%" PRIu64 " HTTP/1.1\r\nHost: svc-%u\r\n",
-                        unsigned(util::Mix(id) % 97), id, unsigned(id % 13));
+  static constexpr const char* kResources[http::kEndpoints] = {
+      "v3/items", "assets/bundle", "login/client", "stats/shard", "probe/pool", "blobs/bucket"};
+  const int endpoint = util::Pick(id, 13, design::kEndpointShare);
+  int n = std::snprintf(line, sizeof line, "%s %s%s-%u/%" PRIu64 " HTTP/1.1\r\nHost: svc-%u\r\n",
+                        http::kEndpointMethods[endpoint], http::kEndpointPrefixes[endpoint],
+                        kResources[endpoint], unsigned(util::Mix(id) % 97), id,
+                        unsigned(id % 13));
   out->append(line, size_t(n));
   for (int h = 0; h < headers; ++h) {
     n = std::snprintf(line, sizeof line, "X-Trace-%02d: %016" PRIx64 "-%08x\r\n", h,
@@ -565,6 +673,25 @@ void Connection::ReadRequest(uint64_t id, Request* out) {
 }
 #endif
 
+bool Listener::Accept(uint64_t id, Request* out) {
+  Connection::PX(ReadRequest, ReceiveRequest)(id, out);
+  const uint64_t connection = id / design::kRequestsPerConnection;
+  out->transport = Transport(1 + util::Pick(connection, 14, design::kTransportShare));
+  return true;
+}
+
+bool Listener::PX(ReadKeepAlive, PollKeepAlive)(uint64_t id, Request* out) {
+  Connection::PX(ReadRequest, ReceiveRequest)(id, out);
+  out->transport = Transport::kReused;
+  return true;
+}
+
+bool Listener::ReadPipelined(uint64_t id, Request* out) {
+  Connection::PX(ReadRequest, ReceiveRequest)(id, out);
+  out->transport = Transport::kReused;
+  return !out->raw.empty();
+}
+
 // Admits `rate` requests per second, paced by a 1 ms tick.
 void Listener::Run(RequestQueue* queue) {
   const double per_ns = run::g.config.rate / 1e9;
@@ -575,7 +702,12 @@ void Listener::Run(RequestQueue* queue) {
     const uint64_t due = uint64_t(double(now - run::g.start_ns) * per_ns);
     for (int burst = 0; next_id < due && burst < 64; ++burst, ++next_id) {
       Request r;
-      Connection::PX(ReadRequest, ReceiveRequest)(next_id, &r);
+      if (next_id % design::kRequestsPerConnection == 0)
+        Accept(next_id, &r);
+      else if (util::Unit(next_id, 15) < design::kPipelinedShare)
+        ReadPipelined(next_id, &r);
+      else
+        PX(ReadKeepAlive, PollKeepAlive)(next_id, &r);
       if (!queue->Push(std::move(r))) run::g.dropped.fetch_add(1, std::memory_order_relaxed);
     }
     if (tick < now - 50'000'000) tick = now;  // far behind: skip ahead rather than burst
@@ -603,10 +735,10 @@ static inline ParsedRequest Decode(const char* text, size_t n, uint64_t id) {
   }
   --req.header_count;  // the Host line is not an extension header
   req.body_bytes = n - req.header_bytes;
-  req.cacheable = util::Unit(id, 11) < design::kCacheableShare;
-  req.login = util::Unit(id, 12) < design::kLoginShare;
+  req.endpoint = MatchEndpoint(text, n);
+  req.cacheable = util::Unit(id, 11) < design::kCacheableShare[int(req.endpoint)];
+  req.login = util::Unit(id, 12) < design::kLoginShare[int(req.endpoint)];
   req.connection = id / design::kRequestsPerConnection;
-  req.new_connection = id % design::kRequestsPerConnection == 0;
   return req;
 }
 
@@ -705,33 +837,165 @@ ConnectionStats* ConnectionRegistry::PX(Register, Admit)(uint64_t connection) {
   return c;
 }
 
+// The stores after each Register call keep these frames out of tail calls.
+ConnectionStats* Acceptor::AcceptPlain(uint64_t connection) {
+  ConnectionStats* c = ConnectionRegistry::PX(Register, Admit)(connection);
+  ++c->route_counts[0];  // by transport: plain, tls, proxied
+  return c;
+}
+
+ConnectionStats* Acceptor::PX(AcceptTls, TerminateTls)(uint64_t connection) {
+  ConnectionStats* c = ConnectionRegistry::PX(Register, Admit)(connection);
+  ++c->route_counts[1];
+  return c;
+}
+
+ConnectionStats* Acceptor::AcceptProxied(uint64_t connection) {
+  ConnectionStats* c = ConnectionRegistry::PX(Register, Admit)(connection);
+  ++c->route_counts[2];
+  return c;
+}
+
 void Worker::Handle(net::Request& req) {
   const int64_t now = util::NowNs();
-  const http::ParsedRequest parsed =
-      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
-  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  const uint64_t connection = req.id / design::kRequestsPerConnection;
+  switch (req.transport) {  // the first request of a connection sets it up
+    case net::Transport::kPlain: Acceptor::AcceptPlain(connection); break;
+    case net::Transport::kTls: Acceptor::PX(AcceptTls, TerminateTls)(connection); break;
+    case net::Transport::kProxied: Acceptor::AcceptProxied(connection); break;
+    case net::Transport::kReused: break;
+  }
 
-  InFlightRequest* inflight = RequestTracker::PX(Begin, Track)(req, parsed);
-  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
-  std::string().swap(req.raw);  // request text done: freed here, allocated by the listener
-
-  if (parsed.cacheable && run::g.MayCreate(design::kCacheTtlMs, now))
-    cache::ResponseCache::PX(Insert, Put)(parsed, headers, inflight->body);
-  if (parsed.login && run::g.MayCreate(design::kSessionTtlMs, now))
-    session::SessionTable::PX(Open, Create)(parsed);
-  applog::AccessLog::PX(Append, Record)(parsed, headers);
-  if (parsed.new_connection)
-    ConnectionRegistry::PX(Register, Admit)(parsed.connection);
-
+  InFlightRequest* inflight = nullptr;
+  switch (http::MatchEndpoint(req.raw.data(), req.raw.size())) {
+    case http::Endpoint::kApi: inflight = route::HandleApi(req, now); break;
+    case http::Endpoint::kStatic:
+      inflight = route::PX(HandleStatic, StaticFiles::HandleStatic)(req, now);
+      break;
+    case http::Endpoint::kAuth: inflight = route::PX(HandleAuth, HandleLogin)(req, now); break;
+    case http::Endpoint::kAdmin: inflight = route::HandleAdmin(req, now); break;
+    case http::Endpoint::kHealth:
+      inflight = route::PX(HandleHealth, HealthCheck::Probe)(req, now);
+      break;
+    case http::Endpoint::kUpload: inflight = route::HandleUpload(req, now); break;
+  }
   upstream::Responder::Schedule(inflight);
   run::g.requests.fetch_add(1, std::memory_order_relaxed);
-}  // the header table is freed here
+}
 
 void Worker::PX(Run, Serve)(net::RequestQueue* queue) {
   net::Request req;
   while (queue->Pop(&req)) Handle(req);
 }
 }  // namespace PX(proxy::core, proxy::server)
+
+// ============================================================== route handlers
+// Every handler: parse, track in flight, respond, log; the endpoint decides the rest
+// (design::kCacheableShare, kLoginShare) and the order.  The request text is freed once
+// the upstream request has copied its headers; the header table when the handler returns.
+// No handler ends in a call (the header table's destructor runs last), so none is
+// tail-called away.
+namespace proxy::route {
+
+static bool MayCache(const http::ParsedRequest& p, int64_t now) {
+  return p.cacheable && run::g.MayCreate(design::kCacheTtlMs, now);
+}
+
+static bool MayOpenSession(const http::ParsedRequest& p, int64_t now) {
+  return p.login && run::g.MayCreate(design::kSessionTtlMs, now);
+}
+
+// api: forwarded upstream; cacheable reads fill the cache; a logged-in caller gets its
+// session (re)opened.
+InFlight* HandleApi(net::Request& req, int64_t now) {
+  const http::ParsedRequest parsed =
+      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
+  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  InFlight* inflight = core::RequestTracker::PX(Begin, Track)(req, parsed);
+  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
+  std::string().swap(req.raw);  // request text done: freed here, allocated by the listener
+  if (MayCache(parsed, now))
+    cache::ResponseCache::PX(Insert, Put)(parsed, headers, inflight->body);
+  if (MayOpenSession(parsed, now)) PX(RequireSession, SessionGuard::RequireSession)(parsed);
+  applog::AccessLog::PX(Append, Record)(parsed, headers);
+  return inflight;
+}
+
+// static: files from the origin, always cacheable, no sessions.
+InFlight* PX(HandleStatic, StaticFiles::HandleStatic)(net::Request& req, int64_t now) {
+  const http::ParsedRequest parsed =
+      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
+  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  InFlight* inflight = core::RequestTracker::PX(Begin, Track)(req, parsed);
+  std::string().swap(req.raw);
+  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
+  applog::AccessLog::PX(Append, Record)(parsed, headers);
+  if (MayCache(parsed, now))
+    cache::ResponseCache::PX(Insert, Put)(parsed, headers, inflight->body);
+  return inflight;
+}
+
+// auth: a login opens the session first, then the credentials go upstream; never cached.
+InFlight* PX(HandleAuth, HandleLogin)(net::Request& req, int64_t now) {
+  const http::ParsedRequest parsed =
+      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
+  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  if (MayOpenSession(parsed, now)) session::SessionTable::PX(Open, Create)(parsed);
+  InFlight* inflight = core::RequestTracker::PX(Begin, Track)(req, parsed);
+  std::string().swap(req.raw);
+  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
+  applog::AccessLog::PX(Append, Record)(parsed, headers);
+  return inflight;
+}
+
+// admin: the console needs a session before anything is forwarded; never cached.
+InFlight* HandleAdmin(net::Request& req, int64_t now) {
+  const http::ParsedRequest parsed =
+      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
+  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  if (MayOpenSession(parsed, now)) PX(RequireSession, SessionGuard::RequireSession)(parsed);
+  applog::AccessLog::PX(Append, Record)(parsed, headers);  // audited before it runs
+  InFlight* inflight = core::RequestTracker::PX(Begin, Track)(req, parsed);
+  std::string().swap(req.raw);
+  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
+  return inflight;
+}
+
+// health: probes the upstream pool; half the probes refresh the cached status.
+InFlight* PX(HandleHealth, HealthCheck::Probe)(net::Request& req, int64_t now) {
+  const http::ParsedRequest parsed =
+      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
+  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  InFlight* inflight = core::RequestTracker::PX(Begin, Track)(req, parsed);
+  std::string().swap(req.raw);
+  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
+  if (MayCache(parsed, now))
+    cache::ResponseCache::PX(Insert, Put)(parsed, headers, inflight->body);
+  applog::AccessLog::PX(Append, Record)(parsed, headers);
+  return inflight;
+}
+
+// upload: the body streams upstream; the uploader's session is opened on the way.
+InFlight* HandleUpload(net::Request& req, int64_t now) {
+  const http::ParsedRequest parsed =
+      http::PX(ParseRequest, RequestParser::ParseRequest)(req.raw, req.id);
+  const std::vector<http::HeaderField> headers = http::ParseHeaders(req.raw, parsed);
+  InFlight* inflight = core::RequestTracker::PX(Begin, Track)(req, parsed);
+  std::string().swap(req.raw);
+  if (MayOpenSession(parsed, now)) PX(RequireSession, SessionGuard::RequireSession)(parsed);
+  inflight->body = http::PX(BuildResponse, ResponseWriter::Write)(parsed, headers);
+  applog::AccessLog::PX(Append, Record)(parsed, headers);
+  return inflight;
+}
+
+session::SessionT* PX(RequireSession, SessionGuard::RequireSession)(
+    const http::ParsedRequest& req) {
+  static std::atomic<uint64_t> required{0};
+  session::SessionT* s = session::SessionTable::PX(Open, Create)(req);
+  required.fetch_add(1, std::memory_order_relaxed);  // after the call: no tail call
+  return s;
+}
+}  // namespace proxy::route
 
 // ============================================================== upstream completion
 namespace PX(proxy::upstream, proxy::backend) {
