@@ -32,6 +32,11 @@ AOT_PREFIX = "aot/lifetime_model_xla"
 AOT_OBJECTS = ("lifetime_model_xla.o", "lifetime_model_xla_constants.o",
                "lifetime_model_xla_metadata.o")
 LIBRARY = "liblifetime_model.a"
+# XLA's classic CPU runtime compiles the graph into one function; the default thunk
+# runtime dispatches each fused op separately, which dominates a model this small
+# (folded default model: about 12 us against 21 us per prediction, measured by
+# benchmarks/export_latency.py).
+DEFAULT_XLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"
 VERSION = "1.0.0"
 
 
@@ -226,7 +231,9 @@ def _run(cmd: list[str], **kw) -> None:
 
 
 def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: pathlib.Path,
-                  runtime: pathlib.Path, model_id: str, route: str) -> pathlib.Path:
+                  runtime: pathlib.Path, model_id: str, route: str,
+                  digests: dict[str, str]) -> pathlib.Path:
+    """Builds lib/liblifetime_model.a; records each part's sha256 in `digests`."""
     gen = work / "gen"
     gen.mkdir(parents=True, exist_ok=True)
     shutil.copy2(aot / "lifetime_model_xla.h", gen / "lifetime_model_xla.h")
@@ -251,6 +258,7 @@ def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: path
     for kind, src in inputs:
         dst = parts / src.name
         shutil.copy2(src, dst)
+        digests[src.name] = hashlib.sha256(dst.read_bytes()).hexdigest()
         script.append(f"{'ADDLIB' if kind == 'lib' else 'ADDMOD'} {dst}")
     script += ["SAVE", "END"]
     _run(["ar", "-M"], input="\n".join(script) + "\n")
@@ -289,7 +297,8 @@ def _write_package(md: ModelDir, out: pathlib.Path, aot: pathlib.Path, model_id:
 
 
 def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
-                 graph: str = "auto", target_cpu: str = "", xla_flags: str | None = None,
+                 graph: str = "auto", target_cpu: str = "",
+                 xla_flags: str | None = DEFAULT_XLA_FLAGS,
                  keep_work: str | os.PathLike | None = None) -> dict:
     """Exports MODEL_DIR into out_dir; returns the export manifest (also written there)."""
     start = time.monotonic()
@@ -311,7 +320,8 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
             shutil.rmtree(out / sub, ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         log.info("building %s", out / "lib" / LIBRARY)
-        lib = build_library(md, aot, work, out, runtime, model_id, info["graph"])
+        parts: dict[str, str] = {}
+        lib = build_library(md, aot, work, out, runtime, model_id, info["graph"], parts)
         _write_package(md, out, aot, model_id)
     manifest = {
         "format": "lifetime-export-v1",
@@ -327,6 +337,10 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         "runtime": runtime.name, "target_cpu": target_cpu or "generic",
         "xla_flags": xla_flags or "",
         "library": str(lib.relative_to(out)), "library_bytes": lib.stat().st_size,
+        # Every part is reproducible except tfcompile's metadata object: TF 2.20 writes its
+        # CompilationResultProto (unused at run time; the header passes nullptr) with map
+        # entries in varying order.
+        "parts_sha256": parts,
         "seconds": round(time.monotonic() - start, 1),
     }
     (out / "export_manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

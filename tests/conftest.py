@@ -45,3 +45,16 @@ def proxy_profile(tmp_path_factory):
         return paths[version]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def exported_model(tmp_path_factory):
+    """A small synthetic model (tests/export_support.py), exported once per session with
+    the real XLA AOT toolchain: (model dir, export dir)."""
+    from export.exporter import export_model
+    from tests.export_support import make_model_dir
+
+    root = tmp_path_factory.mktemp("exported-model")
+    model_dir = make_model_dir(root / "model")
+    export_model(model_dir, root / "export")
+    return root / "model", root / "export"

@@ -455,10 +455,21 @@ int Bench(const char* in, int rounds) {
       }
     }
   }
-  // Cache hits: 256 hot keys, revalidation at the default period (every 1000 hits).
-  static PredictionCache cache;
+  // Cache hits: 256 hot allocation sites in distinct slots (colliding keys would evict
+  // each other, direct-mapped, and time the model instead of the hit path).
+  struct Site { uintptr_t ra, height; size_t size; };
+  std::vector<Site> sites;
   std::vector<uint64_t> keys;
-  for (int i = 0; i < 256; ++i) keys.push_back(lifetime_model::CacheKey(0x401000 + 48 * i, 8192 + 64 * (i % 7), 16 + 8 * (i % 5)));
+  std::vector<bool> taken(PredictionCache::kEntries, false);
+  for (int i = 0; sites.size() < 256; ++i) {
+    Site s{0x401000 + 48u * i, 8192u + 64u * (i % 7), 16u + 8u * (i % 5)};
+    uint64_t k = lifetime_model::CacheKey(s.ra, s.height, s.size);
+    if (taken[PredictionCache::Slot(k)]) continue;
+    taken[PredictionCache::Slot(k)] = true;
+    sites.push_back(s);
+    keys.push_back(k);
+  }
+  static PredictionCache cache;
   size_t next = 0;
   auto model = [&]() { const Frames& f = frames[next++ % frames.size()];
                        return p.PredictFrames(f.ptrs.data(), f.lens.data(), f.n()); };
@@ -474,32 +485,35 @@ int Bench(const char* in, int rounds) {
     // With the key computed from (return address, stack height, size) on each call.
     t0 = Clock::now();
     for (long i = 0; i < hits; ++i) {
-      uint64_t k = lifetime_model::CacheKey(0x401000 + 48 * (i & 255), 8192 + 64 * ((i & 255) % 7),
-                                            16 + 8 * ((i & 255) % 5));
-      sink = sink + cache.Get(k, model);
+      const Site& s = sites[i & 255];
+      sink = sink + cache.Get(lifetime_model::CacheKey(s.ra, s.height, s.size), model);
     }
     t1 = Clock::now();
     best_key = std::min(best_key, std::chrono::duration<double, std::nano>(t1 - t0).count() / hits);
   }
-  // C API through the thread-local cache, default revalidation (model runs every 1000 hits).
+  const uint64_t misses_in_hit_loops = cache.stats().misses - keys.size();
+  // C API through the thread-local cache.
   lifetime_predictor* cp = lifetime_predictor_create();
   lifetime_cache* tls = lifetime_cache_thread_local();
   CacheCtx ctx{&frames[0]};
-  for (int i = 0; i < 256; ++i) lifetime_cache_predict(tls, cp, 0x401000 + 48 * i, 8192, 32, GetFrames, &ctx);
+  auto c_call = [&](long i) {
+    const Site& s = sites[i & 255];
+    return lifetime_cache_predict(tls, cp, s.ra, s.height, s.size, GetFrames, &ctx);
+  };
+  for (int i = 0; i < 256; ++i) c_call(i);
   lifetime_cache_set_revalidate_every(tls, 0);
   for (int rep = 0; rep < 3; ++rep) {
     auto t0 = Clock::now();
-    for (long i = 0; i < hits; ++i)
-      sink = sink + lifetime_cache_predict(tls, cp, 0x401000 + 48 * (i & 255), 8192, 32, GetFrames, &ctx);
+    for (long i = 0; i < hits; ++i) sink = sink + c_call(i);
     auto t1 = Clock::now();
     best_c = std::min(best_c, std::chrono::duration<double, std::nano>(t1 - t0).count() / hits);
   }
+  // Default revalidation: the model runs again once per 1000 hits of an entry.
   lifetime_cache_set_revalidate_every(tls, 1000);
   lifetime_cache_clear(tls);
-  for (int i = 0; i < 256; ++i) lifetime_cache_predict(tls, cp, 0x401000 + 48 * i, 8192, 32, GetFrames, &ctx);
+  for (int i = 0; i < 256; ++i) c_call(i);
   auto t0 = Clock::now();
-  for (long i = 0; i < 2000000; ++i)
-    sink = sink + lifetime_cache_predict(tls, cp, 0x401000 + 48 * (i & 255), 8192, 32, GetFrames, &ctx);
+  for (long i = 0; i < 2000000; ++i) sink = sink + c_call(i);
   auto t1 = Clock::now();
   double amortized = std::chrono::duration<double, std::nano>(t1 - t0).count() / 2000000;
   lifetime_predictor_destroy(cp);
@@ -507,10 +521,11 @@ int Bench(const char* in, int rounds) {
          "\"frames_p50_us\": %.2f, \"frames_p99_us\": %.2f, \"frames_mean_us\": %.2f, "
          "\"ids_p50_us\": %.2f, \"ids_p99_us\": %.2f, "
          "\"cache_hit_ns\": %.2f, \"cache_hit_with_key_ns\": %.2f, \"cache_hit_c_api_ns\": %.2f, "
-         "\"cache_c_api_revalidate_1000_ns\": %.2f}\n",
+         "\"cache_c_api_revalidate_1000_ns\": %.2f, \"misses_in_hit_loops\": %llu}\n",
          frames.size(), rounds, Percentile(t_frames, 0.5), Percentile(t_frames, 0.99),
          [&]() { double s = 0; for (double x : t_frames) s += x; return s / t_frames.size(); }(),
-         Percentile(t_ids, 0.5), Percentile(t_ids, 0.99), best_cpp, best_key, best_c, amortized);
+         Percentile(t_ids, 0.5), Percentile(t_ids, 0.99), best_cpp, best_key, best_c, amortized,
+         (unsigned long long)misses_in_hit_loops);
   return sink == 42 ? 0 : 0;
 }
 
