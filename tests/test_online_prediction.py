@@ -23,15 +23,10 @@ from tests.test_sampler_threads import PER_PRODUCER, PRODUCERS, check_cross_thre
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """(export dir, plugin .so) of a small synthetic model."""
-    from export.exporter import export_model
-    from tests.export_support import make_model_dir
-
-    root = tmp_path_factory.mktemp("online-model")
-    model_dir = make_model_dir(root / "model", train=1500, eval_=200, epochs=2)
-    export_model(model_dir, root / "export")
-    return str(root / "export"), launch.model_plugin(str(root / "export"))
+def exported(exported_model):
+    """(export dir, plugin .so) of the session's small exported model."""
+    _, export_dir = exported_model
+    return str(export_dir), launch.model_plugin(str(export_dir))
 
 
 def _model_env(plugin: str) -> dict:
@@ -50,18 +45,25 @@ def test_every_sample_carries_a_prediction(exported, tmp_path):
     assert proc.returncode == 0, proc.stderr
     prof = only_profile(out)
     assert prof.header.model_id and prof.header.model_path.endswith(".so")
-    assert prof.samples and all(s.predicted for s in prof.samples)
+    # Allocations made before the sampler's constructor (static initializers, e.g.
+    # libstdc++'s 71 KiB exception pool) are sampled, but the model is loaded in that
+    # constructor, never inside malloc: those few start-up samples carry no prediction.
+    predicted = [s for s in prof.samples if s.predicted]
+    early = [s for s in prof.samples if not s.predicted]
+    assert len(predicted) > 1000 and len(early) <= 2
+    assert all(e.alloc_monotonic_ns < min(s.alloc_monotonic_ns for s in predicted)
+               for e in early)
     num_classes = 8
-    assert all(0 <= s.predicted_class < num_classes for s in prof.samples)
+    assert all(0 <= s.predicted_class < num_classes for s in predicted)
     stats = prof.trailer.prediction
     assert stats.predictions == stats.cache_hits + stats.cache_misses
-    assert stats.predictions >= len(prof.samples)  # dropped samples were predicted too
+    assert stats.predictions >= len(predicted)  # dropped samples were predicted too
     assert stats.model_runs == stats.cache_misses + stats.revalidations
     assert stats.failures == 0
     assert sum(s.prediction_cache_hit for s in prof.samples) > 0
     # Misses run the model; hits do not: a miss costs more than the median hit.
-    hits = sorted(s.prediction_ns for s in prof.samples if s.prediction_cache_hit)
-    misses = sorted(s.prediction_ns for s in prof.samples if not s.prediction_cache_hit)
+    hits = sorted(s.prediction_ns for s in predicted if s.prediction_cache_hit)
+    misses = sorted(s.prediction_ns for s in predicted if not s.prediction_cache_hit)
     assert misses[len(misses) // 2] > hits[len(hits) // 2]
 
     report = tmp_path / "online.json"
@@ -71,7 +73,7 @@ def test_every_sample_carries_a_prediction(exported, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "cache        hit rate" in proc.stdout and "per sample" in proc.stdout
     result = json.loads(report.read_text())
-    assert result["predicted_samples"] == len(prof.samples)
+    assert result["predicted_samples"] == len(predicted)
     assert result["cache"]["hit_rate"] > 0.9  # size classes keep the keys few
     for key in ("weighted_exact", "weighted_off_by_one", "weighted_under_prediction",
                 "unweighted_exact", "per_sample_exact"):

@@ -4,7 +4,7 @@
  * `lifetime profile --model DIR` makes one), every sampled allocation gets a predicted
  * lifetime class at allocation time, recorded in its sample; the allocation itself is
  * untouched.  The prediction goes through the model library's thread-local §2.3 cache,
- * keyed by the allocation's return address, stack height and size; on a miss the
+ * keyed by the allocation site's return address, stack height and size; on a miss the
  * frames come from the in-process symbolizer (symtab.c) with allocator frames
  * stripped, exactly as the offline dataset strips them, and the model runs.
  *
@@ -113,10 +113,39 @@ static int get_frames(void *opaque, const char **frames, size_t *lengths, int ma
   return n;
 }
 
+/* The cache key's return address is the first frame outside the allocator.  malloc's
+ * own caller is often operator new or a std:: container in libstdc++, shared by every
+ * site that allocates through it; an allocator that owns operator new (with std::
+ * templates inlined) sees the application's call site instead.  Verdicts are memoized
+ * per address in a fixed table, so each distinct frame is symbolized once. */
+#define SITE_MEMO 4096
+static _Atomic uint64_t site_memo[SITE_MEMO]; /* (address << 1) | is_allocator; 0: empty */
+
+static int is_allocator_address(uintptr_t a) {
+  size_t slot = (size_t)(((uint64_t)a * 0x9E3779B97F4A7C15ull) >> 52) % SITE_MEMO;
+  uint64_t e = atomic_load_explicit(&site_memo[slot], memory_order_relaxed);
+  if (e && (e >> 1) == (uint64_t)a) return (int)(e & 1);
+  char name[NAME_CAP];
+  const char *base;
+  int resolved;
+  size_t len = lt_symbolize(a, name, sizeof name, &base, &resolved);
+  int verdict = lt_is_allocator_frame(name, len, base, resolved);
+  atomic_store_explicit(&site_memo[slot], ((uint64_t)a << 1) | (uint64_t)verdict,
+                        memory_order_relaxed);
+  return verdict;
+}
+
+static uintptr_t site_address(const uintptr_t *addresses, int depth, uintptr_t ra) {
+  for (int i = 0; i < depth; i++)
+    if (!is_allocator_address(addresses[i])) return addresses[i];
+  return ra;
+}
+
 int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra, uintptr_t height,
                       size_t size, int *cache_hit, uint64_t *ns) {
   if (!enabled) return -1;
   uint64_t t0 = lt_mono_ns();
+  ra = site_address(addresses, depth, ra);
   char names[FRAMES_CAP][NAME_CAP];
   struct frames_ctx ctx = {addresses, depth, names};
   lifetime_cache *cache = api.cache_tl();
