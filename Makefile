@@ -7,9 +7,9 @@ BIN    := $(VENV)/bin
 BUILD  := build
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup native proto test demo bench clean
+.PHONY: setup native proto runtime test demo bench clean
 
-setup: $(STAMP) proto native
+setup: $(STAMP) proto native runtime
 
 $(STAMP): requirements.txt setup.py scripts/system-deps.txt
 	scripts/install-system-deps.sh
@@ -27,6 +27,11 @@ profiler_proto/profile_pb2.py: profiler_proto/profile.proto $(STAMP)
 native: $(STAMP)
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build $(BUILD) -j2
+
+# The XLA AOT runtime + Abseil subset every exported model links: built once (5-15 min
+# on 2 cores), cached under $${LIFETIME_CACHE_DIR:-~/.cache/lifetime-models}.
+runtime: $(STAMP)
+	$(BIN)/python -m export.runtime_build
 
 test: setup
 	$(BIN)/python -m pytest tests

@@ -11,6 +11,8 @@ Families (profiling reuses benchmarks/real_programs.py):
 
     nice .venv/bin/python benchmarks/cross_version.py cpython --train 3.10.13 3.11.7 --test 3.12.1
     nice .venv/bin/python benchmarks/cross_version.py clang --train 14 --test 15
+    nice .venv/bin/python benchmarks/cross_version.py proxy --train v1 --test v2 \
+        --seconds 36 --seeds 0 1 2 3 4
 
 Outputs under --out/FAMILY: per-version profiles and datasets (the first training
 version builds the vocabulary; the rest reuse it), model/, report/ (report.md, .html,
@@ -45,7 +47,16 @@ def cpython_service_commands(version: str, seconds: int):
     return [[python, SERVICE, str(seconds)]], env
 
 
+def proxy_commands(version: str, seconds: int):
+    """The bundled proxy workload (v1, v2), 12 s per run, runs repeated for --seconds."""
+    binary = os.path.join(ROOT, "build", "workloads", "proxy_server", f"proxy_server_{version}")
+    if not os.path.exists(binary):
+        raise SystemExit(f"{binary}: not built (run `make native`)")
+    return [[binary, "--seconds", "12"]], {}
+
+
 real_programs.FAMILIES["cpython"] = cpython_service_commands
+real_programs.FAMILIES["proxy"] = proxy_commands
 
 
 def main() -> int:
@@ -60,6 +71,9 @@ def main() -> int:
                     help="sampling fractions for the accuracy-vs-sampling plot")
     ap.add_argument("--hparams", default="{}", help="JSON hyperparameter overrides")
     ap.add_argument("--profile-only", action="store_true")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0],
+                    help="training seeds: the first gets the full report; every seed's "
+                         "model is scored on the test versions (seeds.json)")
     args = ap.parse_args()
 
     base = os.path.join(args.out, args.family)
@@ -85,13 +99,31 @@ def main() -> int:
     from model.report import write_report
     from model.train import train
 
+    from model.evaluate import evaluate
+    from model.metrics import headline
+
     hp = parse_hparams(json.loads(args.hparams), refit=True)
     train_dirs = [dirs[v] for v in args.train]
     test_dirs = [dirs[v] for v in args.test]
     model_dir = os.path.join(base, "model")
     start = time.monotonic()
-    train(train_dirs, model_dir, hp)
+    train(train_dirs, model_dir, hp.replace(seed=args.seeds[0]))
     train_s = time.monotonic() - start
+    seeds = {}
+    for seed in args.seeds:
+        seed_dir = model_dir if seed == args.seeds[0] else f"{model_dir}-seed{seed}"
+        if seed != args.seeds[0]:
+            train(train_dirs, seed_dir, hp.replace(seed=seed))
+        r = evaluate(seed_dir, test_dirs, split="all", train_dirs=train_dirs)
+        seeds[seed] = {scope: {name: {k: round(v, 4) for k, v in
+                                      headline(r[scope][name]).items()}
+                               for name in ("model", "baseline_exact")}
+                       for scope in ("unseen", "overall")}
+        print(f"seed {seed}: unseen weighted exact model "
+              f"{seeds[seed]['unseen']['model']['weighted_exact']:.1%}, lookup table "
+              f"{seeds[seed]['unseen']['baseline_exact']['weighted_exact']:.1%}", flush=True)
+    with open(os.path.join(base, "seeds.json"), "w") as f:
+        json.dump(seeds, f, indent=1)
     fractions = [float(x) for x in args.fractions.split(",")]
     report = write_report(model_dir, train_dirs, test_dirs, os.path.join(base, "report"),
                           fractions=fractions)

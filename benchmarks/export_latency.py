@@ -5,8 +5,10 @@ cache hit, ≤ 1 point accuracy loss against the unoptimized model).
     .venv/bin/python benchmarks/export_latency.py --model out/demo/model \
         --dataset out/demo/datasets/v2 [--rounds 20] [--out out/bench/export_latency]
 
-It exports MODEL_DIR twice, through the default "folded" graph and through the plain
-Keras graph (keras.export.ExportArchive, Keras' LSTM), builds the C++ harness
+It exports MODEL_DIR three ways (VARIANTS: the default folded graph on XLA's classic CPU
+runtime; the plain Keras graph through keras.export.ExportArchive on the same runtime;
+and that Keras graph on XLA's default thunk runtime, the unoptimized baseline), builds
+the C++ harness
 (tests/native/export_consumer) against each with CMake find_package, and measures on
 the dataset's stacks:
   - compiled latency per uncached prediction, from frame strings (tokenizer included)
@@ -36,6 +38,14 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from tests.export_support import read_results, write_stacks  # noqa: E402
+
+
+# name -> (export graph, XLA_FLAGS or None for the exporter's default, description)
+VARIANTS = {
+    "folded": ("folded", None, "the default export"),
+    "keras": ("keras", None, "the Keras graph as is, classic XLA runtime"),
+    "keras-thunk": ("keras", "", "the Keras graph, XLA's default thunk runtime: unoptimized"),
+}
 
 
 def log(msg: str) -> None:
@@ -80,8 +90,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", required=True, help="model directory from `lifetime train`")
     ap.add_argument("--dataset", required=True, help="dataset whose stacks are predicted")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds over the stacks")
-    ap.add_argument("--routes", default="folded,keras",
-                    help="export graphs to measure (folded: default export; keras: plain)")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated subset of: " + ", ".join(
+                        f"{k} ({v[2]})" for k, v in VARIANTS.items()))
     ap.add_argument("--out", default="out/bench/export_latency")
     args = ap.parse_args(argv)
 
@@ -90,7 +101,7 @@ def main(argv=None) -> int:
     from model.features import encode_frames
     from model.io import hparams_of, load_model_dir
 
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     model, config, vocab = load_model_dir(args.model)
     hp = hparams_of(config)
@@ -114,10 +125,12 @@ def main(argv=None) -> int:
     }
     log(f"{len(frames)} stacks; Keras accuracy {result['keras_accuracy']}; "
         f"TF in Python {result['python']}")
-    for route in [r for r in args.routes.split(",") if r]:
+    for route in [r for r in args.variants.split(",") if r]:
+        graph, flags, _ = VARIANTS[route]
         export_dir = out / f"export-{route}"
-        log(f"exporting ({route} graph) -> {export_dir}")
-        manifest = export_model(args.model, export_dir, graph=route)
+        log(f"exporting {route} -> {export_dir}")
+        manifest = export_model(args.model, export_dir, graph=graph,
+                                **({} if flags is None else {"xla_flags": flags}))
         harness = build_harness(export_dir, out / f"harness-{route}")
         subprocess.run([str(harness), "predict-frames", str(stacks), str(out / "pred.bin")],
                        check=True)
@@ -132,6 +145,7 @@ def main(argv=None) -> int:
             "accuracy_loss_points": round(100 * (result["keras_accuracy"]["weighted_exact"]
                                                  - acc["weighted_exact"]), 2),
             "argmax_agreement": round(float(np.mean(compiled == keras_pred)), 4),
+            "graph": manifest["graph"], "xla_flags": manifest["xla_flags"],
             "library_mb": round(manifest["library_bytes"] / 1e6, 1),
             "export_seconds": manifest["seconds"],
         }

@@ -33,8 +33,8 @@ $BIN/lifetime build-dataset --profiles "$OUT/profiles/v1/*.ltprof" --version-lab
 $BIN/lifetime build-dataset --profiles "$OUT/profiles/v2/*.ltprof" --version-label v2 \
   --vocab "$OUT/datasets/v1/vocab.txt" --out "$OUT/datasets/v2"
 
-step "train on v1"
-$BIN/lifetime train --dataset "$OUT/datasets/v1" --out "$OUT/model"
+step "train on v1 (refit on all of v1 once early stopping has picked the epochs)"
+$BIN/lifetime train --dataset "$OUT/datasets/v1" --out "$OUT/model" --refit
 
 step "report: trained on v1, tested on v2"
 $BIN/lifetime report --model "$OUT/model" --train "$OUT/datasets/v1" \

@@ -27,12 +27,18 @@ for name, path in [("profiles", "profiles"), ("datasets", "datasets"), ("model",
                    ("online evaluation", "online.json")]:
     print(f"  {name:20s} {out / path}")
 if report:
-    print("offline, trained on v1, tested on v2:")
-    for key, m in sorted(report.get("summary", {}).items()):
-        if not isinstance(m, dict):
-            continue
-        print(f"  {key:32s} weighted exact {pct(m['weighted_exact'])}, off-by-one "
-              f"{pct(m['weighted_off_by_one'])}; unweighted exact {pct(m['unweighted_exact'])}")
+    s = report["summary"]
+    share = s.get("unseen_share", {})
+    print(f"offline, trained on v1, tested on v2 ({pct(share.get('contexts'))} of v2's "
+          f"contexts, {pct(share.get('samples'))} of its samples, unseen in v1):")
+    for scope in ("unseen", "overall"):
+        for name in ("model", "baseline_exact", "baseline_site", "baseline_majority"):
+            m = s.get(f"{scope}/{name}")
+            if m:
+                print(f"  {scope:8s} {name:18s} weighted exact {pct(m['weighted_exact'])}, "
+                      f"off-by-one {pct(m['weighted_off_by_one'])}, under-prediction "
+                      f"{pct(m['weighted_under_prediction'])}; unweighted exact "
+                      f"{pct(m['unweighted_exact'])}")
 if online:
     h = online["headline"]
     print(f"online (v2, model inside the sampler): weighted exact {pct(h['weighted_exact'])}, "

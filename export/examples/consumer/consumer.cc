@@ -17,16 +17,16 @@ namespace {
 
 using Stack = std::vector<std::string>;
 
-const char* kDefaultStacks[] = {
+const char* kDefaultStacks[] = {  // site | caller, as the symbolizer names them
     "proxy::net::FrameReader::Fill(unsigned long, std::__cxx11::basic_string<char, "
-    "std::char_traits<char>, std::allocator<char> >*) | proxy::net::Listener::Run() | "
-    "execute_native_thread_routine",
+    "std::char_traits<char>, std::allocator<char> >*) | "
+    "proxy::net::Listener::PollKeepAlive(unsigned long, proxy::net::Request*)",
     "proxy::server::RequestTracker::Track(proxy::net::Request const&, "
-    "proxy::http::ParsedRequest const&) | proxy::server::Worker::Serve(proxy::net::Request&) | "
-    "proxy::server::Worker::Run()",
+    "proxy::http::ParsedRequest const&) | proxy::route::HandleApi(proxy::net::Request&, long)",
     "proxy::session::SessionTable::Create(proxy::http::ParsedRequest const&) | "
-    "proxy::server::Worker::Serve(proxy::net::Request&) | proxy::server::Worker::Run()",
-    "proxy::server::ConnectionRegistry::Admit(unsigned long) | proxy::net::Listener::Run()",
+    "proxy::route::HandleLogin(proxy::net::Request&, long)",
+    "proxy::server::ConnectionRegistry::Admit(unsigned long) | "
+    "proxy::server::Acceptor::TerminateTls(unsigned long)",
 };
 
 Stack Split(const std::string& line) {
