@@ -9,32 +9,6 @@
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
-/* ---- symtab.c: in-process symbolizer (no malloc on lookup) ---- */
-LT_HIDDEN int lt_symtab_refresh(void);   /* index loaded modules; start-up and dlopen */
-LT_HIDDEN void lt_symtab_reset_child(void);
-/* The frame string of a return address (function, or <module+?>), cut to cap - 1. */
-LT_HIDDEN size_t lt_symbolize(uintptr_t return_address, char *buf, size_t cap,
-                              const char **module_base, int *resolved);
-/* symbolize.allocator_rule: 1 if the frame is allocation machinery. */
-LT_HIDDEN int lt_is_allocator_frame(const char *frame, size_t len, const char *module_base,
-                                    int resolved);
-LT_HIDDEN extern int lt_symbolize_stacks; /* LIFETIME_SYMBOLIZE=1: Stack.frames online */
-
-/* ---- online.c: counterfactual predictions ---- */
-struct lt_online_stats {
-  _Atomic uint64_t calls, hits, misses, model_runs, revalidations, disagreements, failures,
-      total_ns;
-};
-LT_HIDDEN extern struct lt_online_stats lt_online;
-LT_HIDDEN extern char lt_model_path[4096];
-LT_HIDDEN extern char lt_model_id[128];
-LT_HIDDEN void lt_online_init(void);      /* constructor time */
-LT_HIDDEN int lt_online_enabled(void);
-LT_HIDDEN void lt_online_reset_child(void);
-/* The predicted class (-1: none) of a sampled allocation. */
-LT_HIDDEN int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra,
-                                uintptr_t height, size_t size, int *cache_hit, uint64_t *ns);
-
 #endif
 #include <stdatomic.h>
 #include <stddef.h>
