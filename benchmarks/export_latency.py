@@ -95,6 +95,9 @@ def main(argv=None) -> int:
                         f"{k} ({v[2]})" for k, v in VARIANTS.items()))
     ap.add_argument("--out", default="out/bench/export_latency")
     args = ap.parse_args(argv)
+    unknown = [v for v in args.variants.split(",") if v and v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variants {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
 
     from export.exporter import export_model
     from model.data import load_dataset
