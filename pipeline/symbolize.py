@@ -12,8 +12,14 @@ A profile stack is a list of raw return addresses, leaf first.  Symbolizing one:
 3. **Symbol.**  Function symbols (``STT_FUNC`` and ``STT_GNU_IFUNC``, defined,
    size > 0) of ``.symtab`` are searched first (binary search over start
    addresses; a symbol covers ``[value, value + size)``), then ``.dynsym``.  A
-   module without ``.symtab`` also tries a separate debug file found by build id
-   under the ``debug_dirs`` (``/usr/lib/debug/.build-id/ab/cdef....debug``).
+   module without ``.symtab`` (distributions strip binaries to ``.dynsym``, where
+   static functions are absent) uses the ``.symtab`` of its separate debug file
+   where one is found and matches (`find_debug_file`): by build id under the debug
+   directories (``/usr/lib/debug/.build-id/ab/cdef....debug``), or through the
+   binary's ``.gnu_debuglink`` (name and CRC32, looked up next to the binary, in
+   ``.debug/`` beside it, and under the debug directories), as GDB does.  An
+   address past every symbol's end is never given to the nearest symbol: it stays
+   unnamed.
    Where several symbols cover an address (aliases such as ``malloc`` and
    ``__libc_malloc``), the preferred one is GLOBAL over WEAK over LOCAL, then
    fewest leading underscores, then the name.  Names are demangled with
@@ -26,10 +32,18 @@ A profile stack is a list of raw return addresses, leaf first.  Symbolizing one:
    sampler's leaf is the return address into the allocator's caller).
 
 Frames that cannot be named get a stable module-level token, never a raw address:
-``<libfoo.so+?>`` (module basename) for an address inside a mapping whose module
-is missing, mismatched, stripped or has no symbol there, and ``<unknown+?>`` for an
-address outside every mapping.  Module problems are reported per module as a
-`ModuleStatus` (see `Symbolizer.module_status`), never raised.
+``<libfoo+?>`` (the module's name without its version, `module_name`:
+``libfoo-3.38.so.0.0.0`` -> ``libfoo``, so a new release does not make new
+contexts) for an address inside a mapping whose module is missing, mismatched,
+stripped or has no symbol there, and ``<unknown+?>`` for an address outside every
+mapping.  Module problems are reported per module as a `ModuleStatus` (see
+`Symbolizer.module_status`), never raised; a usable module's ``detail`` says where
+its symbols came from (a sysroot, a separate debug file) and which debug-file
+candidates were rejected (CRC or build-id mismatch).
+
+Other machines.  ``ModuleCache(debug_dirs=..., sysroot=...)``: mapping paths are
+read under the sysroot first (`ModuleCache.resolve`) and debug directories are
+searched under it first; `Symbolizer` takes ``resolve_path`` for anything else.
 
 Build ids.  A module is symbolized only if the file's GNU build-id note equals
 the build id the profile recorded for its mapping (``status == "ok"``), or the
@@ -102,6 +116,7 @@ import dataclasses
 import os
 import re
 import threading
+import zlib
 from typing import Callable, Iterable, Sequence
 
 import cxxfilt
@@ -147,7 +162,7 @@ class SymbolizedFrame:
     """One frame of a symbolized stack."""
 
     address: int                   # the raw address from the stack
-    function: str                  # demangled name, or a module token like <libfoo.so+?>
+    function: str                  # demangled name, or a module token like <libfoo+?>
     module: str = ""               # mapping path ("" if the address is unmapped)
     module_offset: int | None = None  # file offset in the module
     symbol: str | None = None      # raw (mangled) symbol name, if named (inlined frames:
@@ -162,11 +177,64 @@ class SymbolizedFrame:
         return self.symbol is not None
 
 
+def module_name(path: str) -> str:
+    """A module's name without its version: the name in `module_token`.
+
+    The rule (the sampler's C mirror, ``lt_module_name`` in profiler/src/symtab.c,
+    follows it byte for byte; tests/data/module_token_vectors.json pins both):
+
+    1. Take the basename (a trailing ``" (deleted)"`` and trailing slashes dropped).
+    2. Shared objects: cut at the first ``.so`` that ends the name or is followed by
+       ``.`` (``libglib-2.0.so.0.7400.6`` -> ``libglib-2.0``, ``libc-2.31.so`` ->
+       ``libc-2.31``), and at a Python extension's ABI tag, the first ``.cpython-``,
+       ``.pypy`` or ``.abi3`` (``_json.cpython-311-x86_64-linux-gnu.so`` -> ``_json``).
+    3. Drop one trailing version: the longest run of digits and dots at the end that
+       starts with a digit, together with the ``-``, ``_`` or ``.`` before it -- or
+       with no separator if the run holds a dot (``libpython3.11`` -> ``libpython``,
+       ``lua5.3`` -> ``lua``) -- but only if what is left ends in an ASCII letter.
+       So ``libglib-2.0`` -> ``libglib``, ``libLLVM-14`` -> ``libLLVM``, ``clang-14``
+       -> ``clang``, ``python3.11`` -> ``python``; while digits glued to a name are part
+       of it (``libsqlite3``, ``libx264``, ``libbz2``, ``python3``) and so is a number
+       after a name that ends in a digit (``ld-linux-x86-64``, ``libpcre2-8``).
+    4. Nothing left (a file called ``.so``): the basename itself.  No basename at all
+       (``/``, ``/x/ (deleted)``): the path as it is.
+
+    Executables are names too: ``redis-server``, ``postgres`` and ``clang`` stay.
+    ``libstdc++.so.6`` -> ``libstdc++``.  Pseudo-paths keep their name (``[vdso]``).
+    """
+    base = path.rstrip("/")
+    if base.endswith(" (deleted)"):
+        base = base[:-len(" (deleted)")]
+    base = base.rsplit("/", 1)[-1]
+    if not base:  # nothing after the last slash: the path as it is
+        return path
+    stem = base
+    cut = _SO_SUFFIX.search(stem)
+    if cut:
+        stem = stem[:cut.start()]
+    for tag in _ABI_TAGS:
+        i = stem.find(tag)
+        if i >= 0:
+            stem = stem[:i]
+    m = _TRAILING_VERSION.search(stem)
+    if m:
+        rest, sep, run = stem[:m.start()], m.group(1), m.group(2)
+        if (sep or "." in run) and rest[-1:].isascii() and rest[-1:].isalpha():
+            stem = rest
+    return stem or base
+
+
+_SO_SUFFIX = re.compile(r"\.so(?=\.|$)")
+_ABI_TAGS = (".cpython-", ".pypy", ".abi3")
+_TRAILING_VERSION = re.compile(r"([-_.]?)([0-9][0-9.]*)$")
+
+
 def module_token(path: str) -> str:
-    """The stable stand-in for an unnamed frame in module ``path``."""
+    """The stable stand-in for an unnamed frame in module ``path``: ``<name+?>`` with
+    the module's version-free name (`module_name`), ``<unknown+?>`` for no module."""
     if not path:
         return UNKNOWN_MODULE_TOKEN
-    return f"<{os.path.basename(path.rstrip('/')) or path}+?>"
+    return f"<{module_name(path)}+?>"
 
 
 def demangle(name: str) -> str:
@@ -269,12 +337,13 @@ class ElfModule:
     """
 
     def __init__(self, path: str, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
-                 max_dwarf_bytes: int | None = None):
+                 max_dwarf_bytes: int | None = None, sysroot: str | None = None):
         self.path = path
         with open(path, "rb") as f:
             identity = _file_identity(os.fstat(f.fileno()))
             elf = ELFFile(f)
             self.build_id = read_build_id(elf)
+            debuglink = read_debuglink(elf)
             self.elf_type = elf["e_type"]
             self._loads = sorted(
                 (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
@@ -284,9 +353,15 @@ class ElfModule:
             info = elf.get_section_by_name(".debug_info") or elf.get_section_by_name(".zdebug_info")
             self.dwarf_bytes = (info["sh_size"] if info is not None
                                 and info["sh_type"] != "SHT_NOBITS" else 0)
-        self.debug_file = None
-        if self.symtab is None and self.build_id:
-            self.debug_file, self.symtab = _debug_symtab(self.build_id, debug_dirs)
+        #: The separate debug file whose .symtab is used ("" if none), and what was
+        #: wrong with candidates that were found but not used (CRC or build-id mismatch,
+        #: unreadable, no .symtab).
+        self.debug_file = ""
+        self.debug_problems: tuple[str, ...] = ()
+        if self.symtab is None:
+            found = find_debug_file(path, self.build_id, debuglink, debug_dirs, sysroot)
+            self.debug_file, self.debug_problems = found.path, found.problems
+            self.symtab = found.symtab
         self.dwarf_error = ""  # why this module's DWARF is not (or not fully) used
         self._dwarf: _DwarfInlines | None = None
         if self.dwarf_bytes:
@@ -879,25 +954,133 @@ class _DwarfInlines:
         return "::".join(reversed(parts))
 
 
-def _debug_symtab(build_id: bytes, debug_dirs: Sequence[str]):
-    if len(build_id) < 2:
-        return None, None
-    hexid = build_id.hex()
-    for root in debug_dirs:
-        path = os.path.join(root, ".build-id", hexid[:2], hexid[2:] + ".debug")
-        if not os.path.isfile(path):
-            continue
-        try:
-            with open(path, "rb") as f:
-                elf = ELFFile(f)
-                if read_build_id(elf) != build_id:
-                    continue
-                table = _read_symbols(elf, ".symtab")
+# ---------------------------------------------------------------- separate debug files
+
+def read_debuglink(elf: ELFFile) -> tuple[str, int] | None:
+    """(file name, CRC32) of the ``.gnu_debuglink`` section, or None.  The section is
+    the name, NUL-terminated and padded to 4 bytes, then the CRC32 of the debug file."""
+    section = elf.get_section_by_name(".gnu_debuglink")
+    if section is None or section["sh_type"] == "SHT_NOBITS":
+        return None
+    data = section.data()
+    end = data.find(b"\0")
+    if end <= 0:
+        return None
+    at = (end + 4) & ~3
+    if at + 4 > len(data):
+        return None
+    crc = int.from_bytes(data[at:at + 4], "little" if elf.little_endian else "big")
+    name = data[:end].decode("utf-8", "surrogateescape")
+    if "/" in name:  # a bare file name, by definition; anything else is not followed
+        return None
+    return name, crc
+
+
+def file_crc32(path: str) -> int:
+    """The CRC32 that ``.gnu_debuglink`` records (zlib's CRC-32, as GDB computes it)."""
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def effective_debug_dirs(debug_dirs: Sequence[str], sysroot: str | None) -> tuple[str, ...]:
+    """The global debug directories searched: each under the sysroot first (if one is
+    given), then as given.  Duplicates are searched once."""
+    out: list[str] = []
+    for d in debug_dirs:
+        if sysroot:
+            out.append(os.path.join(sysroot, d.lstrip("/")))
+        out.append(d)
+    return tuple(dict.fromkeys(os.path.normpath(d) for d in out))
+
+
+@dataclasses.dataclass(frozen=True)
+class DebugFile:
+    """The outcome of `find_debug_file`."""
+
+    path: str = ""                    # the debug file used ("" if none)
+    symtab: _SymbolTable | None = None
+    how: str = ""                     # "build-id" or "debuglink"
+    problems: tuple[str, ...] = ()    # candidates found but not used, and why
+
+
+def find_debug_file(binary: str, build_id: bytes, debuglink: tuple[str, int] | None,
+                    debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
+                    sysroot: str | None = None) -> DebugFile:
+    """The separate debug file of ``binary`` with a usable ``.symtab``, looked up as
+    GDB does:
+
+    1. by build id: ``D/.build-id/ab/cdef....debug`` for each debug directory D (each
+       under the sysroot first; `effective_debug_dirs`); used if its build id equals
+       the binary's;
+    2. by ``.gnu_debuglink`` (name, CRC): ``<binary's dir>/name``, then
+       ``<binary's dir>/.debug/name``, then ``D/<binary's dir>/name`` for each debug
+       directory D -- where <binary's dir> is the directory the profile recorded
+       (the local file's, less the sysroot); used if the file's CRC32 equals the
+       recorded one (and, where both have one, its build id equals the binary's).
+
+    A candidate that exists but does not match (or cannot be read, or has no
+    ``.symtab``) is never used; it is listed in ``problems``.  Debug directories
+    that do not exist are skipped."""
+    dirs = effective_debug_dirs(debug_dirs, sysroot)
+    problems: list[str] = []
+    if len(build_id) >= 2:
+        hexid = build_id.hex()
+        for root in dirs:
+            path = os.path.join(root, ".build-id", hexid[:2], hexid[2:] + ".debug")
+            if os.path.isfile(path):
+                table = _debug_candidate(path, build_id, None, problems)
+                if table is not None:
+                    return DebugFile(path, table, "build-id", tuple(problems))
+    if debuglink is not None:
+        name, crc = debuglink
+        local_dir = os.path.dirname(binary)
+        recorded_dir = local_dir
+        if sysroot:
+            root = os.path.normpath(sysroot)
+            if local_dir == root or local_dir.startswith(root + "/"):
+                recorded_dir = "/" + local_dir[len(root):].lstrip("/")
+        candidates = []
+        for d in dict.fromkeys((local_dir, os.path.dirname(os.path.realpath(binary)))):
+            candidates += [os.path.join(d, name), os.path.join(d, ".debug", name)]
+        candidates += [os.path.join(root, recorded_dir.lstrip("/"), name) for root in dirs]
+        for path in dict.fromkeys(os.path.normpath(c) for c in candidates):
+            if os.path.realpath(path) == os.path.realpath(binary) or not os.path.isfile(path):
+                continue
+            table = _debug_candidate(path, build_id, crc, problems)
             if table is not None:
-                return path, table
-        except (OSError, ELFError):
-            continue
-    return None, None
+                return DebugFile(path, table, "debuglink", tuple(problems))
+    return DebugFile(problems=tuple(problems))
+
+
+def _debug_candidate(path: str, build_id: bytes, crc: int | None,
+                     problems: list[str]) -> _SymbolTable | None:
+    try:
+        if crc is not None:
+            actual = file_crc32(path)
+            if actual != crc:
+                problems.append(f"{path}: CRC32 {actual:08x}, but .gnu_debuglink records "
+                                f"{crc:08x} (not used)")
+                return None
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            theirs = read_build_id(elf)
+            if (crc is None or theirs) and build_id and theirs != build_id:
+                problems.append(f"{path}: build id {theirs.hex() or '(none)'}, but the binary's "
+                                f"is {build_id.hex()} (not used)")
+                return None
+            table = _read_symbols(elf, ".symtab")
+    except (OSError, ELFError) as e:
+        problems.append(f"{path}: unreadable ({e}) (not used)")
+        return None
+    except Exception as e:  # whatever a damaged file makes pyelftools raise
+        problems.append(f"{path}: not a readable ELF file ({type(e).__name__}: {e}) (not used)")
+        return None
+    if table is None:
+        problems.append(f"{path}: no function symbols in .symtab (not used)")
+    return table
 
 
 class ModuleCache:
@@ -908,14 +1091,44 @@ class ModuleCache:
 
     Keyed by path and file identity (device, inode, size, mtime), so a file rebuilt
     in place is read again rather than answered from a stale entry.
+
+    ``debug_dirs``: global debug-file directories for modules without ``.symtab``
+    (`find_debug_file`; default ``/usr/lib/debug``; missing ones are skipped).
+    ``sysroot``: a directory holding another machine's files (or package trees
+    unpacked under a private root): a profile's recorded path ``/usr/lib/libfoo.so``
+    is read from ``SYSROOT/usr/lib/libfoo.so`` if that exists, else from the path
+    itself (`resolve`; build ids still decide whether it is the same file), and
+    each debug directory is searched under the sysroot first.
     """
 
     def __init__(self, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
-                 max_dwarf_bytes: int | None = DEFAULT_MAX_DWARF_BYTES):
+                 max_dwarf_bytes: int | None = DEFAULT_MAX_DWARF_BYTES,
+                 sysroot: str | None = None):
+        if isinstance(debug_dirs, str):
+            debug_dirs = (debug_dirs,)
         self.debug_dirs = tuple(debug_dirs)
+        self.sysroot = os.path.normpath(sysroot) if sysroot else None
         self.max_dwarf_bytes = max_dwarf_bytes
         self._modules: dict[tuple, ElfModule | tuple[str, str]] = {}
         self._lock = threading.Lock()
+
+    def resolve(self, path: str) -> str:
+        """The local file for a recorded mapping path: without a " (deleted)" suffix,
+        under the sysroot if the file is there, else the path itself."""
+        path = _default_resolve(path)
+        if self.sysroot and path.startswith("/"):
+            inside = path
+            for _ in range(40):  # an absolute symlink in the sysroot points into it
+                candidate = os.path.join(self.sysroot, inside.lstrip("/"))
+                if not os.path.islink(candidate):
+                    break
+                target = os.readlink(candidate)
+                if not target.startswith("/"):
+                    break
+                inside = target
+            if os.path.exists(candidate):
+                return candidate
+        return path
 
     def get(self, path: str) -> ElfModule | tuple[str, str]:
         """The module, or (status, detail) if it cannot be read."""
@@ -929,7 +1142,7 @@ class ModuleCache:
                 return self._modules[key]
         try:
             result: ElfModule | tuple[str, str] = ElfModule(path, self.debug_dirs,
-                                                           self.max_dwarf_bytes)
+                                                           self.max_dwarf_bytes, self.sysroot)
         except FileNotFoundError:
             result = (MISSING, "no such file")
         except IsADirectoryError:
@@ -942,6 +1155,19 @@ class ModuleCache:
             result = (NOT_ELF, f"not a readable ELF file: {type(e).__name__}: {e}")
         with self._lock:
             return self._modules.setdefault(key, result)
+
+
+def check_search_paths(debug_dirs: Sequence[str] | None, sysroot: str | None) -> None:
+    """Raises ValueError, naming the option, for a ``--sysroot`` that is not a directory
+    or a ``--debug-dir`` that is one neither as given nor under the sysroot.  (The
+    default debug directory may be missing: it is searched where it exists.)"""
+    if sysroot and not os.path.isdir(sysroot):
+        raise ValueError(f"--sysroot {sysroot}: not a directory")
+    for d in debug_dirs or ():
+        if not (os.path.isdir(d) or (sysroot and os.path.isdir(
+                os.path.join(sysroot, d.lstrip("/"))))):
+            where = f" (nor under the sysroot {sysroot})" if sysroot else ""
+            raise ValueError(f"--debug-dir {d}: not a directory{where}")
 
 
 _DEFAULT_CACHE: ModuleCache | None = None
@@ -968,7 +1194,8 @@ class Symbolizer:
     ``mappings``: objects with ``id``, ``start``, ``limit``, ``file_offset``,
     ``path``, ``build_id`` (the profile's Mapping messages, or anything alike).
     ``resolve_path``: maps a recorded path to a local file (profiles from another
-    machine, a sysroot); default: the path itself, without a " (deleted)" suffix.
+    machine); default: the cache's `ModuleCache.resolve` (the path itself, without a
+    " (deleted)" suffix, or its copy under the cache's sysroot).
     ``inline_frames``: expand addresses into DWARF inline frames (modules with
     ``.debug_info`` only); False: one frame per address.
     """
@@ -977,7 +1204,7 @@ class Symbolizer:
                  resolve_path: Callable[[str], str] | None = None,
                  allow_build_id_mismatch: bool = False, inline_frames: bool = True):
         self.cache = cache if cache is not None else default_cache()
-        self.resolve_path = resolve_path or _default_resolve
+        self.resolve_path = resolve_path or self.cache.resolve
         self.allow_build_id_mismatch = allow_build_id_mismatch
         self.inline_frames = inline_frames
         ordered = sorted(mappings, key=lambda m: (m.start, m.id))
@@ -1021,18 +1248,26 @@ class Symbolizer:
         expected = bytes(mapping.build_id).hex()
         if _is_pseudo_path(path):
             return None, ModuleStatus(path, NO_FILE, expected, detail="no backing file")
-        loaded = self.cache.get(self.resolve_path(path))
+        local = self.resolve_path(path)
+        loaded = self.cache.get(local)
         if isinstance(loaded, tuple):
-            return None, ModuleStatus(path, loaded[0], expected, detail=loaded[1])
+            detail = loaded[1]
+            if self.cache.sysroot and local == _default_resolve(path):
+                detail += f" (nor under the sysroot {self.cache.sysroot})"
+            return None, ModuleStatus(path, loaded[0], expected, detail=detail)
         actual = loaded.build_id_hex
         if not expected:
             return loaded, ModuleStatus(path, UNVERIFIED, expected, actual,
-                                        "the profile recorded no build id")
+                                        _joined("the profile recorded no build id",
+                                                _debug_detail(loaded, local, path)))
         if expected != actual:
             detail = ("the file has no build id" if not actual
                       else "the file is a different build")
+            if local != _default_resolve(path):
+                detail += f" (read {local})"
             return loaded, ModuleStatus(path, BUILD_ID_MISMATCH, expected, actual, detail)
-        return loaded, ModuleStatus(path, OK, expected, actual)
+        return loaded, ModuleStatus(path, OK, expected, actual,
+                                    _debug_detail(loaded, local, path))
 
     def module_status(self) -> dict[str, ModuleStatus]:
         """Status per module path seen so far (checked lazily, on first use)."""
@@ -1094,6 +1329,21 @@ class Symbolizer:
 
 def _default_resolve(path: str) -> str:
     return path[:-len(" (deleted)")] if path.endswith(" (deleted)") else path
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _debug_detail(module: ElfModule, local: str, path: str) -> str:
+    """Where a usable module's symbols came from, for ModuleStatus.detail."""
+    parts = []
+    if local != _default_resolve(path):
+        parts.append(f"read {local}")
+    if module.debug_file:
+        parts.append(f"symbols from {module.debug_file}")
+    parts += module.debug_problems
+    return _joined(*parts)
 
 
 # ---------------------------------------------------------------- C++ names

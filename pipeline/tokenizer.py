@@ -21,7 +21,10 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-TOKENIZER_VERSION = "lifetime-tokenizer-v1"
+#: v2: the same splitting rules as v1, over frames whose unnamed-module stand-ins are
+#: version-free (``<libglib+?>``, not ``<libglib-2.0.so.0.7400.6+?>``; see
+#: symbolize.module_name), so v1 datasets and models do not mix with v2 ones.
+TOKENIZER_VERSION = "lifetime-tokenizer-v2"
 PAD, UNK, SEP = "<pad>", "<unk>", "<sep>"
 RESERVED = (PAD, UNK, SEP)
 PAD_ID, UNK_ID, SEP_ID = 0, 1, 2

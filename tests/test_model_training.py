@@ -51,7 +51,7 @@ def test_model_dir_holds_the_contract(trained, tiny_dataset):
         assert key in hp, key
     assert hp["max_tokens"] == 16 and hp["vocab_size"] == len(vocab)
     assert config["class_names"][-1] == "inf" and config["label_scheme"]["rule"]
-    assert config["tokenizer_version"] == "lifetime-tokenizer-v1"
+    assert config["tokenizer_version"] == "lifetime-tokenizer-v2"
     assert config["training_datasets"][0]["path"] == os.path.abspath(tiny_dataset)
     with open(os.path.join(tiny_dataset, "vocab.txt")) as a, open(os.path.join(trained, "vocab.txt")) as b:
         assert a.read() == b.read()
