@@ -1,31 +1,37 @@
 #!/usr/bin/env python3
-"""Real cross-version benchmark: profile real programs, build datasets, train on the
-older versions, report on a newer one (issue 4, part 5).
+"""Cross-version and run-to-run benchmark on real programs: train on some versions (or
+runs), test on others, the model against lookup tables, over several seeds.
 
-Families (profiling reuses benchmarks/real_programs.py):
-  cpython  pyenv CPython builds (full symbols) running workloads/bench/bench_python_service.py
-           (a ~70 s service loop: objects from microseconds to never freed) under
-           PYTHONMALLOC=malloc, one process per version; versions are pyenv names.
-  clang    Debian clang++-N compiling workloads/bench/*.cpp repeatedly for --seconds;
-           only exported symbols are named (see the named-frame share in the report).
+Families: redis, postgres (benchmarks/servers/: fetched, built and driven by the
+project's scripts), cpython, clang (benchmarks/real_programs.py) and the bundled proxy.
+A test or train item is VERSION (every run of it) or VERSION/RUN (one run, e.g.
+6.0.16/run2): run-to-run within a version is `--train 6.0.16/run1 --test 6.0.16/run2`.
 
-    nice .venv/bin/python benchmarks/cross_version.py cpython --train 3.10.13 3.11.7 --test 3.12.1
+    nice .venv/bin/python benchmarks/cross_version.py redis --train 5.0.6 6.0.16 \\
+        --test 6.2.14 --seeds 0 1 2
+    nice .venv/bin/python benchmarks/cross_version.py redis --train 6.0.16/run1 \\
+        --test 6.0.16/run2 --seeds 0 1 2 --name redis-within
+    nice .venv/bin/python benchmarks/cross_version.py postgres --train 15.5 --test 16.2
     nice .venv/bin/python benchmarks/cross_version.py clang --train 14 --test 15
-    nice .venv/bin/python benchmarks/cross_version.py proxy --train v1 --test v2 \
-        --seconds 36 --seeds 0 1 2 3 4
 
-Outputs under --out/FAMILY: per-version profiles and datasets (the first training
-version builds the vocabulary; the rest reuse it), model/, report/ (report.md, .html,
-.json, PNGs) and commands.txt with the commands that produced them. Existing
-profiles are reused; delete them to re-profile.
+Datasets: one training dataset over every training item (so wrapper detection sees all
+of them), and one per test item cut like it (`--like`: same wrappers, depth and
+vocabulary). Every seed's model is scored on every test item: overall and on contexts
+unseen in training, weighted by samples and unweighted, against the exact-stack, site
+and majority tables. Outputs under --out/NAME: datasets/, model-seedN/, results.json
+(per seed, mean, sd, min, max; label purity of each dataset), results.md, report/ (the
+first seed's full report) and commands.txt. Existing profiles and datasets are reused;
+delete them to rebuild.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shlex
+import statistics
 import sys
 import time
 
@@ -36,9 +42,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import real_programs  # noqa: E402
 
-from pipeline.dataset import DatasetConfig, build_dataset  # noqa: E402
+from pipeline.dataset import DatasetConfig, build_dataset, dataset_context  # noqa: E402
 
 SERVICE = os.path.join(ROOT, "workloads", "bench", "bench_python_service.py")
+SERVERS = ("redis", "postgres")
+SCOPES = ("unseen", "overall")
+PREDICTORS = ("model", "baseline_exact", "baseline_site", "baseline_majority")
+FIGURES = ("weighted_exact", "unweighted_exact", "weighted_off_by_one",
+           "unweighted_off_by_one")
 
 
 def cpython_service_commands(version: str, seconds: int):
@@ -59,78 +70,177 @@ real_programs.FAMILIES["cpython"] = cpython_service_commands
 real_programs.FAMILIES["proxy"] = proxy_commands
 
 
+def profile_dirs(family: str, item: str, args) -> list[str]:
+    """Profile directories of VERSION or VERSION/RUN, profiling what is missing."""
+    version, _, run = item.partition("/")
+    if family in SERVERS:
+        base = os.path.join(args.servers_out, family, version)
+        runs = [run] if run else sorted(os.path.basename(d) for d in
+                                        glob.glob(os.path.join(base, "run*")))
+        if not runs:
+            runs = ["run1"]
+        dirs = [os.path.join(base, r, "profiles") for r in runs]
+        for d, r in zip(dirs, runs):
+            if not glob.glob(os.path.join(d, "*.ltprof")):
+                _profile_server(family, version, int(r.removeprefix("run")), d, args)
+        return dirs
+    if run:
+        raise SystemExit(f"{family}: runs are only kept for {', '.join(SERVERS)}")
+    out = os.path.join(args.out, family, version)
+    return [real_programs.profile_version(family, version, out, args.seconds, args.interval)]
+
+
+def _profile_server(family: str, version: str, run: int, out_dir: str, args) -> None:
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.servers.{family}")
+    print(f"{family} {version} run {run}: profiling into {out_dir}", flush=True)
+    module.profile(version, out_dir, seconds=args.seconds, seed=run, interval=args.interval)
+
+
+def build(family: str, items: list[str], out: str, like: str | None, args) -> str:
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return out
+    inputs = [(os.path.join(d, "*.ltprof"), f"{family}-{item.partition('/')[0]}")
+              for item in items for d in profile_dirs(family, item, args)]
+    config = (DatasetConfig(context=dataset_context(like), detect_wrappers=False) if like
+              else DatasetConfig(detect_wrappers=not args.no_detect_wrappers))
+    print(f"build-dataset {out} <- {', '.join(items)}", flush=True)
+    build_dataset(inputs, out, config, vocab_path=os.path.join(like, "vocab.txt") if like else None)
+    return out
+
+
+def _spread(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "sd": statistics.pstdev(values),
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarize(per_seed: dict) -> dict:
+    """{test item: {scope: {predictor: {figure: spread}}}} over the seeds."""
+    seeds = list(per_seed.values())
+    out = {}
+    for item in seeds[0]:
+        out[item] = {scope: {p: {f: _spread([s[item][scope][p][f] for s in seeds])
+                                 for f in FIGURES} for p in PREDICTORS}
+                     for scope in SCOPES}
+        best = {f: max(PREDICTORS[1:], key=lambda p: out[item]["unseen"][p][f]["mean"])
+                for f in FIGURES}
+        out[item]["unseen_lead_over_best_table"] = {
+            f: _spread([s[item]["unseen"]["model"][f] - max(s[item]["unseen"][p][f]
+                                                           for p in PREDICTORS[1:])
+                        for s in seeds]) | {"best_table_by_mean": best[f]}
+            for f in FIGURES}
+    return out
+
+
+def markdown(name: str, summary: dict, info: dict) -> str:
+    pct = lambda s: f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f}"  # noqa: E731
+    lines = [f"# {name}", "", f"train: {', '.join(info['train'])}; seeds: {info['seeds']}", ""]
+    for item, res in summary.items():
+        meta = info["test"][item]
+        lines += [f"## test {item}", "",
+                  f"{meta['contexts']} contexts, {meta['unseen_contexts_share']:.1%} unseen in "
+                  f"training ({meta['unseen_samples_share']:.1%} of samples); label purity "
+                  f"{meta['label_purity']:.1%}", "",
+                  "| scope | predictor | weighted exact | unweighted exact | weighted off-by-one "
+                  "| unweighted off-by-one |", "|---|---|---|---|---|---|"]
+        for scope in SCOPES:
+            for p in PREDICTORS:
+                lines.append(f"| {scope} | {p} | "
+                             + " | ".join(pct(res[scope][p][f]) for f in FIGURES) + " |")
+        lead = res["unseen_lead_over_best_table"]
+        lines += ["", "model lead over the best table on unseen contexts (points): "
+                  + ", ".join(f"{f} {100 * lead[f]['mean']:+.1f} (min {100 * lead[f]['min']:+.1f})"
+                              for f in FIGURES), ""]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("family", choices=sorted(real_programs.FAMILIES))
-    ap.add_argument("--train", nargs="+", required=True, metavar="VERSION")
-    ap.add_argument("--test", nargs="+", required=True, metavar="VERSION")
-    ap.add_argument("--seconds", type=int, default=70, help="profiled time per version")
+    ap.add_argument("family", choices=sorted(set(real_programs.FAMILIES) | set(SERVERS)))
+    ap.add_argument("--train", nargs="+", required=True, metavar="VERSION[/RUN]")
+    ap.add_argument("--test", nargs="+", required=True, metavar="VERSION[/RUN]")
+    ap.add_argument("--name", help="output folder name (default: the family)")
+    ap.add_argument("--seconds", type=int, default=60, help="profiled time per version/run")
     ap.add_argument("--interval", type=int, default=None, help="sampling interval (bytes)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "cross_version"))
-    ap.add_argument("--fractions", default="0.1,0.3,1",
-                    help="sampling fractions for the accuracy-vs-sampling plot")
+    ap.add_argument("--servers-out", default=os.path.join(ROOT, "out", "servers"),
+                    help="where server profiles live: FAMILY/VERSION/runK/profiles")
     ap.add_argument("--hparams", default="{}", help="JSON hyperparameter overrides")
-    ap.add_argument("--profile-only", action="store_true")
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0],
-                    help="training seeds: the first gets the full report; every seed's "
-                         "model is scored on the test versions (seeds.json)")
+    ap.add_argument("--no-detect-wrappers", action="store_true")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--no-report", action="store_true", help="skip the full HTML report")
     args = ap.parse_args()
 
-    base = os.path.join(args.out, args.family)
+    base = os.path.join(args.out, args.name or args.family)
     log = [f"cd {ROOT} && nice .venv/bin/python benchmarks/cross_version.py "
            + " ".join(shlex.quote(a) for a in sys.argv[1:])]
-    vocab, dirs = None, {}
-    for version in args.train + args.test:
-        out = os.path.join(base, version)
-        profiles = real_programs.profile_version(args.family, version, out, args.seconds,
-                                                 args.interval)
-        if args.profile_only:
-            continue
-        ds = os.path.join(out, "dataset")
-        if not os.path.exists(os.path.join(ds, "manifest.json")):
-            build_dataset([(os.path.join(profiles, "*.ltprof"), f"{args.family}-{version}")],
-                          ds, DatasetConfig(), vocab_path=vocab)
-        vocab = vocab or os.path.join(ds, "vocab.txt")
-        dirs[version] = ds
-    if args.profile_only:
-        return 0
+    train_ds = build(args.family, args.train, os.path.join(base, "datasets", "train"), None, args)
+    test_ds = {item: build(args.family, [item], os.path.join(
+        base, "datasets", "test-" + item.replace("/", "-")), train_ds, args)
+        for item in args.test}
 
     from model.cli import parse_hparams
-    from model.report import write_report
-    from model.train import train
-
+    from model.data import load_dataset
     from model.evaluate import evaluate
     from model.metrics import headline
+    from model.train import train
 
     hp = parse_hparams(json.loads(args.hparams), refit=True)
-    train_dirs = [dirs[v] for v in args.train]
-    test_dirs = [dirs[v] for v in args.test]
-    model_dir = os.path.join(base, "model")
-    start = time.monotonic()
-    train(train_dirs, model_dir, hp.replace(seed=args.seeds[0]))
-    train_s = time.monotonic() - start
-    seeds = {}
+    per_seed, train_seconds = {}, {}
     for seed in args.seeds:
-        seed_dir = model_dir if seed == args.seeds[0] else f"{model_dir}-seed{seed}"
-        if seed != args.seeds[0]:
-            train(train_dirs, seed_dir, hp.replace(seed=seed))
-        r = evaluate(seed_dir, test_dirs, split="all", train_dirs=train_dirs)
-        seeds[seed] = {scope: {name: {k: round(v, 4) for k, v in
-                                      headline(r[scope][name]).items()}
-                               for name in ("model", "baseline_exact")}
-                       for scope in ("unseen", "overall")}
-        print(f"seed {seed}: unseen weighted exact model "
-              f"{seeds[seed]['unseen']['model']['weighted_exact']:.1%}, lookup table "
-              f"{seeds[seed]['unseen']['baseline_exact']['weighted_exact']:.1%}", flush=True)
-    with open(os.path.join(base, "seeds.json"), "w") as f:
-        json.dump(seeds, f, indent=1)
-    fractions = [float(x) for x in args.fractions.split(",")]
-    report = write_report(model_dir, train_dirs, test_dirs, os.path.join(base, "report"),
-                          fractions=fractions)
-    log.append(f"# train: {train_s:.0f} s; report: {os.path.join(base, 'report', 'report.md')}")
+        model_dir = os.path.join(base, f"model-seed{seed}")
+        start = time.monotonic()
+        train([train_ds], model_dir, hp.replace(seed=seed), verbose=0)
+        train_seconds[seed] = round(time.monotonic() - start, 1)
+        per_seed[seed] = {}
+        for item, ds in test_ds.items():
+            r = evaluate(model_dir, [ds], split="all", train_dirs=[train_ds])
+            per_seed[seed][item] = {scope: {p: headline(r[scope][p]) for p in PREDICTORS}
+                                    for scope in SCOPES}
+            per_seed[seed][item]["unseen_share"] = r["unseen_share"]
+            u = per_seed[seed][item]["unseen"]
+            print(f"seed {seed} {item}: unseen weighted exact model "
+                  f"{u['model']['weighted_exact']:.1%} (tables: exact "
+                  f"{u['baseline_exact']['weighted_exact']:.1%}, site "
+                  f"{u['baseline_site']['weighted_exact']:.1%}); unweighted model "
+                  f"{u['model']['unweighted_exact']:.1%}", flush=True)
+    summary = summarize({s: {i: {k: v for k, v in r.items() if k in SCOPES}
+                             for i, r in res.items()} for s, res in per_seed.items()})
+    manifests = {item: load_dataset(ds).manifest for item, ds in [("train", train_ds),
+                                                                 *test_ds.items()]}
+
+    def purity(m):
+        splits = m["splits"]
+        n = sum(splits[s]["samples"] for s in splits)
+        return sum((splits[s]["label_purity"] or 0) * splits[s]["samples"] for s in splits) / n
+
+    info = {"family": args.family, "train": args.train, "seeds": args.seeds,
+            "hyperparameters": json.loads(args.hparams), "train_seconds": train_seconds,
+            "context": manifests["train"]["context"],
+            "train_label_purity": purity(manifests["train"]),
+            "test": {item: {"contexts": sum(manifests[item]["splits"][s]["contexts"]
+                                            for s in manifests[item]["splits"]),
+                            "label_purity": purity(manifests[item]),
+                            "unseen_contexts_share": per_seed[args.seeds[0]][item][
+                                "unseen_share"]["contexts"],
+                            "unseen_samples_share": per_seed[args.seeds[0]][item][
+                                "unseen_share"]["samples"]} for item in test_ds}}
+    os.makedirs(base, exist_ok=True)
+    with open(os.path.join(base, "results.json"), "w") as f:
+        json.dump({"info": info, "summary": summary, "per_seed": per_seed}, f, indent=1)
+    text = markdown(args.name or args.family, summary, info)
+    with open(os.path.join(base, "results.md"), "w") as f:
+        f.write(text)
+    print(text)
+    if not args.no_report:
+        from model.report import write_report
+
+        write_report(os.path.join(base, f"model-seed{args.seeds[0]}"), [train_ds],
+                     list(test_ds.values()), os.path.join(base, "report"), fractions=(1.0,))
+    log.append(f"# results: {os.path.join(base, 'results.md')}")
     with open(os.path.join(base, "commands.txt"), "w") as f:
         f.write("\n".join(log) + "\n")
-    print(json.dumps(report["summary"], indent=1))
     return 0
 
 

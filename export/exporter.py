@@ -58,6 +58,7 @@ class ModelDir:
         self.tokens_per_frame = int(hp["tokens_per_frame"])
         self.max_tokens = int(hp.get("max_tokens", self.max_frames * self.tokens_per_frame))
         self.class_names = [str(c) for c in config["class_names"]]
+        self.context = None  # set by read_model_dir
 
     def load_keras(self):
         path = self.path / "model.keras"
@@ -114,6 +115,16 @@ def read_model_dir(path: str | os.PathLike) -> ModelDir:
     except ValueError as e:
         raise ExportError(str(e)) from e
     md = ModelDir(p, config, vocab)
+    from pipeline.context import ContextDefinition, ContextDefinitionError
+
+    try:
+        md.context = ContextDefinition.from_json(config.get("context"), where=str(cfg_path))
+    except ContextDefinitionError as e:
+        raise ExportError(f"{e}: the exported model could not be served the contexts it was "
+                          "trained on") from e
+    if md.context.max_frames != md.max_frames:
+        raise ExportError(f"{cfg_path}: the model reads {md.max_frames} frames but its "
+                          f"contexts hold {md.context.max_frames}")
     if md.max_tokens != md.max_frames * md.tokens_per_frame:
         raise ExportError(f"{cfg_path}: max_tokens {md.max_tokens} != max_frames * "
                           "tokens_per_frame")
@@ -240,7 +251,8 @@ def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: path
     (gen / "lifetime_model_data.h").write_text(codegen.data_header(
         md.max_frames, md.tokens_per_frame, len(md.class_names), len(md.vocab)))
     (gen / "lifetime_model_data.cc").write_text(codegen.data_source(
-        md.vocab, md.class_names, md.max_frames, md.tokens_per_frame, model_id, route))
+        md.vocab, md.class_names, md.max_frames, md.tokens_per_frame, model_id, route,
+        md.context.to_json()["version"], list(md.context.wrappers)))
     tf_include = runtime_build.tensorflow_dir() / "include"
     build = work / "build"
     gen_args = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -333,6 +345,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         "max_frames": md.max_frames, "tokens_per_frame": md.tokens_per_frame,
         "max_tokens": md.max_tokens, "num_classes": len(md.class_names),
         "class_names": md.class_names, "vocab_size": len(md.vocab),
+        "context": md.context.to_json(),
         "tensorflow": runtime_build.tensorflow_version(),
         "runtime": runtime.name, "target_cpu": target_cpu or "generic",
         "xla_flags": xla_flags or "",

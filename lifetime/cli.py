@@ -35,10 +35,11 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_evaluate_online(args: argparse.Namespace) -> int:
     import json
 
-    from model.online import OnlineEvaluationError, evaluate_online
+    from model.online import OnlineEvaluationError, evaluate_online, model_context
 
     try:
-        result = evaluate_online(args.profiles, _label_scheme(args), max_frames=args.max_frames)
+        result = evaluate_online(args.profiles, model_context(args.model), _label_scheme(args),
+                                 **_symbol_options(args))
     except OnlineEvaluationError as e:
         raise SystemExit(f"lifetime evaluate-online: error: {e}")
     h, cache, cost = result["headline"], result["cache"], result["cost_ns_per_sampled_allocation"]
@@ -100,17 +101,66 @@ def _profile_inputs(globs: list[str], labels: list[str] | None) -> list[tuple[st
     return [(g, labels[i] if i < len(labels) else "") for i, g in enumerate(globs)]
 
 
+def _context_options(args: argparse.Namespace) -> dict:
+    """DatasetConfig fields for the context definition (pipeline/context.py)."""
+    from pipeline import context
+    from pipeline.dataset import dataset_context
+
+    if getattr(args, "like", None):
+        if args.wrapper or args.no_builtin_wrappers or args.max_frames is not None:
+            raise SystemExit("lifetime: --like takes the context definition from the dataset; "
+                             "drop --wrapper/--no-builtin-wrappers/--max-frames")
+        try:
+            return {"context": dataset_context(args.like), "detect_wrappers": False}
+        except ValueError as e:
+            raise SystemExit(f"lifetime: error: --like {args.like}: {e}")
+    definition = context.ContextDefinition.make(
+        max_frames=args.max_frames or context.ContextDefinition.max_frames,
+        configured=args.wrapper or (), builtin=not args.no_builtin_wrappers)
+    return {"context": definition, "detect_wrappers": not args.no_detect_wrappers}
+
+
+def _symbol_options(args: argparse.Namespace) -> dict:
+    """debug_dirs and sysroot (DatasetConfig fields, ModuleCache arguments)."""
+    from pipeline import symbolize
+
+    try:
+        symbolize.check_search_paths(args.debug_dir, args.sysroot)
+    except ValueError as e:
+        raise SystemExit(f"lifetime: error: {e}")
+    return {"debug_dirs": tuple(args.debug_dir or symbolize.DEFAULT_DEBUG_DIRS),
+            "sysroot": args.sysroot or ""}
+
+
+def _add_symbol_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug-dir", action="append", metavar="DIR",
+                   help="directory of separate debug files (.build-id/xx/yyyy.debug, "
+                        ".gnu_debuglink targets); repeatable (default: /usr/lib/debug)")
+    p.add_argument("--sysroot", metavar="DIR",
+                   help="read the profiled binaries from under DIR first (another machine's "
+                        "files, or packages unpacked under a private root); debug "
+                        "directories are searched under it too")
+
+
 def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
+    import os
+
     from pipeline.dataset import DatasetConfig, build_dataset
 
-    config = DatasetConfig(max_frames=args.max_frames, vocab_size=args.vocab_size,
-                           eval_percent=args.eval_percent, num_shards=args.shards,
-                           labels=_label_scheme(args))
+    config = DatasetConfig(vocab_size=args.vocab_size, eval_percent=args.eval_percent,
+                           num_shards=args.shards, labels=_label_scheme(args),
+                           **_context_options(args), **_symbol_options(args))
+    vocab = args.vocab or (os.path.join(args.like, "vocab.txt") if args.like else None)
     try:
         manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
-                                 config, vocab_path=args.vocab, beam_args=beam_args)
+                                 config, vocab_path=vocab, beam_args=beam_args)
     except ValueError as e:
         raise SystemExit(f"lifetime build-dataset: error: {e}")
+    wrappers = manifest["context"]["detected_wrappers"]
+    print(f"context: {manifest['context']['max_frames']} frames below the site; "
+          f"{len(manifest['context']['wrappers'])} wrappers stripped, {len(wrappers)} detected"
+          + (f" ({', '.join(wrappers[:6])}{', ...' if len(wrappers) > 6 else ''})"
+             if wrappers else ""))
     splits = manifest["splits"]
     print(f"dataset: {args.out}: {splits['train']['contexts']} train and "
           f"{splits['eval']['contexts']} eval contexts, vocabulary "
@@ -126,7 +176,8 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
     from pipeline.characterize import summarize_workloads, write_report
     from pipeline.dataset import DatasetConfig
 
-    config = DatasetConfig(max_frames=args.max_frames, labels=_label_scheme(args))
+    config = DatasetConfig(labels=_label_scheme(args), **_context_options(args),
+                           **_symbol_options(args))
     try:
         workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
                                         config, args.out, beam_args)
@@ -142,8 +193,16 @@ def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--version-label", action="append", metavar="LABEL",
                    help="label for the matching --profiles (default: each header's own)")
     p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--max-frames", type=_positive_int, default=32,
-                   help="frames kept per context, from the allocation site (default: 32)")
+    p.add_argument("--max-frames", type=_positive_int, default=None,
+                   help="frames kept per context, from the allocation site (default: 16)")
+    p.add_argument("--wrapper", action="append", metavar="NAME",
+                   help="a function of the program that allocates on its callers' behalf "
+                        "(qualified name, e.g. zmalloc or Pool::Take); repeatable")
+    p.add_argument("--no-detect-wrappers", action="store_true",
+                   help="do not add the wrappers found in the data")
+    p.add_argument("--no-builtin-wrappers", action="store_true",
+                   help="do not strip the built-in list of well-known allocation APIs")
+    _add_symbol_options(p)
     p.add_argument("--clock", choices=("wall", "bytes"), default="wall",
                    help="label clock: wall time (ms) or allocated bytes")
     p.add_argument("--boundaries", metavar="B1,B2,...",
@@ -173,11 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate-online",
                        help="online predictions in profiles against the actual lifetimes")
     p.add_argument("profiles", nargs="+", metavar="PROFILE")
-    p.add_argument("--max-frames", type=_positive_int, default=32,
-                   help="frames per context, as in build-dataset (default: 32)")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="the model (or its export) the profiles were taken with: its context "
+                        "definition cuts the stacks into contexts")
     p.add_argument("--clock", choices=("wall", "bytes"), default="wall")
     p.add_argument("--boundaries", metavar="B1,B2,...")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    _add_symbol_options(p)
     p.set_defaults(func=_cmd_evaluate_online)
 
     p = sub.add_parser("inspect", help="print a profile file's header, counts and samples")
@@ -192,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_inputs(p)
     p.add_argument("--vocab", metavar="FILE",
                    help="use this vocabulary instead of building one (e.g. a test set)")
+    p.add_argument("--like", metavar="DATASET",
+                   help="cut contexts exactly as this (training) dataset did and use its "
+                        "vocabulary: for test versions")
     p.add_argument("--vocab-size", type=_positive_int, default=5000)
     p.add_argument("--eval-percent", type=int, choices=range(0, 101), default=20,
                    metavar="0-100")

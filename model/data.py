@@ -70,6 +70,17 @@ class Dataset:
     def label_scheme(self) -> dict:
         return self.manifest["config"]["labels"]
 
+    @property
+    def context(self):
+        """The dataset's context definition (pipeline/context.py)."""
+        from pipeline.context import ContextDefinition, ContextDefinitionError
+
+        try:
+            return ContextDefinition.from_json(self.manifest.get("context"),
+                                               where=f"dataset {self.path}")
+        except ContextDefinitionError as e:
+            raise DatasetError(str(e)) from e
+
     def all(self) -> Examples:
         return Examples.concat([self.splits[s] for s in SPLITS])
 
@@ -132,11 +143,22 @@ def load_dataset(path: str) -> Dataset:
 
 
 def check_compatible(datasets: list[Dataset], vocab: Vocabulary | None = None,
-                     label_scheme: dict | None = None, what: str = "model") -> None:
-    """All datasets share one vocabulary (token ids) and one label scheme."""
+                     label_scheme: dict | None = None, what: str = "model",
+                     context=None) -> None:
+    """All datasets share one vocabulary (token ids), one label scheme and one context
+    definition (the same stacks would otherwise be cut into different contexts)."""
     ref_vocab = vocab.tokens if vocab else datasets[0].vocab.tokens
     ref_labels = label_scheme or datasets[0].label_scheme
+    ref_context = context or datasets[0].context
     for d in datasets:
+        if d.context.wrappers != ref_context.wrappers \
+                or d.context.max_frames != ref_context.max_frames:
+            extra = sorted(set(d.context.wrappers) ^ set(ref_context.wrappers))
+            raise DatasetError(
+                f"dataset {d.path}: its context definition differs from the {what}'s "
+                f"(max_frames {d.context.max_frames} vs {ref_context.max_frames}; wrappers "
+                f"not in both: {', '.join(extra[:8]) or 'none'}). Rebuild it with "
+                f"`lifetime build-dataset ... --like <the {what}'s training dataset>`")
         if d.vocab.tokens != ref_vocab:
             first = next((i for i, (a, b) in enumerate(zip(d.vocab.tokens, ref_vocab)) if a != b),
                          min(len(d.vocab), len(ref_vocab)))

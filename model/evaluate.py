@@ -67,7 +67,8 @@ def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
     model, config, vocab = io.load_model_dir(model_dir)
     hp = io.hparams_of(config)
     datasets = [load_dataset(d) for d in dataset_dirs]
-    check_compatible(datasets, vocab=vocab, label_scheme=config["label_scheme"], what="model")
+    check_compatible(datasets, vocab=vocab, label_scheme=config["label_scheme"], what="model",
+                     context=io.context_of(config, model_dir))
     train_sets, train_ex = training_data(config, train_dirs)
     training_paths = {d.path for d in train_sets}
     chosen = [select_split(d, split, training_paths) for d in datasets]

@@ -75,6 +75,16 @@ def load_model_dir(path: str):
     return model, config, vocab
 
 
+def context_of(config: dict, path: str = ""):
+    """The model's context definition (how its training stacks were cut)."""
+    from pipeline.context import ContextDefinition, ContextDefinitionError
+
+    try:
+        return ContextDefinition.from_json(config.get("context"), where=f"model {path}".strip())
+    except ContextDefinitionError as e:
+        raise ModelDirError(str(e)) from e
+
+
 def hparams_of(config: dict):
     from model.hparams import HParams
 

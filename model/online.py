@@ -1,9 +1,9 @@
 """`lifetime evaluate-online`: predictions made inside the sampler against the lifetimes
 that actually happened (profiles taken with `lifetime profile --model DIR`).
 
-Contexts and labels are made exactly as `lifetime build-dataset` makes them (offline
-symbolization, allocator frames stripped, top `max_frames` frames, T95 label), so the
-figures compare with the offline report's.  Two views:
+Contexts and labels are made exactly as `lifetime build-dataset` makes them, with the
+model's own context definition (pipeline/context.py), so the figures compare with the
+offline report's.  Two views:
 
   * per context, like the offline metrics: a context's prediction is the most common
     class its samples were given (ties: the longer-lived), weighted by sample count
@@ -22,6 +22,7 @@ import collections
 import numpy as np
 
 from model.metrics import classification_metrics, headline
+from pipeline import context as context_def
 from pipeline import lifetimes, symbolize
 from pipeline.contexts import ContextStats
 from pipeline.dataset import _lifetime
@@ -36,12 +37,31 @@ def _percentile(values, q):
     return float(np.percentile(values, q)) if len(values) else None
 
 
-def evaluate_online(paths: list[str], scheme: lifetimes.LabelScheme | None = None,
-                    max_frames: int = 32) -> dict:
+def model_context(path: str) -> context_def.ContextDefinition:
+    """The context definition of a model directory or of a `lifetime export` directory."""
+    import json
+    import os
+
+    for name, key in (("config.json", "context"), ("export_manifest.json", "context")):
+        file = os.path.join(path, name)
+        if os.path.isfile(file):
+            try:
+                with open(file, encoding="utf-8") as f:
+                    d = json.load(f)
+                return context_def.ContextDefinition.from_json(d.get(key), where=file)
+            except (OSError, ValueError) as e:
+                raise OnlineEvaluationError(str(e)) from e
+    raise OnlineEvaluationError(f"{path}: neither a model directory (config.json) nor an "
+                                "export directory (export_manifest.json)")
+
+
+def evaluate_online(paths: list[str], definition: context_def.ContextDefinition,
+                    scheme: lifetimes.LabelScheme | None = None, *,
+                    debug_dirs=symbolize.DEFAULT_DEBUG_DIRS, sysroot: str | None = None) -> dict:
     scheme = scheme or lifetimes.LabelScheme()
     if not paths:
         raise OnlineEvaluationError("no profile files given")
-    cache = symbolize.ModuleCache()
+    cache = symbolize.ModuleCache(debug_dirs=debug_dirs, sysroot=sysroot)
     stats: dict[tuple, ContextStats] = {}
     predicted: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
     per_sample = []  # (context key, predicted class)
@@ -63,13 +83,12 @@ def evaluate_online(paths: list[str], scheme: lifetimes.LabelScheme | None = Non
                           cache_misses=p.cache_misses, model_runs=p.model_runs,
                           revalidations=p.revalidations, disagreements=p.disagreements,
                           failures=p.failures, total_ns=p.total_ns)
-        sym = symbolize.Symbolizer(profile.mappings, cache=cache)
+        sym = context_def.make_symbolizer(profile.mappings, cache=cache)
         keys = {}
         for stack_id, stack in profile.stacks.items():
-            raw = sym.symbolize_stack(stack.addresses, leaf_is_return_address=True)
-            kept = symbolize.strip_allocator_frames(raw)[:max_frames]
             keys[stack_id] = (profile.header.program, profile.header.version_label,
-                              tuple(f.function for f in kept))
+                              definition.frames(context_def.machinery_free(sym,
+                                                                           stack.addresses)))
         for s in profile.samples:
             key = keys[s.stack_id]
             stats.setdefault(key, ContextStats()).add(_lifetime(s, scheme.clock), s.censored,

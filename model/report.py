@@ -150,7 +150,8 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     class_names = config["class_names"]
     train_sets, train_ex = training_data(config, train_dirs)
     test_sets = [load_dataset(d) for d in test_dirs]
-    check_compatible(train_sets + test_sets, vocab=vocab, label_scheme=config["label_scheme"])
+    check_compatible(train_sets + test_sets, vocab=vocab, label_scheme=config["label_scheme"],
+                     context=io.context_of(config, model_dir))
     training_paths = {d.path for d in train_sets}
     test_ex = Examples.concat([select_split(d, "auto", training_paths)[1] for d in test_sets])
     if not len(test_ex):

@@ -132,7 +132,9 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
     vocab = datasets[0].vocab
     labels = datasets[0].label_scheme
     class_names = labels["class_names"]
-    hp = hp.replace(vocab_size=len(vocab))
+    context = datasets[0].context
+    # One frame limit: the model reads every frame of the dataset's contexts.
+    hp = hp.replace(vocab_size=len(vocab), max_frames=context.max_frames)
     os.makedirs(out_dir, exist_ok=True)
     LOG.info("train: %d train / %d eval contexts, vocabulary %d, %s",
              len(train_ex), len(eval_ex), len(vocab), hp)
@@ -150,6 +152,7 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
     config = {
         "format": io.FORMAT, "hyperparameters": hp.to_json(), "class_names": class_names,
         "label_scheme": labels, "tokenizer_version": TOKENIZER_VERSION,
+        "context": context.to_json(),
         "input": {"name": "token_ids", "dtype": "int32", "shape": [None, hp.max_tokens],
                   "layout": "frame slots, see model/features.py"},
         "output": {"dtype": "float32", "shape": [None, len(class_names)], "kind": "softmax"},

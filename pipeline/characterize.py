@@ -18,7 +18,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.contexts import MergeContextStats
-from pipeline.dataset import DatasetConfig, ReadProfiles, match_inputs
+from pipeline.dataset import DatasetConfig, ReadProfiles, ToContexts, match_inputs
 
 TOP = 10
 BINS_PER_DECADE = 10
@@ -80,7 +80,8 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
     path = os.path.join(out_dir, "workloads.json")
     with beam.Pipeline(options=PipelineOptions(beam_args or [])) as p:
         read = p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config)
-        _ = (read.contexts
+        contexts, _ = read.contexts | "Contexts" >> ToContexts(config)
+        _ = (contexts
              | "Merge" >> beam.CombinePerKey(MergeContextStats())
              | "ByWorkload" >> beam.Map(
                  lambda kv: (f"{kv[0][0]} {kv[0][1]}".strip(), (kv[0][2], kv[1])))

@@ -63,6 +63,13 @@ class ContextStats:
         obs = sorted(self.observations)
         return lifetimes.t95([o[0] for o in obs], [o[1] for o in obs], [o[2] for o in obs])
 
+    def pure_samples(self, label: int, scheme: lifetimes.LabelScheme) -> int:
+        """Samples whose own lifetime is in the context's class (one still live at the
+        end counts as never freed): no predictor keyed on the stack can do better."""
+        own = [scheme.inf_class if censored else scheme.label(lifetime)
+               for lifetime, censored, _, _ in self.observations]
+        return sum(1 for c in own if c == label)
+
     def summary(self) -> dict:
         """Everything but the raw observations (JSON-friendly)."""
         mean = self.sum_lifetime / self.freed if self.freed else None

@@ -1,11 +1,16 @@
 """`lifetime build-dataset`: profiles -> labeled, tokenized, weighted TFRecord examples.
 
-    ReadProfiles           files -> per-file partial stats per context (+ dead letters)
+    ReadProfiles           files -> per-file partial stats per machinery-free stack
+                           (symbolized, allocator stripped; + dead letters, file stats)
     CombinePerKey          merge partials across files and runs
+    DefineContexts         the context definition (pipeline/context.py): given, or with
+                           the wrappers detected in these stacks
+    ToContexts             strip wrappers, keep the top frames, merge again
     LabelContexts          T95 -> class; tokenize; context id; train/eval split
     BuildVocabulary        top-N tokens of the training contexts (or --vocab FILE)
     WriteExamples          sorted shards of tf.train.Example, so reruns are byte-identical
-    manifest.json          counts, class histogram, dropped counts, configuration
+    manifest.json          counts, class histogram, dropped counts, configuration,
+                           the context definition (what was stripped, and why)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import context as context_def
 from pipeline import contexts, lifetimes, symbolize, tokenizer
 from pipeline.contexts import ContextStats, MergeContextStats
 from profiler_proto import read_profile
@@ -34,20 +40,30 @@ NS_PER_MS = 1e6
 
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
-    max_frames: int = 32          # context = the top N frames after allocator stripping
+    # How a stack becomes a context. With detect_wrappers, the wrappers found in these
+    # profiles are added to it; a definition taken from another dataset (--like) is
+    # used as it is, so test versions are cut exactly as the training data were.
+    context: context_def.ContextDefinition = context_def.ContextDefinition.make()
+    detect_wrappers: bool = True
     vocab_size: int = 5000        # tokens besides PAD, UNK, SEP
     eval_percent: int = 20        # share of contexts (by id hash) in the eval split
     num_shards: int = 1
     labels: lifetimes.LabelScheme = lifetimes.LabelScheme()
+    # Where symbols are looked for (symbolize.ModuleCache): separate debug files, and a
+    # root holding the profiled machine's files ("" = none).
+    debug_dirs: tuple[str, ...] = symbolize.DEFAULT_DEBUG_DIRS
+    sysroot: str = ""
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["labels"] = self.labels.to_json()
+        d["context"] = self.context.to_json()
         return d
 
 
 class ProfileToContextsFn(beam.DoFn):
-    """One profile file -> (context key, partial ContextStats) per distinct context.
+    """One profile file -> ((program, version label, machinery-free stack), partial
+    ContextStats) per distinct stack.
 
     Samples are grouped by stack first, so each stack is symbolized once and each
     distinct address once per module (the symbolizer memoizes per module)."""
@@ -60,7 +76,8 @@ class ProfileToContextsFn(beam.DoFn):
 
     def setup(self):
         # One ELF cache per worker: each module is read once, whatever the file count.
-        self._modules = symbolize.ModuleCache()
+        self._modules = symbolize.ModuleCache(debug_dirs=self._config.debug_dirs,
+                                              sysroot=self._config.sysroot or None)
 
     def process(self, element):
         path, version_label = element
@@ -81,17 +98,16 @@ class ProfileToContextsFn(beam.DoFn):
         by_stack = collections.defaultdict(list)
         for s in profile.samples:
             by_stack[s.stack_id].append(s)
-        symbolizer = symbolize.Symbolizer(profile.mappings, cache=self._modules)
+        symbolizer = context_def.make_symbolizer(profile.mappings, cache=self._modules)
         per_context: dict[tuple, ContextStats] = {}
         total_frames = named_frames = 0
         for stack_id, samples in sorted(by_stack.items()):
-            # Every address the sampler records, the leaf too, is a return address.
-            raw = symbolizer.symbolize_stack(profile.stacks[stack_id].addresses,
-                                             leaf_is_return_address=True)
-            total_frames += len(raw)
-            named_frames += sum(f.resolved for f in raw)
-            kept = symbolize.strip_allocator_frames(raw)[: self._config.max_frames]
-            key = (profile.header.program, label, tuple(f.function for f in kept))
+            addresses = profile.stacks[stack_id].addresses
+            total_frames += len(addresses)
+            named_frames += sum(f.resolved for a in addresses
+                                for f in symbolizer.symbolize_address(a, True))
+            key = (profile.header.program, label,
+                   context_def.machinery_free(symbolizer, addresses))
             stats = per_context.setdefault(key, ContextStats())
             for s in samples:
                 stats.add(_lifetime(s, self._config.labels.clock), s.censored, s.weight, s.size)
@@ -131,15 +147,50 @@ class ReadProfiles(beam.PTransform):
                     DEAD_LETTER, FILE_STATS, main="contexts"))
 
 
+def _stack_label(element, scheme: lifetimes.LabelScheme) -> tuple:
+    (_, _, stack), stats = element
+    return stack, stats.samples, scheme.label(stats.t95())
+
+
+def _define(stacks: list, config: DatasetConfig) -> context_def.ContextDefinition:
+    if not config.detect_wrappers:
+        return config.context
+    return config.context.with_detected(context_def.detect_wrappers(stacks, config.context))
+
+
+def _to_context(element, definition: context_def.ContextDefinition):
+    (program, version_label, stack), stats = element
+    return (program, version_label, definition.frames(stack)), stats
+
+
+class ToContexts(beam.PTransform):
+    """Merged (program, label, machinery-free stack) stats -> merged stats per context,
+    with the context definition (as a singleton PCollection) beside them."""
+
+    def __init__(self, config: DatasetConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, partials):
+        stacks = partials | "MergeStacks" >> beam.CombinePerKey(MergeContextStats())
+        definition = (stacks
+                      | "StackLabels" >> beam.Map(_stack_label, self._config.labels)
+                      | "AllStacks" >> beam.combiners.ToList()
+                      | "Define" >> beam.Map(_define, self._config))
+        contexts = stacks | "Cut" >> beam.Map(_to_context, beam.pvalue.AsSingleton(definition))
+        return contexts, definition
+
+
 def _label_context(element, config: DatasetConfig):
     (program, version_label, frames), stats = element
     t95 = stats.t95()
+    label = config.labels.label(t95)
     cid = contexts.context_id(program, version_label, frames)
     split = "eval" if int(cid, 16) % 100 < config.eval_percent else "train"
     return {"context_id": cid, "program": program, "version_label": version_label,
             "frames": list(frames), "tokens": tokenizer.tokenize(frames),
-            "t95": t95, "label": config.labels.label(t95), "split": split,
-            "stats": stats.summary()}
+            "t95": t95, "label": label, "split": split,
+            "stats": {**stats.summary(), "pure_samples": stats.pure_samples(label, config.labels)}}
 
 
 class LabelContexts(beam.PTransform):
@@ -237,10 +288,15 @@ def _summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
     for split in ("train", "eval"):
         rows = [c for c in labeled if c["split"] == split]
         by_contexts, by_samples = [0] * num_classes, [0] * num_classes
+        pure = 0
         for c in rows:
             by_contexts[c["label"]] += 1
             by_samples[c["label"]] += c["stats"]["samples"]
+            pure += c["stats"]["pure_samples"]
         summary[split] = {"contexts": len(rows), "samples": sum(by_samples),
+                          # share of sampled objects whose own lifetime is in their
+                          # context's class: the ceiling of any stack-keyed predictor
+                          "label_purity": pure / sum(by_samples) if sum(by_samples) else None,
                           "class_histogram_contexts": by_contexts,
                           "class_histogram_samples": by_samples}
     return summary
@@ -275,6 +331,17 @@ def _write_lines(path: str, lines: Iterable[str]) -> str:
     return path
 
 
+def dataset_context(dataset_dir: str) -> context_def.ContextDefinition:
+    """The context definition recorded in a dataset's manifest."""
+    path = os.path.join(dataset_dir, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the dataset manifest ({e})") from e
+    return context_def.ContextDefinition.from_json(manifest.get("context"), where=path)
+
+
 def match_inputs(inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """(glob, version label) -> sorted (file, label) pairs; an empty glob is an error."""
     files = []
@@ -296,7 +363,8 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
     options = PipelineOptions(beam_args or [])
     with beam.Pipeline(options=options) as p:
         read = (p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config))
-        labeled = read.contexts | "Label" >> LabelContexts(config)
+        cut, definition = read.contexts | "Contexts" >> ToContexts(config)
+        labeled = cut | "Label" >> LabelContexts(config)
         if vocab_given:
             ranked = p | "GivenVocab" >> beam.Create([vocab_given.tokens])
         else:
@@ -325,21 +393,23 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
             lambda lines: _write_lines(os.path.join(out_dir, "dead_letters.jsonl"), lines))
         _ = (p | "One" >> beam.Create([None])
              | "Manifest" >> beam.Map(
-                 lambda _, ctx, fs, dl, v: _write_json(
+                 lambda _, ctx, fs, dl, v, d: _write_json(
                      os.path.join(out_dir, "manifest.json"),
-                     _manifest(files, config, vocab_path, ctx, fs, dl, v)),
+                     _manifest(files, config, vocab_path, ctx, fs, dl, v, d)),
                  beam.pvalue.AsSingleton(context_summary), beam.pvalue.AsSingleton(file_summary),
-                 beam.pvalue.AsSingleton(dead), vocab))
+                 beam.pvalue.AsSingleton(dead), vocab, beam.pvalue.AsSingleton(definition)))
     with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
-def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lines, vocab):
+def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lines, vocab,
+              definition):
     dead = [json.loads(line) for line in dead_lines]
     return {
         "format": "lifetime-dataset-v1",
         "tokenizer_version": tokenizer.TOKENIZER_VERSION,
         "config": config.to_json(),
+        "context": definition.to_json(),
         "inputs": [{"file": f, "version_label": label} for f, label in files],
         "vocabulary": {"file": "vocab.txt", "size": len(vocab), "given": vocab_path},
         "splits": context_summary,

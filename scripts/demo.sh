@@ -27,11 +27,11 @@ $BIN/lifetime profile --out "$OUT/profiles/v2" --version-label v2 -- \
   "$PROXY/proxy_server_v2" --seconds "$SECONDS_PER_RUN"
 $BIN/lifetime inspect --samples 0 "$OUT"/profiles/v2/*.ltprof
 
-step "build-dataset (Beam, DirectRunner): v1, then v2 on v1's vocabulary"
+step "build-dataset (Beam, DirectRunner): v1, then v2 cut like v1 (its wrappers, vocabulary)"
 $BIN/lifetime build-dataset --profiles "$OUT/profiles/v1/*.ltprof" --version-label v1 \
   --out "$OUT/datasets/v1"
 $BIN/lifetime build-dataset --profiles "$OUT/profiles/v2/*.ltprof" --version-label v2 \
-  --vocab "$OUT/datasets/v1/vocab.txt" --out "$OUT/datasets/v2"
+  --like "$OUT/datasets/v1" --out "$OUT/datasets/v2"
 
 step "train on v1 (refit on all of v1 once early stopping has picked the epochs)"
 $BIN/lifetime train --dataset "$OUT/datasets/v1" --out "$OUT/model" --refit
@@ -55,7 +55,7 @@ cmake --build "$OUT/consumer" > /dev/null
 step "online: proxy_server_v2 with the exported model inside the sampler"
 $BIN/lifetime profile --model "$OUT/export" --out "$OUT/profiles/v2-online" --version-label v2 -- \
   "$PROXY/proxy_server_v2" --seconds "$SECONDS_PER_RUN"
-$BIN/lifetime evaluate-online "$OUT"/profiles/v2-online/*.ltprof --json "$OUT/online.json"
+$BIN/lifetime evaluate-online --model "$OUT/model" "$OUT"/profiles/v2-online/*.ltprof --json "$OUT/online.json"
 
 step "done in $(( $(date +%s) - START ))s"
 $BIN/python scripts/demo_summary.py "$OUT"

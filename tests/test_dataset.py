@@ -138,3 +138,29 @@ def test_build_id_mismatch_is_reported_per_module(profiles, tmp_path, sites):
     manifest = _build(profiles, tmp_path / "ds")
     assert manifest["files"]["modules"][binary].startswith("build_id_mismatch")
     assert manifest["files"]["programs"]["sites (v1)"]["symbolized_frame_share"] < 1.0
+
+
+def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
+    from pipeline.context import ContextDefinition
+
+    # "cache_insert" made a wrapper: its samples' context is what lies below it (main).
+    config = DatasetConfig(eval_percent=0, context=ContextDefinition.make(
+        configured=["cache_insert"]))
+    manifest = dataset.build_dataset([(str(profiles / "*.ltprof"), "")], str(tmp_path / "a"),
+                                     config)
+    ctx = manifest["context"]
+    assert ctx["version"] == "lifetime-context-v2" and ctx["inline_frames"] is False
+    assert ctx["configured_wrappers"] == ["cache_insert"] and "zmalloc" in ctx["wrappers"]
+    assert ctx["max_frames"] == 16 and manifest["config"]["context"]["detected_wrappers"] == []
+    assert manifest["splits"]["train"]["contexts"] == 4  # parse, session, registry, [main]
+    purity = manifest["splits"]["train"]["label_purity"]
+    assert 0.5 < purity < 1.0  # session_open has one sample outside its class
+    # A test set cut like it: the same definition, nothing detected anew.
+    like = dataset.dataset_context(str(tmp_path / "a"))
+    again = dataset.build_dataset(
+        [(str(profiles / "a.ltprof"), "")], str(tmp_path / "b"),
+        DatasetConfig(eval_percent=0, context=like, detect_wrappers=False),
+        vocab_path=str(tmp_path / "a" / "vocab.txt"))
+    assert again["context"] == ctx
+    with pytest.raises(ValueError, match="manifest"):
+        dataset.dataset_context(str(tmp_path / "nope"))

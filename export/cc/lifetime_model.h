@@ -53,6 +53,12 @@ typedef struct lifetime_model_info {
   const char* const* class_names;  // C names, e.g. "10 ms", ..., "inf"
   const char* model_id;            // sha256 of the exported model's graph and vocabulary
   const char* graph;               // "folded" or "keras": how the network was compiled
+  // The context definition the model was trained with (pipeline/context.py): frames
+  // are cut below the deepest of these allocation wrappers (qualified names), then
+  // max_frames are kept.  A caller that cannot apply it must not run the model.
+  const char* context_version;     // "lifetime-context-v2"
+  int num_wrappers;
+  const char* const* wrappers;     // sorted
 } lifetime_model_info;
 
 const lifetime_model_info* lifetime_model_get_info(void);

@@ -253,6 +253,20 @@ LT_HIDDEN size_t lt_symbolize(uintptr_t return_address, char *buf, size_t cap,
 LT_HIDDEN int lt_is_allocator_frame(const char *frame, size_t len, const char *module_base,
                                     int resolved);
 LT_HIDDEN extern int lt_symbolize_stacks; /* LIFETIME_SYMBOLIZE=1: Stack.frames online */
+/* symbolize.qualified_name: the qualified name is [*start, *start + return) of s. */
+LT_HIDDEN size_t lt_qualified_name(const char *s, size_t n, size_t *start);
+
+/* ---- context.c: the allocation context (pipeline/context.py) ---- */
+enum {
+  LT_FRAME_ALLOCATOR = 1,      /* allocator_rule: stripped from the top of the stack */
+  LT_FRAME_WRAPPER = 2,        /* one of the model's allocation wrappers */
+  LT_FRAME_ALLOCATOR_NAME = 4  /* allocator by name alone: stripped right below a wrapper */
+};
+LT_HIDDEN int lt_context_set_wrappers(const char *const *names, int n); /* start-up */
+LT_HIDDEN int lt_frame_kind(const char *frame, size_t len, const char *module_base,
+                            int resolved);
+/* Index of the context's first frame in a stack of n frames of these kinds. */
+LT_HIDDEN int lt_context_start(const int *kinds, int n);
 
 /* ---- online.c: counterfactual predictions ---- */
 struct lt_online_stats {

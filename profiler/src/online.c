@@ -5,8 +5,10 @@
  * lifetime class at allocation time, recorded in its sample; the allocation itself is
  * untouched.  The prediction goes through the model library's thread-local §2.3 cache,
  * keyed by the allocation site's return address, stack height and size; on a miss the
- * frames come from the in-process symbolizer (symtab.c) with allocator frames
- * stripped, exactly as the offline dataset strips them, and the model runs.
+ * frames come from the in-process symbolizer (symtab.c), cut into the model's context
+ * (context.c: allocator and the model's wrappers stripped) exactly as the offline
+ * dataset cuts them, and the model runs.  A model whose context definition this
+ * runtime does not implement is refused.
  *
  * Start-up work (dlopen, predictors, symbol indexes) happens in the constructor and
  * after dlopen, never inside an allocation.  The prediction path itself does not call
@@ -23,6 +25,7 @@
 #define POOL 4
 #define NAME_CAP 256   /* bytes kept of a frame string; the model reads its first tokens */
 #define FRAMES_CAP 32  /* frames handed to the model at most */
+#define CONTEXT_VERSION "lifetime-context-v2" /* pipeline/context.py: CONTEXT_VERSION */
 
 static struct {
   const lifetime_model_info *(*info)(void);
@@ -75,6 +78,15 @@ void lt_online_init(void) {
     return;
   }
   const lifetime_model_info *info = api.info();
+  if (!info->context_version || strcmp(info->context_version, CONTEXT_VERSION) != 0) {
+    lt_log("LIFETIME_MODEL_LIB: the model's context definition is not ", CONTEXT_VERSION,
+           "; predictions off");
+    return;
+  }
+  if (!lt_context_set_wrappers(info->wrappers, info->num_wrappers)) {
+    lt_log("LIFETIME_MODEL_LIB: too many allocation wrappers; predictions off", NULL, NULL);
+    return;
+  }
   model_frames = info->max_frames < FRAMES_CAP ? info->max_frames : FRAMES_CAP;
   lt_strlcpy(lt_model_path, path, sizeof lt_model_path);
   lt_strlcpy(lt_model_id, info->model_id ? info->model_id : "", sizeof lt_model_id);
@@ -90,64 +102,58 @@ void lt_online_reset_child(void) {
 
 struct frames_ctx {
   const uintptr_t *addresses;
-  int depth;
+  int start, depth; /* the context's first frame (lt_context_start), the stack's depth */
   char (*names)[NAME_CAP];
 };
 
-/* lifetime_frames_fn: the stack's frame strings, allocator frames stripped. */
+/* lifetime_frames_fn: the context's frame strings. */
 static int get_frames(void *opaque, const char **frames, size_t *lengths, int max_frames) {
   struct frames_ctx *c = opaque;
-  int n = 0, stripping = 1;
+  int n = 0;
   if (max_frames > model_frames) max_frames = model_frames;
-  for (int i = 0; i < c->depth && n < max_frames; i++) {
+  for (int i = c->start; i < c->depth && n < max_frames; i++, n++) {
     const char *base;
     int resolved;
-    size_t len = lt_symbolize(c->addresses[i], c->names[n], NAME_CAP, &base, &resolved);
-    if (stripping && lt_is_allocator_frame(c->names[n], len, base, resolved)) continue;
-    stripping = 0;
+    lengths[n] = lt_symbolize(c->addresses[i], c->names[n], NAME_CAP, &base, &resolved);
     frames[n] = c->names[n];
-    lengths[n] = len;
-    n++;
   }
   atomic_fetch_add_explicit(&lt_online.model_runs, 1, memory_order_relaxed);
   return n;
 }
 
-/* The cache key's return address is the first frame outside the allocator.  malloc's
- * own caller is often operator new or a std:: container in libstdc++, shared by every
- * site that allocates through it; an allocator that owns operator new (with std::
- * templates inlined) sees the application's call site instead.  Verdicts are memoized
- * per address in a fixed table, so each distinct frame is symbolized once. */
-#define SITE_MEMO 4096
-static _Atomic uint64_t site_memo[SITE_MEMO]; /* (address << 1) | is_allocator; 0: empty */
+/* Each frame's kind (lt_frame_kind: allocator, wrapper), memoized per address in a
+ * fixed table, so each distinct frame is symbolized once.  The context starts at
+ * lt_context_start, and the cache key's return address is that frame's: malloc's own
+ * caller is often operator new, a std:: container or a program's zmalloc, shared by
+ * every site that allocates through it. */
+#define KIND_MEMO 4096
+static _Atomic uint64_t kind_memo[KIND_MEMO]; /* (address << 3) | kind; 0: empty */
 
-static int is_allocator_address(uintptr_t a) {
-  size_t slot = (size_t)(((uint64_t)a * 0x9E3779B97F4A7C15ull) >> 52) % SITE_MEMO;
-  uint64_t e = atomic_load_explicit(&site_memo[slot], memory_order_relaxed);
-  if (e && (e >> 1) == (uint64_t)a) return (int)(e & 1);
+static int frame_kind(uintptr_t a) {
+  size_t slot = (size_t)(((uint64_t)a * 0x9E3779B97F4A7C15ull) >> 52) % KIND_MEMO;
+  uint64_t e = atomic_load_explicit(&kind_memo[slot], memory_order_relaxed);
+  if (e && (e >> 3) == (uint64_t)a) return (int)(e & 7);
   char name[NAME_CAP];
   const char *base;
   int resolved;
   size_t len = lt_symbolize(a, name, sizeof name, &base, &resolved);
-  int verdict = lt_is_allocator_frame(name, len, base, resolved);
-  atomic_store_explicit(&site_memo[slot], ((uint64_t)a << 1) | (uint64_t)verdict,
+  int kind = lt_frame_kind(name, len, base, resolved);
+  atomic_store_explicit(&kind_memo[slot], ((uint64_t)a << 3) | (uint64_t)kind,
                         memory_order_relaxed);
-  return verdict;
-}
-
-static uintptr_t site_address(const uintptr_t *addresses, int depth, uintptr_t ra) {
-  for (int i = 0; i < depth; i++)
-    if (!is_allocator_address(addresses[i])) return addresses[i];
-  return ra;
+  return kind;
 }
 
 int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra, uintptr_t height,
                       size_t size, int *cache_hit, uint64_t *ns) {
   if (!enabled) return -1;
   uint64_t t0 = lt_mono_ns();
-  ra = site_address(addresses, depth, ra);
+  int kinds[LT_MAX_FRAMES];
+  if (depth > LT_MAX_FRAMES) depth = LT_MAX_FRAMES;
+  for (int i = 0; i < depth; i++) kinds[i] = frame_kind(addresses[i]);
+  int start = lt_context_start(kinds, depth);
+  if (start < depth) ra = addresses[start];
   char names[FRAMES_CAP][NAME_CAP];
-  struct frames_ctx ctx = {addresses, depth, names};
+  struct frames_ctx ctx = {addresses, start, depth, names};
   lifetime_cache *cache = api.cache_tl();
   lifetime_cache_stats before, after;
   api.cache_stats(cache, &before);

@@ -4,13 +4,19 @@
  * frames, so a model trained offline sees the same frame strings online:
  *   - address -> module (latest loaded first) -> virtual address (address - 1 - bias:
  *     every captured address is a return address);
- *   - function symbols of .symtab, then .dynsym; where symbols nest the innermost wins
+ *   - function symbols of .symtab, then .dynsym; a module without .symtab uses its
+ *     separate debug file's, found as offline (symbolize.find_debug_file): by build id
+ *     under LIFETIME_DEBUG_DIR (':'-separated) then /usr/lib/debug, or through
+ *     .gnu_debuglink with its CRC32 checked (read at index time, never in malloc);
+ *   - where symbols nest the innermost wins
  *     (latest start, then smallest); equal ranges keep the best binding, then fewer
  *     leading underscores, then the smaller name;
  *   - C++ names demangled with libiberty's cplus_demangle_v3_callback (the demangler
  *     behind __cxa_demangle, which cxxfilt calls offline), whose callback form uses
  *     only the stack;
- *   - an unnamed frame is "<basename+?>", an unmapped one "<unknown+?>";
+ *   - an unnamed frame is "<name+?>" with the module's version-free name
+ *     (lt_module_name, the rule of symbolize.module_name: libglib-2.0.so.0.7400.6 ->
+ *     libglib), an unmapped one "<unknown+?>";
  *   - allocator frames are stripped from the top by the rules of
  *     symbolize.strip_allocator_frames (rules 1-4; there are no inline frames here).
  *
@@ -53,12 +59,62 @@ struct lt_module {
   uintptr_t lo, hi;              /* span of the PT_LOAD segments, in process addresses */
   char path[PATH_MAX];
   const char *base;              /* basename of path */
+  const char *name;              /* version-free name (lt_module_name), in path */
+  size_t name_len;
   struct lt_symtable tab[2];     /* .symtab, .dynsym */
 };
 
 static struct lt_module *modules; /* LT_SYM_MODULES entries, mmap'd */
 static _Atomic size_t module_count;
 static lt_lock index_lock;        /* serializes refreshes, never held by lookups */
+
+/* ---------------- module names (symbolize.module_name) ---------------- */
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* The module's name without its version, as [*start, *start + return) of path: the
+ * basename (trailing '/' and " (deleted)" dropped), cut at the first ".so" that ends
+ * it or is followed by '.', and at a ".cpython-", ".pypy" or ".abi3" tag; then one
+ * trailing version dropped -- the run of digits and dots at the end from its first
+ * digit, with the '-', '_' or '.' before it, or with none if the run holds a dot --
+ * if what is left ends in an ASCII letter.  No malloc; pinned against the Python rule
+ * by tests/data/module_token_vectors.json. */
+size_t lt_module_name(const char *path, size_t len, const char **start) {
+  size_t n = len;
+  while (n > 0 && path[n - 1] == '/') n--;
+  static const char deleted[] = " (deleted)";
+  if (n >= sizeof deleted - 1 && memcmp(path + n - (sizeof deleted - 1), deleted,
+                                        sizeof deleted - 1) == 0)
+    n -= sizeof deleted - 1;
+  size_t b = n;
+  while (b > 0 && path[b - 1] != '/') b--;
+  if (b == n) { /* nothing after the last '/': the path itself, as offline */
+    *start = path;
+    return len;
+  }
+  const char *s = path + b;
+  size_t base_len = n - b, m = base_len;
+  for (size_t i = 0; i + 3 <= m; i++)
+    if (memcmp(s + i, ".so", 3) == 0 && (i + 3 == m || s[i + 3] == '.')) { m = i; break; }
+  static const char *const tags[] = {".cpython-", ".pypy", ".abi3", NULL};
+  for (int t = 0; tags[t]; t++) {
+    size_t tl = strlen(tags[t]);
+    for (size_t i = 0; i + tl <= m; i++)
+      if (memcmp(s + i, tags[t], tl) == 0) { m = i; break; }
+  }
+  size_t j = m;
+  while (j > 0 && (is_digit(s[j - 1]) || s[j - 1] == '.')) j--;
+  size_t k = j;
+  while (k < m && s[k] == '.') k++;
+  if (k < m) { /* s[k, m): digits and dots, from a digit */
+    int sep = k > 0 && (s[k - 1] == '-' || s[k - 1] == '_' || s[k - 1] == '.');
+    size_t rest = sep ? k - 1 : k;
+    if ((sep || memchr(s + k, '.', m - k)) && rest > 0 && is_letter(s[rest - 1])) m = rest;
+  }
+  *start = s;
+  return m ? m : base_len;
+}
 
 /* ---------------- building ---------------- */
 
@@ -189,6 +245,112 @@ static size_t build_id(const uint8_t *file, size_t len, const Elf64_Shdr *sh, in
   return 0;
 }
 
+/* CRC-32 (zlib's, as .gnu_debuglink records it); the table is built under index_lock. */
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+  static uint32_t table[256];
+  static int ready;
+  if (!ready) {
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    ready = 1;
+  }
+  uint32_t c = 0xffffffffu;
+  for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+/* .gnu_debuglink: the file name (NUL-terminated in the mapping) and its CRC32. */
+static const char *debuglink(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec,
+                             uint32_t *crc) {
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)file;
+  if (eh->e_shstrndx >= nsec) return NULL;
+  const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+  if (names->sh_offset + names->sh_size > len) return NULL;
+  for (int i = 0; i < nsec; i++) {
+    if (sh[i].sh_name >= names->sh_size || sh[i].sh_type == SHT_NOBITS) continue;
+    const char *sname = (const char *)file + names->sh_offset + sh[i].sh_name;
+    if (strncmp(sname, ".gnu_debuglink", names->sh_size - sh[i].sh_name) != 0) continue;
+    if (sh[i].sh_offset + sh[i].sh_size > len) return NULL;
+    const char *name = (const char *)file + sh[i].sh_offset;
+    size_t n = strnlen(name, sh[i].sh_size);
+    size_t at = (n + 4) & ~(size_t)3;
+    if (n == 0 || at + 4 > sh[i].sh_size || memchr(name, '/', n)) return NULL;
+    memcpy(crc, name + at, 4); /* little-endian, like the file (x86-64) */
+    return name;
+  }
+  return NULL;
+}
+
+/* Uses path's .symtab for m if it is the module's debug file: the same build id (where
+ * the module has one; required for a build-id path), and the recorded CRC32 for a
+ * debuglink.  Returns 1 if used (the file stays mapped). */
+static int try_debug_file(struct lt_module *m, const char *path, const uint8_t *id, size_t idn,
+                          int by_link, uint32_t crc) {
+  size_t dlen;
+  const Elf64_Shdr *dsh;
+  int dn;
+  if (strcmp(path, m->path) == 0) return 0;
+  const uint8_t *dfile = map_elf(path, &dlen, &dsh, &dn);
+  if (!dfile) return 0;
+  const uint8_t *did;
+  size_t didn = build_id(dfile, dlen, dsh, dn, &did);
+  int ok = by_link ? crc32_of(dfile, dlen) == crc : 1;
+  if (ok && (!by_link || didn) && idn && (didn != idn || memcmp(did, id, idn) != 0)) ok = 0;
+  if (ok) read_table(dfile, dlen, dsh, dn, SHT_SYMTAB, &m->tab[0]);
+  if (ok && m->tab[0].n) return 1;
+  munmap((void *)dfile, dlen);
+  return 0;
+}
+
+/* The debug directories: LIFETIME_DEBUG_DIR (':'-separated), then /usr/lib/debug --
+ * what `--debug-dir` gives the offline symbolizer.  Calls fn for each until it
+ * returns 1. */
+static int each_debug_dir(int (*fn)(struct lt_module *, const char *, size_t, void *),
+                          struct lt_module *m, void *ctx) {
+  const char *env = getenv("LIFETIME_DEBUG_DIR");
+  for (const char *p = env; p && *p;) {
+    const char *e = strchr(p, ':');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n && fn(m, p, n, ctx)) return 1;
+    p = e ? e + 1 : p + n;
+  }
+  return fn(m, "/usr/lib/debug", 14, ctx);
+}
+
+struct debug_query { const uint8_t *id; size_t idn; const char *link; uint32_t crc; };
+
+static int by_build_id(struct lt_module *m, const char *dir, size_t n, void *ctx) {
+  const struct debug_query *q = ctx;
+  static const char hex[] = "0123456789abcdef";
+  char path[PATH_MAX];
+  if (n + 12 + 2 * q->idn + 8 >= sizeof path) return 0;
+  memcpy(path, dir, n);
+  memcpy(path + n, "/.build-id/", 11);
+  size_t k = n + 11;
+  for (size_t i = 0; i < q->idn; i++) {
+    path[k++] = hex[q->id[i] >> 4];
+    path[k++] = hex[q->id[i] & 15];
+    if (i == 0) path[k++] = '/';
+  }
+  memcpy(path + k, ".debug", 7);
+  return try_debug_file(m, path, q->id, q->idn, 0, 0);
+}
+
+static int by_link_global(struct lt_module *m, const char *dir, size_t n, void *ctx) {
+  const struct debug_query *q = ctx; /* DIR/<module's dir>/name */
+  char path[PATH_MAX];
+  size_t dl = (size_t)(m->base - m->path); /* the module's dir, with its trailing '/' */
+  size_t ln = strlen(q->link);
+  if (n + dl + ln + 1 >= sizeof path) return 0;
+  memcpy(path, dir, n);
+  memcpy(path + n, m->path, dl);
+  memcpy(path + n + dl, q->link, ln + 1);
+  return try_debug_file(m, path, q->id, q->idn, 1, q->crc);
+}
+
 static void index_file(struct lt_module *m) {
   size_t len;
   const Elf64_Shdr *sh;
@@ -197,29 +359,28 @@ static void index_file(struct lt_module *m) {
   if (!file) return;
   read_table(file, len, sh, nsec, SHT_SYMTAB, &m->tab[0]);
   read_table(file, len, sh, nsec, SHT_DYNSYM, &m->tab[1]);
-  /* No .symtab: a separate debug file found by build id, as offline
-   * (/usr/lib/debug/.build-id/xx/yyyy.debug, with the same build id). */
-  const uint8_t *id;
-  size_t idn = m->tab[0].n ? 0 : build_id(file, len, sh, nsec, &id);
-  if (idn >= 2 && idn <= 64) {
-    static const char hex[] = "0123456789abcdef";
-    char dbg[64 + 128] = "/usr/lib/debug/.build-id/";
-    size_t k = strlen(dbg);
-    for (size_t i = 0; i < idn; i++) {
-      dbg[k++] = hex[id[i] >> 4];
-      dbg[k++] = hex[id[i] & 15];
-      if (i == 0) dbg[k++] = '/';
+  /* No .symtab: a separate debug file, looked up as offline (symbolize.find_debug_file):
+   * by build id under the debug directories (D/.build-id/xx/yyyy.debug), then by
+   * .gnu_debuglink (beside the module, in .debug/ beside it, D/<module's dir>/name). */
+  if (!m->tab[0].n) {
+    struct debug_query q = {0};
+    q.idn = build_id(file, len, sh, nsec, &q.id);
+    if (q.idn > 64) q.idn = 0;
+    if (q.idn >= 2 && each_debug_dir(by_build_id, m, &q)) return;
+    q.link = debuglink(file, len, sh, nsec, &q.crc);
+    if (q.link) {
+      char path[PATH_MAX];
+      size_t dl = (size_t)(m->base - m->path), ln = strlen(q.link);
+      if (dl + ln + 8 < sizeof path) {
+        memcpy(path, m->path, dl);
+        memcpy(path + dl, q.link, ln + 1);
+        if (try_debug_file(m, path, q.id, q.idn, 1, q.crc)) return;
+        memcpy(path + dl, ".debug/", 7);
+        memcpy(path + dl + 7, q.link, ln + 1);
+        if (try_debug_file(m, path, q.id, q.idn, 1, q.crc)) return;
+      }
+      each_debug_dir(by_link_global, m, &q);
     }
-    memcpy(dbg + k, ".debug", 7);
-    size_t dlen;
-    const Elf64_Shdr *dsh;
-    int dn;
-    const uint8_t *dfile = map_elf(dbg, &dlen, &dsh, &dn);
-    const uint8_t *did;
-    if (dfile && build_id(dfile, dlen, dsh, dn, &did) == idn && memcmp(did, id, idn) == 0)
-      read_table(dfile, dlen, dsh, dn, SHT_SYMTAB, &m->tab[0]);
-    else if (dfile)
-      munmap((void *)dfile, dlen);
   }
   /* The files stay mapped: the tables point at their string sections. */
 }
@@ -259,6 +420,7 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *ctx) {
   lt_strlcpy(m->path, path, sizeof m->path);
   const char *slash = strrchr(m->path, '/');
   m->base = slash ? slash + 1 : m->path;
+  m->name_len = lt_module_name(m->path, strlen(m->path), &m->name);
   index_file(m);
   atomic_store_explicit(&module_count, n + 1, memory_order_release);
   return 0;
@@ -327,7 +489,7 @@ size_t lt_symbolize(uintptr_t return_address, char *buf, size_t cap, const char 
   if (!name) name = lookup(&m->tab[1], v);
   if (!name) {
     append("<", 1, &k);
-    append(m->base, strlen(m->base), &k);
+    append(m->name, m->name_len, &k);
     append("+?>", 3, &k);
     return k.len;
   }
@@ -385,8 +547,7 @@ static size_t skip_operator(const char *s, size_t n, size_t i) {
   return j;
 }
 
-/* symbolize.qualified_name: [*start, *start + return) of s. */
-static size_t qualified_name(const char *s, size_t n, size_t *start) {
+size_t lt_qualified_name(const char *s, size_t n, size_t *start) {
   for (;;) { /* drop trailing " [clone ...]" suffixes */
     if (n == 0 || s[n - 1] != ']') break;
     size_t p = n - 1; /* the '[' that opens this suffix: no ']' in between */
@@ -466,7 +627,7 @@ int lt_is_allocator_frame(const char *frame, size_t len, const char *module_base
     return 0;
   }
   size_t st;
-  size_t n = qualified_name(frame, len, &st);
+  size_t n = lt_qualified_name(frame, len, &st);
   const char *q = frame + st;
   if (is_allocator_name(q, n)) return 1;
   if (starts(q, n, "operator new") || starts(q, n, "operator delete")) return 1;

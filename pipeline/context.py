@@ -1,0 +1,246 @@
+"""The allocation context: one definition, used offline and online.
+
+A profile stack (return addresses, leaf first) becomes a context in two steps:
+
+1. **Per profile** (`machinery_free`): symbolize without DWARF inline frames (the
+   in-process symbolizer has none, and a model must be served the strings it was
+   trained on), then strip the allocator from the top
+   (`symbolize.strip_allocator_frames`: malloc and its glibc aliases, operator new,
+   the C++ standard library, the sampler, unnamed runtime frames).
+2. **Per dataset** (`ContextDefinition.frames`): strip the program's own allocation
+   wrappers, then keep the top `max_frames` frames.  A wrapper (``zmalloc``,
+   ``palloc``, ``g_malloc``...) says nothing about what its memory is for, so the
+   site is the frame *below the deepest wrapper* of the stack: everything a wrapper
+   calls on the way to malloc is machinery too, which also covers a newer version
+   that put a new function above a known wrapper (Redis 6.2's
+   ``ztrymalloc_usable_internal`` above ``zmalloc``).  Allocator frames right below
+   the wrapper are stripped as in step 1.
+
+Wrappers are matched by qualified name (`symbolize.qualified_name`: no return type,
+parameters or clone suffix) and come from three places, all recorded: a built-in
+list of well-known allocation APIs (`BUILTIN_WRAPPERS`), names given for a dataset
+(``--wrapper``), and names detected in the training data (`detect_wrappers`).
+
+The C mirror (profiler/src/symtab.c, profiler/src/online.c) applies the same
+definition to frames made in-process; the exported model carries the wrapper list
+and depth.  Both sides are pinned by tests/data/context_vectors.json.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Iterable, Sequence
+
+from pipeline import symbolize
+
+CONTEXT_VERSION = "lifetime-context-v2"
+
+#: Allocation APIs of widely used programs and libraries, by qualified name.  Their
+#: callers, not they, say what memory is for.
+BUILTIN_WRAPPERS = frozenset({
+    # GNU libiberty / gnulib / many GNU programs
+    "xmalloc", "xcalloc", "xrealloc", "xstrdup", "xstrndup", "xmemdup", "xzalloc",
+    # GLib
+    "g_malloc", "g_malloc0", "g_realloc", "g_try_malloc", "g_try_malloc0", "g_malloc_n",
+    "g_malloc0_n", "g_realloc_n", "g_strdup", "g_strndup", "g_memdup", "g_memdup2",
+    "g_slice_alloc", "g_slice_alloc0",
+    # Redis (zmalloc.c, sds.c)
+    "zmalloc", "zcalloc", "zrealloc", "zstrdup", "ztrymalloc", "ztrycalloc", "ztryrealloc",
+    "zmalloc_usable", "zcalloc_usable", "zrealloc_usable", "ztrymalloc_usable",
+    "ztrycalloc_usable", "ztryrealloc_usable", "s_malloc", "s_realloc",
+    "s_malloc_usable", "s_realloc_usable", "s_trymalloc_usable", "s_tryrealloc_usable",
+    # PostgreSQL (mcxt.c, aset.c, generation.c, slab.c)
+    "palloc", "palloc0", "palloc_extended", "repalloc", "repalloc_huge", "pstrdup",
+    "pnstrdup", "MemoryContextAlloc", "MemoryContextAllocZero",
+    "MemoryContextAllocZeroAligned", "MemoryContextAllocExtended", "MemoryContextAllocHuge",
+    "MemoryContextStrdup", "AllocSetAlloc", "AllocSetRealloc", "GenerationAlloc",
+    "SlabAlloc", "malloc_and_report",
+    # OpenSSL, APR, nginx, SQLite, zlib, libxml2
+    "CRYPTO_malloc", "CRYPTO_zalloc", "CRYPTO_realloc", "CRYPTO_strdup", "CRYPTO_strndup",
+    "apr_palloc", "apr_pcalloc", "apr_pstrdup", "ngx_alloc", "ngx_calloc", "ngx_palloc",
+    "ngx_pnalloc", "ngx_pcalloc", "sqlite3Malloc", "sqlite3MallocZero", "sqlite3DbMallocRaw",
+    "sqlite3DbMallocZero", "sqlite3_malloc", "sqlite3_malloc64", "zcalloc_default",
+    "xmlMalloc", "xmlMallocAtomic", "xmlStrdup", "xmlStrndup",
+})
+
+#: `detect_wrappers` defaults, chosen on the proxy workload and Redis/PostgreSQL
+#: training versions only.
+MIN_CALLERS = 4           # distinct callers below a wrapper
+MIN_TOP_SHARE = 0.9       # of the samples whose stack holds it, share where it is the site
+MIN_DISAGREEMENT = 0.1    # share of its samples whose caller's majority class differs
+MIN_SAMPLES = 20
+MAX_ROUNDS = 8
+
+
+class ContextDefinitionError(ValueError):
+    """A context definition that cannot be used (unknown version, unsupported option,
+    or two datasets defined differently)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextDefinition:
+    max_frames: int = 16               # frames kept below the site; the model reads them all
+    inline_frames: bool = False        # never True: the in-process symbolizer has none
+    wrappers: tuple[str, ...] = ()     # every wrapper stripped (sorted union)
+    configured_wrappers: tuple[str, ...] = ()
+    detected_wrappers: tuple[str, ...] = ()
+    builtin_wrappers: bool = True
+
+    def __post_init__(self):
+        if self.max_frames <= 0:
+            raise ContextDefinitionError("max_frames must be positive")
+        if self.inline_frames:
+            raise ContextDefinitionError(
+                "inline_frames=True cannot be served: the in-process symbolizer has no DWARF "
+                "inline frames, so online frames would differ from the training frames")
+
+    @classmethod
+    def make(cls, max_frames: int = 16, configured: Iterable[str] = (),
+             detected: Iterable[str] = (), builtin: bool = True) -> "ContextDefinition":
+        configured, detected = tuple(sorted(set(configured))), tuple(sorted(set(detected)))
+        union = set(configured) | set(detected) | (BUILTIN_WRAPPERS if builtin else set())
+        return cls(max_frames=max_frames, wrappers=tuple(sorted(union)),
+                   configured_wrappers=configured, detected_wrappers=detected,
+                   builtin_wrappers=builtin)
+
+    def with_detected(self, detected: Iterable[str]) -> "ContextDefinition":
+        return ContextDefinition.make(self.max_frames, self.configured_wrappers, detected,
+                                      self.builtin_wrappers)
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["version"] = CONTEXT_VERSION
+        d["wrappers"] = list(self.wrappers)
+        d["configured_wrappers"] = list(self.configured_wrappers)
+        d["detected_wrappers"] = list(self.detected_wrappers)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict | None, where: str = "") -> "ContextDefinition":
+        prefix = f"{where}: " if where else ""
+        if not d:
+            raise ContextDefinitionError(
+                f"{prefix}no context definition (made before {CONTEXT_VERSION}; rebuild it)")
+        if d.get("version") != CONTEXT_VERSION:
+            raise ContextDefinitionError(
+                f"{prefix}context definition {d.get('version')!r}, this build reads "
+                f"{CONTEXT_VERSION!r}; rebuild it")
+        if d.get("inline_frames"):
+            raise ContextDefinitionError(
+                f"{prefix}contexts with DWARF inline frames cannot be reproduced by the "
+                "in-process symbolizer")
+        try:
+            return cls(max_frames=int(d["max_frames"]), inline_frames=False,
+                       wrappers=tuple(d["wrappers"]),
+                       configured_wrappers=tuple(d.get("configured_wrappers", ())),
+                       detected_wrappers=tuple(d.get("detected_wrappers", ())),
+                       builtin_wrappers=bool(d.get("builtin_wrappers", True)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ContextDefinitionError(f"{prefix}malformed context definition ({e})") from e
+
+    def frames(self, stack: Sequence[str]) -> tuple[str, ...]:
+        """A machinery-free stack (`machinery_free`) -> the context's frames."""
+        return tuple(strip_wrappers(stack, frozenset(self.wrappers))[: self.max_frames])
+
+
+def is_named(frame: str) -> bool:
+    """False for the stand-ins of unnamed frames (``<module+?>``)."""
+    return not (frame.startswith("<") and frame.endswith("+?>"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _qualified(frame: str) -> str:
+    return symbolize.qualified_name(frame)
+
+
+def _is_wrapper(frame: str, wrappers: frozenset) -> bool:
+    return is_named(frame) and _qualified(frame) in wrappers
+
+
+def strip_wrappers(stack: Sequence[str], wrappers: frozenset) -> list[str]:
+    """Everything down to and including the deepest wrapper frame, then any allocator
+    frames (`symbolize.allocator_rule` on names alone) right below it."""
+    deepest = -1
+    for i, frame in enumerate(stack):
+        if _is_wrapper(frame, wrappers):
+            deepest = i
+    if deepest < 0:
+        return list(stack)
+    start = deepest + 1
+    while start < len(stack) and is_named(stack[start]) and symbolize.allocator_rule(
+            symbolize.SymbolizedFrame(0, stack[start], symbol=stack[start])) is not None:
+        start += 1
+    return list(stack[start:])
+
+
+def machinery_free(symbolizer: symbolize.Symbolizer, addresses: Sequence[int]) -> tuple[str, ...]:
+    """Step 1: a profile stack -> its frame names with the allocator stripped."""
+    raw = symbolizer.symbolize_stack(addresses, leaf_is_return_address=True)
+    return tuple(f.function for f in symbolize.strip_allocator_frames(raw))
+
+
+def make_symbolizer(mappings, cache: symbolize.ModuleCache | None = None,
+                    **kwargs) -> symbolize.Symbolizer:
+    """The symbolizer contexts are made with (no inline frames; see the module doc)."""
+    return symbolize.Symbolizer(mappings, cache=cache, inline_frames=False, **kwargs)
+
+
+def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
+                    definition: ContextDefinition, min_callers: int = MIN_CALLERS,
+                    min_top_share: float = MIN_TOP_SHARE,
+                    min_disagreement: float = MIN_DISAGREEMENT,
+                    min_samples: int = MIN_SAMPLES, max_rounds: int = MAX_ROUNDS) -> list[str]:
+    """Wrappers found in the data: (machinery-free stack, samples, label) triples.
+
+    A named frame is machinery, not a site, when after stripping the wrappers known so
+    far it is the site of at least `min_samples` samples through at least
+    `min_callers` distinct callers, is the site in at least `min_top_share` of the
+    samples whose stack holds it at all (a wrapper is always near the top; ``main`` is
+    not), and its callers disagree on the lifetime: for at least `min_disagreement`
+    of its samples the caller's majority class is not the frame's.  Found wrappers
+    are stripped and the search repeats (a wrapper under a wrapper), at most
+    `max_rounds` times.  Deterministic: ties and orders are by name.
+    """
+    stacks = [(tuple(s), float(n), int(y)) for s, n, y in stacks]
+    known = set(definition.wrappers)
+    found: set[str] = set()
+    for _ in range(max_rounds):
+        wrappers = frozenset(known | found)
+        by_site: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
+            lambda: collections.defaultdict(collections.Counter))
+        holding = collections.Counter()
+        for stack, n, y in stacks:
+            rest = strip_wrappers(stack, wrappers)
+            if not rest:
+                continue
+            for name in {_qualified(f) for f in rest if is_named(f)}:
+                holding[name] += n
+            if not is_named(rest[0]):
+                continue
+            site = _qualified(rest[0])
+            caller = _qualified(rest[1]) if len(rest) > 1 else "<bottom>"
+            by_site[site][caller][y] += n
+        new = set()
+        for site, callers in sorted(by_site.items()):
+            if site in wrappers or len(callers) < min_callers:
+                continue
+            overall = collections.Counter()
+            for votes in callers.values():
+                overall.update(votes)
+            total = sum(overall.values())
+            if total < min_samples or total < min_top_share * holding[site]:
+                continue
+            majority = _argmax(overall)
+            differing = sum(sum(v.values()) for v in callers.values() if _argmax(v) != majority)
+            if differing >= min_disagreement * total:
+                new.add(site)
+        if not new:
+            break
+        found |= new
+    return sorted(found)
+
+
+def _argmax(votes: collections.Counter) -> int:
+    return min(votes, key=lambda c: (-votes[c], c))

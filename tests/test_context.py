@@ -1,0 +1,173 @@
+"""The allocation context (pipeline/context.py) and its C mirror (profiler/src/context.c):
+shared vectors, wrapper detection, and the definition's round trip through datasets."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+from pipeline import context, symbolize
+from pipeline.context import ContextDefinition, ContextDefinitionError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+VECTORS = json.loads((REPO / "tests" / "data" / "context_vectors.json").read_text())
+DRIVER = REPO / "build" / "profiler" / "lifetime_context_rules"
+
+
+def _symbolized(frames) -> list[symbolize.SymbolizedFrame]:
+    return [symbolize.SymbolizedFrame(address=i, function=name, module=f"/x/{module}",
+                                      symbol=name if named else None)
+            for i, (module, named, name) in enumerate(frames)]
+
+
+def python_context(frames, wrappers, max_frames) -> list[str]:
+    stack = [f.function for f in symbolize.strip_allocator_frames(_symbolized(frames))]
+    definition = ContextDefinition.make(max_frames, configured=wrappers, builtin=False)
+    return list(definition.frames(stack))
+
+
+def c_context_starts(cases) -> list[int]:
+    """The C driver's context start index for each (frames, wrappers) case."""
+    if not DRIVER.exists():
+        pytest.fail(f"{DRIVER} is not built: run `make native`")
+    lines = []
+    for frames, wrappers in cases:
+        lines += [f"W\t{w}" for w in wrappers]
+        lines += [f"F\t{m}\t{int(named)}\t{name}" for m, named, name in frames]
+        lines.append("E")
+    out = subprocess.run([str(DRIVER)], input="\n".join(lines) + "\n", capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert len(out) == len(cases)
+    return [int(x) for x in out]
+
+
+def test_vectors_version_is_the_context_version():
+    assert VECTORS["version"] == context.CONTEXT_VERSION
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=[c["name"] for c in VECTORS["cases"]])
+def test_python_matches_the_vectors(case):
+    assert python_context(case["frames"], case["wrappers"], case["max_frames"]) == case["context"]
+
+
+def test_c_matches_the_vectors():
+    cases = VECTORS["cases"]
+    starts = c_context_starts([(c["frames"], c["wrappers"]) for c in cases])
+    for case, start in zip(cases, starts):
+        got = [name for _, _, name in case["frames"][start:start + case["max_frames"]]]
+        assert got == case["context"], case["name"]
+
+
+# ------------------------------------------------------------------ wrapper detection
+
+def _stacks(site_callers, wrapper="zmalloc", extra=()):
+    """(stack, samples, label) triples: wrapper <- caller <- main, one label per caller."""
+    out = [((wrapper, caller, "main"), 50.0, label) for caller, label in site_callers]
+    return out + list(extra)
+
+
+def test_detects_a_wrapper_whose_callers_disagree():
+    stacks = _stacks([("a", 0), ("b", 2), ("c", 4), ("d", 7), ("e", 0)])
+    assert context.detect_wrappers(stacks, ContextDefinition.make(builtin=False)) == ["zmalloc"]
+
+
+def test_does_not_detect_a_site_whose_callers_agree_or_are_few():
+    definition = ContextDefinition.make(builtin=False)
+    agree = _stacks([("a", 3), ("b", 3), ("c", 3), ("d", 3), ("e", 3)])
+    assert context.detect_wrappers(agree, definition) == []
+    few = _stacks([("a", 0), ("b", 7), ("c", 4)])
+    assert context.detect_wrappers(few, definition) == []
+    rare = [((w, c, "main"), 1.0, y) for w, c, y in
+            [("zmalloc", "a", 0), ("zmalloc", "b", 7), ("zmalloc", "c", 4), ("zmalloc", "d", 2)]]
+    assert context.detect_wrappers(rare, definition) == []
+
+
+def test_does_not_detect_a_frame_that_is_mostly_deeper_in_stacks():
+    # "dispatch" allocates directly a little, but mostly sits below other sites.
+    direct = [(("dispatch", c, "main"), 10.0, y) for c, y in
+              [("a", 0), ("b", 2), ("c", 4), ("d", 7)]]
+    below = [(("site%d" % i, "dispatch", "main"), 100.0, 1) for i in range(5)]
+    assert context.detect_wrappers(direct + below, ContextDefinition.make(builtin=False)) == []
+
+
+def test_detects_wrappers_under_wrappers():
+    # sdsnewlen <- zmalloc: once zmalloc is known, sdsnewlen is the site of many callers.
+    stacks = [(("zmalloc", "sdsnewlen", c, "main"), 40.0, y) for c, y in
+              [("a", 0), ("b", 2), ("c", 4), ("d", 7), ("e", 1)]]
+    stacks += [(("zmalloc", c, "main"), 40.0, y) for c, y in
+               [("f", 0), ("g", 7), ("h", 3), ("i", 5)]]
+    found = context.detect_wrappers(stacks, ContextDefinition.make(builtin=False))
+    assert found == ["sdsnewlen", "zmalloc"]
+
+
+def test_detection_is_deterministic_and_order_free():
+    stacks = _stacks([("a", 0), ("b", 2), ("c", 4), ("d", 7), ("e", 0)])
+    definition = ContextDefinition.make(builtin=False)
+    assert context.detect_wrappers(stacks, definition) == \
+        context.detect_wrappers(list(reversed(stacks)), definition)
+
+
+# ------------------------------------------------------------------ the definition
+
+def test_definition_round_trips_and_refuses_what_cannot_be_served():
+    d = ContextDefinition.make(12, configured=["my_alloc"], detected=["zmalloc"])
+    again = ContextDefinition.from_json(json.loads(json.dumps(d.to_json())))
+    assert again == d and "my_alloc" in d.wrappers and "g_malloc" in d.wrappers
+    with pytest.raises(ContextDefinitionError, match="inline frames"):
+        ContextDefinition.from_json({**d.to_json(), "inline_frames": True})
+    with pytest.raises(ContextDefinitionError, match="rebuild"):
+        ContextDefinition.from_json({**d.to_json(), "version": "lifetime-context-v1"})
+    with pytest.raises(ContextDefinitionError, match="no context definition"):
+        ContextDefinition.from_json(None, where="model m")
+    with pytest.raises(ContextDefinitionError, match="malformed"):
+        ContextDefinition.from_json({"version": context.CONTEXT_VERSION})
+    with pytest.raises(ContextDefinitionError):
+        ContextDefinition(inline_frames=True)
+
+
+# ------------------------------------------------------------------ real stacks
+
+def _real_cases(profiles, extra_wrappers: int = 12):
+    """(frames, wrappers) per distinct real stack: the built-in wrappers, the ones
+    detected there, and some of the stacks' own sites made wrappers, so real frames
+    hit every rule."""
+    stacks = set()
+    for prof in profiles:
+        sym = context.make_symbolizer(prof.mappings, symbolize.ModuleCache())
+        for stack in prof.stacks.values():
+            frames = sym.symbolize_stack(list(stack.addresses), leaf_is_return_address=True)
+            stacks.add(tuple((pathlib.Path(f.module).name, f.resolved, f.function)
+                             for f in frames))
+    stacks = sorted(s for s in stacks if all("\n" not in f and "\t" not in f for _, _, f in s))
+    free = [[f.function for f in symbolize.strip_allocator_frames(_symbolized(s))] for s in stacks]
+    sites = sorted({symbolize.qualified_name(f[0]) for f in free if f and context.is_named(f[0])})
+    detected = context.detect_wrappers([(f, 1.0, i % 3) for i, f in enumerate(free)],
+                                       ContextDefinition.make())
+    wrappers = sorted(set(context.BUILTIN_WRAPPERS) | set(detected)
+                      | set(sites[::3][:extra_wrappers]))
+    return [(list(s), wrappers) for s in stacks]
+
+
+def _check_real(cases, max_frames=16):
+    starts = c_context_starts(cases)
+    hit_wrapper = 0
+    for (frames, wrappers), start in zip(cases, starts):
+        expected = python_context(frames, wrappers, max_frames)
+        got = [name for _, _, name in frames[start:start + max_frames]]
+        assert got == expected, frames
+        hit_wrapper += expected != python_context(frames, [], max_frames)
+    return hit_wrapper
+
+
+def test_c_matches_python_on_real_stacks(tmp_path):
+    from tests.conftest import proxy_binary
+    from tests.sampler_support import read_all, run_sampled, sampler_library
+
+    sampler_library()
+    run_sampled([str(proxy_binary("v2")), "--seconds", "1"], tmp_path, interval=16384)
+    cases = _real_cases(read_all(tmp_path))
+    assert len(cases) > 20
+    assert _check_real(cases) > 5  # the wrapper rule really cut some real stacks
