@@ -985,3 +985,72 @@ def test_debian_dbg_package_under_a_private_root(name):
     assert shares["functions_with"] > 0.99 and shares["text_with"] > 0.9, shares
     assert shares["functions_without"] < shares["functions_with"] - 0.2, shares
     assert all(shares[k] == 0 for k in shares if k.endswith("_wrong")), shares
+
+
+# ---------------------------------------------------------------- online (in the sampler)
+
+ONLINE_SOURCE = r"""
+#include <stdlib.h>
+#define NOINLINE __attribute__((noinline, noclone))
+static void *volatile sink;
+static NOINLINE void *static_make(size_t n) { void *p = malloc(n); sink = p; return p; }
+static NOINLINE void static_loop(int rounds) {
+  for (int i = 0; i < rounds; i++) free(static_make(64 + (size_t)(i % 7) * 16));
+  __asm__ volatile("" ::: "memory");
+}
+int main(void) { static_loop(200000); return 0; }
+"""
+
+
+@pytest.mark.parametrize("layout", ["build-id", "debuglink"])
+def test_in_process_symbolizer_uses_separate_debug_files(tmp_path, layout):
+    """The sampler's symbolizer (LIFETIME_SYMBOLIZE=1) finds the same debug files: by
+    build id under LIFETIME_DEBUG_DIR, or through .gnu_debuglink; its frames equal the
+    offline ones given the same debug directory."""
+    from tests.sampler_support import only_profile, run_sampled, sampler_library
+
+    if shutil.which("gcc") is None or shutil.which("objcopy") is None:
+        pytest.skip("needs gcc and objcopy")
+    sampler_library()
+    src = tmp_path / "online.c"
+    src.write_text(ONLINE_SOURCE)
+    full, app = tmp_path / "full", tmp_path / "bin" / "app"
+    app.parent.mkdir()
+    subprocess.run(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-fPIE", "-pie",
+                    f"-Wl,--build-id=0x{DEBUG_BUILD_ID}", "-o", str(full), str(src)], check=True)
+    debug = tmp_path / ("app.debug")
+    subprocess.run(["objcopy", "--only-keep-debug", str(full), str(debug)], check=True)
+    subprocess.run(["strip", "--strip-debug", "--strip-unneeded", "-o", str(app), str(full)],
+                   check=True)
+    debug_dir = tmp_path / "debug"
+    if layout == "build-id":
+        dest = _build_id_path(debug_dir)
+    else:
+        subprocess.run(["objcopy", f"--add-gnu-debuglink={debug}", str(app)], check=True)
+        dest = debug_dir / str(app.parent).lstrip("/") / "app.debug"
+    dest.parent.mkdir(parents=True)
+    shutil.copy(debug, dest)
+
+    def frames(env_debug_dir):
+        out = tmp_path / f"out-{bool(env_debug_dir)}"
+        env = {"LIFETIME_SYMBOLIZE": "1"}
+        if env_debug_dir:
+            env["LIFETIME_DEBUG_DIR"] = f"{tmp_path / 'nowhere'}:{env_debug_dir}"
+        run_sampled([str(app)], out, interval=4096, extra_env=env)
+        prof = only_profile(out)
+        stacks = [s for s in prof.stacks.values() if s.frames]
+        assert stacks
+        online = {f.function for s in stacks for f in s.frames}
+        # Online: LIFETIME_DEBUG_DIR's directories, then /usr/lib/debug (always).
+        cache = sym.ModuleCache(debug_dirs=[env_debug_dir, *sym.DEFAULT_DEBUG_DIRS]
+                                if env_debug_dir else sym.DEFAULT_DEBUG_DIRS)
+        for s in stacks:
+            o = sym.Symbolizer(prof.mappings, cache=cache, inline_frames=False).symbolize_stack(
+                list(s.addresses), leaf_is_return_address=True)
+            assert [f.function for f in s.frames] == [f.function for f in o]
+        return online
+
+    named = frames(str(debug_dir))
+    assert {"static_make", "static_loop"} <= named, named
+    unnamed = frames("")
+    assert not {"static_make", "static_loop"} & unnamed and "<app+?>" in unnamed, unnamed
