@@ -9,6 +9,12 @@ Families:
            versions are N (installed with apt-get when missing). Only exported
            symbols are named, so the manifests' symbolized-frame share is lower.
 
+  redis    Redis servers (benchmarks/servers/redis.py: 5.0.6, 6.0.16 Debian source build,
+           6.2.7, 6.2.9, 6.2.14; >= 7.0 refused) under the sampler, driven by redis-benchmark.
+  postgres PostgreSQL (benchmarks/servers/postgres.py: 15.5, 16.2; >= 17 refused), driven
+           by pgbench; one profile per backend. For several runs per version (run-to-run
+           evaluation) use benchmarks/servers/run_profiles.py.
+
 The first version listed builds the vocabulary; the others reuse it (--vocab), so
 datasets of one family share token ids.
 
@@ -64,12 +70,32 @@ def clang_commands(version: str, seconds: int) -> tuple[list[list[str]], dict]:
     return commands, {}
 
 
-FAMILIES = {"cpython": cpython_commands, "clang": clang_commands}
+def server_family(name: str):
+    """A family that profiles a long-running server itself (benchmarks/servers/NAME.py:
+    start it under the sampler, drive it with its own load generator, stop it)."""
+    def profile_into(version: str, profiles: str, seconds: int, interval: int | None,
+                     seed: int) -> dict:
+        from benchmarks.servers import run_profiles
+        return run_profiles.profile_run(name, version, os.path.dirname(profiles), seconds,
+                                        interval, seed)
+    profile_into.profiles_itself = True
+    return profile_into
 
 
-def profile_version(family: str, version: str, out: str, seconds: int, interval: int | None):
-    commands, env = FAMILIES[family](version, seconds)
+FAMILIES = {"cpython": cpython_commands, "clang": clang_commands,
+            "redis": server_family("redis"), "postgres": server_family("postgres")}
+
+
+def profile_version(family: str, version: str, out: str, seconds: int, interval: int | None,
+                    seed: int = 1):
+    """Profiles VERSION into OUT/profiles (reused when present). Command families run
+    their commands until SECONDS pass; server families profile themselves (SEED picks
+    their load plan; OUT/run.json records the run)."""
     profiles = os.path.join(out, "profiles")
+    if getattr(FAMILIES[family], "profiles_itself", False):
+        FAMILIES[family](version, profiles, seconds, interval, seed)
+        return profiles
+    commands, env = FAMILIES[family](version, seconds)
     if glob.glob(os.path.join(profiles, "*.ltprof")):
         print(f"{family} {version}: reusing profiles in {profiles}", flush=True)
         return profiles
