@@ -150,7 +150,13 @@ def check_compatible(datasets: list[Dataset], vocab: Vocabulary | None = None,
     ref_vocab = vocab.tokens if vocab else datasets[0].vocab.tokens
     ref_labels = label_scheme or datasets[0].label_scheme
     ref_context = context or datasets[0].context
+    from pipeline.tokenizer import TOKENIZER_VERSION
+
     for d in datasets:
+        version = d.manifest.get("tokenizer_version")
+        if version != TOKENIZER_VERSION:
+            raise DatasetError(f"dataset {d.path}: tokenizer {version!r}, this build reads "
+                               f"{TOKENIZER_VERSION!r}; rebuild it with `lifetime build-dataset`")
         if d.context.wrappers != ref_context.wrappers \
                 or d.context.max_frames != ref_context.max_frames:
             extra = sorted(set(d.context.wrappers) ^ set(ref_context.wrappers))

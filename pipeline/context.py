@@ -4,9 +4,11 @@ A profile stack (return addresses, leaf first) becomes a context in two steps:
 
 1. **Per profile** (`machinery_free`): symbolize without DWARF inline frames (the
    in-process symbolizer has none, and a model must be served the strings it was
-   trained on), then strip the allocator from the top
-   (`symbolize.strip_allocator_frames`: malloc and its glibc aliases, operator new,
-   the C++ standard library, the sampler, unnamed runtime frames).
+   trained on), strip the allocator from the top (`symbolize.strip_allocator_frames`:
+   malloc and its glibc aliases, operator new, the C++ standard library, the sampler,
+   unnamed runtime frames), and drop compiler clone suffixes from the names
+   (`normalize_frame`: ``f.part.6``, ``g.isra.0``, ``h(int) [clone .cold]``: their
+   numbers change from build to build, the function does not).
 2. **Per dataset** (`ContextDefinition.frames`): strip the program's own allocation
    wrappers, then keep the top `max_frames` frames.  A wrapper (``zmalloc``,
    ``palloc``, ``g_malloc``...) says nothing about what its memory is for, so the
@@ -31,6 +33,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import re
 from typing import Iterable, Sequence
 
 from pipeline import symbolize
@@ -145,6 +148,17 @@ class ContextDefinition:
         return tuple(strip_wrappers(stack, frozenset(self.wrappers))[: self.max_frames])
 
 
+_CLONE_SUFFIXES = re.compile(
+    r"(?:\.(?:part|isra|constprop|cold|lto_priv|localalias|llvm)(?:\.\d+)*)+$"
+    r"|(?: \[clone [^\]]*\])+$")
+
+
+def normalize_frame(frame: str) -> str:
+    """A frame string without GCC/Clang clone suffixes (C: ``.part.N`` ... at the end;
+    C++: `` [clone .isra.0]`` ...); the C mirror is lt_normalize_frame."""
+    return _CLONE_SUFFIXES.sub("", frame)
+
+
 def is_named(frame: str) -> bool:
     """False for the stand-ins of unnamed frames (``<module+?>``)."""
     return not (frame.startswith("<") and frame.endswith("+?>"))
@@ -178,7 +192,7 @@ def strip_wrappers(stack: Sequence[str], wrappers: frozenset) -> list[str]:
 def machinery_free(symbolizer: symbolize.Symbolizer, addresses: Sequence[int]) -> tuple[str, ...]:
     """Step 1: a profile stack -> its frame names with the allocator stripped."""
     raw = symbolizer.symbolize_stack(addresses, leaf_is_return_address=True)
-    return tuple(f.function for f in symbolize.strip_allocator_frames(raw))
+    return tuple(normalize_frame(f.function) for f in symbolize.strip_allocator_frames(raw))
 
 
 def make_symbolizer(mappings, cache: symbolize.ModuleCache | None = None,

@@ -24,24 +24,43 @@ def _symbolized(frames) -> list[symbolize.SymbolizedFrame]:
 
 
 def python_context(frames, wrappers, max_frames) -> list[str]:
-    stack = [f.function for f in symbolize.strip_allocator_frames(_symbolized(frames))]
+    stack = [context.normalize_frame(f.function)
+             for f in symbolize.strip_allocator_frames(_symbolized(frames))]
     definition = ContextDefinition.make(max_frames, configured=wrappers, builtin=False)
     return list(definition.frames(stack))
 
 
-def c_context_starts(cases) -> list[int]:
-    """The C driver's context start index for each (frames, wrappers) case."""
+def _driver(lines: list[str]) -> list[str]:
     if not DRIVER.exists():
         pytest.fail(f"{DRIVER} is not built: run `make native`")
+    return subprocess.run([str(DRIVER)], input="\n".join(lines) + "\n", capture_output=True,
+                          text=True, check=True).stdout.split("\n")[:-1]
+
+
+def c_normalized(frames: list[str]) -> list[str]:
+    out = _driver([f"N\t{f}" for f in frames])
+    assert len(out) == len(frames)
+    return out
+
+
+def c_contexts(cases, max_frames) -> list[list[str]]:
+    """The C mirror's context for each (frames, wrappers) case: the driver's start
+    index, then the normalized names of the next max_frames frames."""
     lines = []
     for frames, wrappers in cases:
         lines += [f"W\t{w}" for w in wrappers]
         lines += [f"F\t{m}\t{int(named)}\t{name}" for m, named, name in frames]
         lines.append("E")
-    out = subprocess.run([str(DRIVER)], input="\n".join(lines) + "\n", capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert len(out) == len(cases)
-    return [int(x) for x in out]
+    starts = [int(x) for x in _driver(lines)]
+    assert len(starts) == len(cases)
+    cut = [[name for _, _, name in frames[start:start + n]]
+           for (frames, _), start, n in zip(cases, starts, max_frames)]
+    flat = c_normalized([f for names in cut for f in names])
+    out, i = [], 0
+    for names in cut:
+        out.append(flat[i:i + len(names)])
+        i += len(names)
+    return out
 
 
 def test_vectors_version_is_the_context_version():
@@ -55,10 +74,16 @@ def test_python_matches_the_vectors(case):
 
 def test_c_matches_the_vectors():
     cases = VECTORS["cases"]
-    starts = c_context_starts([(c["frames"], c["wrappers"]) for c in cases])
-    for case, start in zip(cases, starts):
-        got = [name for _, _, name in case["frames"][start:start + case["max_frames"]]]
-        assert got == case["context"], case["name"]
+    got = c_contexts([(c["frames"], c["wrappers"]) for c in cases],
+                     [c["max_frames"] for c in cases])
+    for case, context_frames in zip(cases, got):
+        assert context_frames == case["context"], case["name"]
+
+
+def test_clone_suffixes_are_normalized_alike():
+    pairs = VECTORS["normalize"]
+    assert [context.normalize_frame(a) for a, _ in pairs] == [b for _, b in pairs]
+    assert c_normalized([a for a, _ in pairs]) == [b for _, b in pairs]
 
 
 # ------------------------------------------------------------------ wrapper detection
@@ -142,7 +167,8 @@ def _real_cases(profiles, extra_wrappers: int = 12):
             stacks.add(tuple((pathlib.Path(f.module).name, f.resolved, f.function)
                              for f in frames))
     stacks = sorted(s for s in stacks if all("\n" not in f and "\t" not in f for _, _, f in s))
-    free = [[f.function for f in symbolize.strip_allocator_frames(_symbolized(s))] for s in stacks]
+    free = [[context.normalize_frame(f.function)
+             for f in symbolize.strip_allocator_frames(_symbolized(s))] for s in stacks]
     sites = sorted({symbolize.qualified_name(f[0]) for f in free if f and context.is_named(f[0])})
     detected = context.detect_wrappers([(f, 1.0, i % 3) for i, f in enumerate(free)],
                                        ContextDefinition.make())
@@ -152,11 +178,9 @@ def _real_cases(profiles, extra_wrappers: int = 12):
 
 
 def _check_real(cases, max_frames=16):
-    starts = c_context_starts(cases)
     hit_wrapper = 0
-    for (frames, wrappers), start in zip(cases, starts):
+    for (frames, wrappers), got in zip(cases, c_contexts(cases, [max_frames] * len(cases))):
         expected = python_context(frames, wrappers, max_frames)
-        got = [name for _, _, name in frames[start:start + max_frames]]
         assert got == expected, frames
         hit_wrapper += expected != python_context(frames, [], max_frames)
     return hit_wrapper

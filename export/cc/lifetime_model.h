@@ -15,7 +15,7 @@
 // first.  Frame i < max_frames fills token slots [i*T, i*T+T) (T = tokens_per_frame)
 // with the ids of its first T tokens; the other slots are 0 (<pad>); frames past
 // max_frames are dropped.  Tokens and ids follow pipeline/tokenizer.py exactly
-// (lifetime-tokenizer-v1): a token is a maximal run of bytes that are neither ASCII
+// (lifetime-tokenizer-v2): a token is a maximal run of bytes that are neither ASCII
 // whitespace nor one of  :()<>[]{},*&.;=+-~!%^|/\'"`?@#  ; unknown tokens get id 1.
 //
 // Output.  Probabilities over the lifetime classes (shortest first, "never freed"

@@ -263,6 +263,8 @@ enum {
   LT_FRAME_ALLOCATOR_NAME = 4  /* allocator by name alone: stripped right below a wrapper */
 };
 LT_HIDDEN int lt_context_set_wrappers(const char *const *names, int n); /* start-up */
+/* context.normalize_frame: the length of the frame string without clone suffixes. */
+LT_HIDDEN size_t lt_normalize_frame(const char *s, size_t n);
 LT_HIDDEN int lt_frame_kind(const char *frame, size_t len, const char *module_base,
                             int resolved);
 /* Index of the context's first frame in a stack of n frames of these kinds. */

@@ -1,7 +1,8 @@
 /* The allocation context, in process: the C mirror of pipeline/context.py.
  *
  * A machinery-free stack starts after the allocator frames at its top
- * (lt_is_allocator_frame); if a frame anywhere below is one of the model's allocation
+ * (lt_is_allocator_frame on the raw names; everything after works on names without
+ * clone suffixes, lt_normalize_frame); if a frame anywhere below is one of the model's allocation
  * wrappers (matched by qualified name), the context starts below the deepest such
  * frame, past any allocator frames (by name) right under it.  The model then reads
  * max_frames frames from there.  Pinned with the Python side by
@@ -59,8 +60,48 @@ static int is_wrapper_name(const char *q, size_t n) {
   return 0;
 }
 
-int lt_frame_kind(const char *frame, size_t len, const char *module_base, int resolved) {
-  int kind = lt_is_allocator_frame(frame, len, module_base, resolved) ? LT_FRAME_ALLOCATOR : 0;
+static int ends_with(const char *s, size_t n, const char *p) {
+  size_t m = strlen(p);
+  return n >= m && memcmp(s + n - m, p, m) == 0;
+}
+
+/* context.normalize_frame: the length of s without trailing clone suffixes. */
+size_t lt_normalize_frame(const char *s, size_t n) {
+  size_t cut = n;
+  while (cut && s[cut - 1] == ']') { /* C++: " [clone .isra.0]" ... */
+    size_t p = cut - 1;
+    while (p && s[p - 1] != '[' && s[p - 1] != ']') p--;
+    if (!p || s[p - 1] != '[' || p < 2 || s[p - 2] != ' ' ||
+        cut - p < 6 || memcmp(s + p, "clone ", 6) != 0)
+      break;
+    cut = p - 2;
+  }
+  if (cut != n) return cut;
+  static const char *const kinds[] = {".part", ".isra", ".constprop", ".cold", ".lto_priv",
+                                      ".localalias", ".llvm", NULL};
+  for (;;) { /* C: ".part.6", ".isra.0.part.1" ... */
+    size_t q = cut;
+    for (;;) { /* (.digits)* */
+      size_t d = q;
+      while (d && s[d - 1] >= '0' && s[d - 1] <= '9') d--;
+      if (d == q || !d || s[d - 1] != '.') break;
+      q = d - 1;
+    }
+    int matched = 0;
+    for (int i = 0; kinds[i]; i++)
+      if (ends_with(s, q, kinds[i])) {
+        cut = q - strlen(kinds[i]);
+        matched = 1;
+        break;
+      }
+    if (!matched) return cut;
+  }
+}
+
+int lt_frame_kind(const char *raw, size_t raw_len, const char *module_base, int resolved) {
+  int kind = lt_is_allocator_frame(raw, raw_len, module_base, resolved) ? LT_FRAME_ALLOCATOR : 0;
+  const char *frame = raw;
+  size_t len = lt_normalize_frame(raw, raw_len);
   if (resolved) {
     if (lt_is_allocator_frame(frame, len, "", 1)) kind |= LT_FRAME_ALLOCATOR_NAME;
     size_t st;

@@ -114,7 +114,8 @@ static int get_frames(void *opaque, const char **frames, size_t *lengths, int ma
   for (int i = c->start; i < c->depth && n < max_frames; i++, n++) {
     const char *base;
     int resolved;
-    lengths[n] = lt_symbolize(c->addresses[i], c->names[n], NAME_CAP, &base, &resolved);
+    size_t len = lt_symbolize(c->addresses[i], c->names[n], NAME_CAP, &base, &resolved);
+    lengths[n] = lt_normalize_frame(c->names[n], len);
     frames[n] = c->names[n];
   }
   atomic_fetch_add_explicit(&lt_online.model_runs, 1, memory_order_relaxed);

@@ -3,6 +3,7 @@
  *   W<TAB>name                        a wrapper of the next cases
  *   F<TAB>module_base<TAB>resolved<TAB>frame   a frame of the current stack, leaf first
  *   E                                 end of a case: prints its context's start index
+ *   N<TAB>frame                       prints the frame without clone suffixes
  * Each case has its own wrappers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 int lt_context_set_wrappers(const char *const *names, int n);
 int lt_frame_kind(const char *frame, size_t len, const char *module_base, int resolved);
 int lt_context_start(const int *kinds, int n);
+size_t lt_normalize_frame(const char *s, size_t n);
 
 #define MAX_FRAMES 1024
 
@@ -34,6 +36,8 @@ int main(void) {
       *t1 = *t2 = 0;
       const char *frame = t2 + 1;
       kinds[n++] = lt_frame_kind(frame, strlen(frame), base, t1[1] == '1');
+    } else if (line[0] == 'N' && line[1] == '\t') {
+      printf("%.*s\n", (int)lt_normalize_frame(line + 2, len - 2), line + 2);
     } else if (line[0] == 'E') {
       printf("%d\n", lt_context_start(kinds, n));
       n = 0;
