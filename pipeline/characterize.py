@@ -80,7 +80,7 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
     path = os.path.join(out_dir, "workloads.json")
     with beam.Pipeline(options=PipelineOptions(beam_args or [])) as p:
         read = p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config)
-        contexts, _ = read.contexts | "Contexts" >> ToContexts(config)
+        contexts, _, _ = read.contexts | "Contexts" >> ToContexts(config)
         _ = (contexts
              | "Merge" >> beam.CombinePerKey(MergeContextStats())
              | "ByWorkload" >> beam.Map(

@@ -143,6 +143,11 @@ class ContextDefinition:
         except (KeyError, TypeError, ValueError) as e:
             raise ContextDefinitionError(f"{prefix}malformed context definition ({e})") from e
 
+    def cut_at(self, stack: Sequence[str]) -> str | None:
+        """The wrapper (qualified name) a stack's context is cut below, if any."""
+        i = deepest_wrapper(stack, frozenset(self.wrappers))
+        return _qualified(stack[i]) if i >= 0 else None
+
     def frames(self, stack: Sequence[str]) -> tuple[str, ...]:
         """A machinery-free stack (`machinery_free`) -> the context's frames."""
         return tuple(strip_wrappers(stack, frozenset(self.wrappers))[: self.max_frames])
@@ -173,13 +178,19 @@ def _is_wrapper(frame: str, wrappers: frozenset) -> bool:
     return is_named(frame) and _qualified(frame) in wrappers
 
 
-def strip_wrappers(stack: Sequence[str], wrappers: frozenset) -> list[str]:
-    """Everything down to and including the deepest wrapper frame, then any allocator
-    frames (`symbolize.allocator_rule` on names alone) right below it."""
+def deepest_wrapper(stack: Sequence[str], wrappers: frozenset) -> int:
+    """Index of the deepest wrapper frame of a machinery-free stack, or -1."""
     deepest = -1
     for i, frame in enumerate(stack):
         if _is_wrapper(frame, wrappers):
             deepest = i
+    return deepest
+
+
+def strip_wrappers(stack: Sequence[str], wrappers: frozenset) -> list[str]:
+    """Everything down to and including the deepest wrapper frame, then any allocator
+    frames (`symbolize.allocator_rule` on names alone) right below it."""
+    deepest = deepest_wrapper(stack, wrappers)
     if deepest < 0:
         return list(stack)
     start = deepest + 1

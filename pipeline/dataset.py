@@ -163,9 +163,21 @@ def _to_context(element, definition: context_def.ContextDefinition):
     return (program, version_label, definition.frames(stack)), stats
 
 
+def _stripped(element, definition: context_def.ContextDefinition):
+    (_, _, stack), stats = element
+    return definition.cut_at(stack) or "", stats.samples
+
+
+def _stripped_summary(rows: list) -> dict:
+    by_wrapper = {name: n for name, n in sorted(rows) if name}
+    total = sum(n for _, n in rows)
+    return {"samples": total, "cut_below_a_wrapper": sum(by_wrapper.values()),
+            "samples_by_wrapper": dict(sorted(by_wrapper.items(), key=lambda kv: -kv[1]))}
+
+
 class ToContexts(beam.PTransform):
     """Merged (program, label, machinery-free stack) stats -> merged stats per context,
-    with the context definition (as a singleton PCollection) beside them."""
+    with the context definition and what its wrappers cut (singleton PCollections)."""
 
     def __init__(self, config: DatasetConfig):
         super().__init__()
@@ -178,7 +190,12 @@ class ToContexts(beam.PTransform):
                       | "AllStacks" >> beam.combiners.ToList()
                       | "Define" >> beam.Map(_define, self._config))
         contexts = stacks | "Cut" >> beam.Map(_to_context, beam.pvalue.AsSingleton(definition))
-        return contexts, definition
+        stripped = (stacks
+                    | "CutBelow" >> beam.Map(_stripped, beam.pvalue.AsSingleton(definition))
+                    | "PerWrapper" >> beam.CombinePerKey(sum)
+                    | "AllWrappers" >> beam.combiners.ToList()
+                    | "SummarizeCuts" >> beam.Map(_stripped_summary))
+        return contexts, definition, stripped
 
 
 def _label_context(element, config: DatasetConfig):
@@ -363,7 +380,7 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
     options = PipelineOptions(beam_args or [])
     with beam.Pipeline(options=options) as p:
         read = (p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config))
-        cut, definition = read.contexts | "Contexts" >> ToContexts(config)
+        cut, definition, stripped = read.contexts | "Contexts" >> ToContexts(config)
         labeled = cut | "Label" >> LabelContexts(config)
         if vocab_given:
             ranked = p | "GivenVocab" >> beam.Create([vocab_given.tokens])
@@ -393,23 +410,25 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
             lambda lines: _write_lines(os.path.join(out_dir, "dead_letters.jsonl"), lines))
         _ = (p | "One" >> beam.Create([None])
              | "Manifest" >> beam.Map(
-                 lambda _, ctx, fs, dl, v, d: _write_json(
+                 lambda _, ctx, fs, dl, v, d, st: _write_json(
                      os.path.join(out_dir, "manifest.json"),
-                     _manifest(files, config, vocab_path, ctx, fs, dl, v, d)),
+                     _manifest(files, config, vocab_path, ctx, fs, dl, v, d, st)),
                  beam.pvalue.AsSingleton(context_summary), beam.pvalue.AsSingleton(file_summary),
-                 beam.pvalue.AsSingleton(dead), vocab, beam.pvalue.AsSingleton(definition)))
+                 beam.pvalue.AsSingleton(dead), vocab, beam.pvalue.AsSingleton(definition),
+                 beam.pvalue.AsSingleton(stripped)))
     with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
 def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lines, vocab,
-              definition):
+              definition, stripped):
     dead = [json.loads(line) for line in dead_lines]
     return {
         "format": "lifetime-dataset-v1",
         "tokenizer_version": tokenizer.TOKENIZER_VERSION,
         "config": config.to_json(),
         "context": definition.to_json(),
+        "context_cuts": stripped,  # samples whose context starts below each wrapper
         "inputs": [{"file": f, "version_label": label} for f, label in files],
         "vocabulary": {"file": "vocab.txt", "size": len(vocab), "given": vocab_path},
         "splits": context_summary,

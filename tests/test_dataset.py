@@ -152,6 +152,8 @@ def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
     assert ctx["version"] == "lifetime-context-v2" and ctx["inline_frames"] is False
     assert ctx["configured_wrappers"] == ["cache_insert"] and "zmalloc" in ctx["wrappers"]
     assert ctx["max_frames"] == 16 and manifest["config"]["context"]["detected_wrappers"] == []
+    assert manifest["context_cuts"]["samples_by_wrapper"] == {"cache_insert": 20}
+    assert manifest["context_cuts"]["samples"] == 70
     assert manifest["splits"]["train"]["contexts"] == 4  # parse, session, registry, [main]
     purity = manifest["splits"]["train"]["label_purity"]
     assert 0.5 < purity < 1.0  # session_open has one sample outside its class
