@@ -1,11 +1,18 @@
 """The exported library: a real XLA AOT build linked by real C and C++ consumers.
 
-One small model (tests/export_support.py) is exported per session.  A harness
+The model is the one `lifetime train` writes: a synthetic program is profiled (on
+paper), `build-dataset` turns the profile into a dataset, `model.train.train` builds
+the network with model/network.py and writes the model directory
+(tests/export_support.py).  It is exported once per session.  A harness
 (tests/native/export_consumer) is built against it through CMake find_package, the
-way an allocator would, and checked against TensorFlow: parity of probabilities and
-classes, the tokenizer's shared test vectors, zero mallocs on the prediction path,
-the prediction cache, one-predictor-per-thread, and a dependency list without
-TensorFlow.  Bad model directories fail with errors that name the file.
+way an allocator would, and checked against the saved Keras model on the dataset's
+eval split: parity of probabilities and classes, the tokenizer's shared test vectors,
+zero mallocs on the prediction path, the prediction cache, one-predictor-per-thread,
+and a dependency list without TensorFlow.  Bad model directories fail with errors
+that name the file.  The folded serving graph (export/graph.py) restates the network:
+models with other shapes and both architectures, built by model/network.py, must
+fold and export with parity, so a change to the network that the export does not
+follow fails here.
 """
 
 from __future__ import annotations
@@ -20,22 +27,28 @@ import sys
 import numpy as np
 import pytest
 
-from tests.export_support import (frame_slots, read_results, write_ids, write_stacks,
-                                  write_vectors)
+from tests.export_support import (TRAIN_SCHEDULE, dataset_profiles, edge_stacks,
+                                  eval_stacks, keras_probabilities, make_dataset,
+                                  read_results, train_model_dir, training_dataset, write_ids,
+                                  write_stacks, write_vectors)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONSUMER = ROOT / "tests" / "native" / "export_consumer"
+
+
+def _build_harness(export_dir, build):
+    """export_harness and export_c_consumer built against export_dir via find_package."""
+    subprocess.run(["cmake", "-S", str(CONSUMER), "-B", str(build), "-G", "Ninja",
+                    f"-DCMAKE_PREFIX_PATH={export_dir}"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+    return build
 
 
 @pytest.fixture(scope="module")
 def harness(exported_model, tmp_path_factory):
     """Build dir with export_harness and export_c_consumer, linked via find_package."""
     _, export_dir = exported_model
-    build = tmp_path_factory.mktemp("export-harness")
-    subprocess.run(["cmake", "-S", str(CONSUMER), "-B", str(build), "-G", "Ninja",
-                    f"-DCMAKE_PREFIX_PATH={export_dir}"], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
-    return build
+    return _build_harness(export_dir, tmp_path_factory.mktemp("export-harness"))
 
 
 def _run(build, *args, check=True) -> subprocess.CompletedProcess:
@@ -46,26 +59,39 @@ def _run(build, *args, check=True) -> subprocess.CompletedProcess:
     return proc
 
 
+def _parity_cases(model_dir):
+    """(stacks, ids, Keras probabilities): the eval split of the dataset the model was
+    trained on, then edge cases derived from it, through model/features.py."""
+    stacks = eval_stacks(model_dir)
+    stacks += edge_stacks(stacks)
+    ids, probs = keras_probabilities(model_dir, stacks)
+    return stacks, ids, probs
+
+
 @pytest.fixture(scope="module")
 def eval_split(exported_model):
-    """(stacks, Keras probabilities) for the model's eval split."""
-    import keras
-
-    from pipeline import tokenizer
-
+    """(stacks, ids, Keras probabilities) for the model's eval split (+ edge cases)."""
     model_dir, _ = exported_model
-    cases = json.loads((model_dir / "eval.json").read_text())
-    config = json.loads((model_dir / "config.json").read_text())["hyperparameters"]
-    vocab = tokenizer.Vocabulary.load(str(model_dir / "vocab.txt"))
-    ids = np.array([frame_slots(c["frames"], vocab, config["max_frames"],
-                                config["tokens_per_frame"]) for c in cases], dtype=np.int32)
-    model = keras.saving.load_model(str(model_dir / "model.keras"), compile=False)
-    probs = model.predict(ids, batch_size=256, verbose=0)
-    return [c["frames"] for c in cases], ids, probs
+    return _parity_cases(model_dir)
+
+
+def _check_parity(build, stacks, ids, want, tmp_path, route):
+    inp = (write_stacks(tmp_path / "in", stacks) if route == "predict-frames"
+           else write_ids(tmp_path / "in", ids))
+    _run(build, route, inp, tmp_path / "out")
+    classes, got = read_results(tmp_path / "out", want.shape[1])
+    assert len(classes) == len(stacks)
+    agree = np.mean(classes == np.argmax(want, -1))
+    dp = float(np.max(np.abs(got - want)))
+    print(f"{route}: {len(stacks)} stacks, argmax agreement {agree:.4%}, max |dp| {dp:.2e}")
+    assert agree >= 0.999
+    assert dp <= 1e-4
 
 
 def test_package_layout(exported_model):
-    _, out = exported_model
+    from model.hparams import HParams
+
+    model_dir, out = exported_model
     manifest = json.loads((out / "export_manifest.json").read_text())
     for rel in ["include/lifetime_model.h", "lib/liblifetime_model.a",
                 "lib/cmake/LifetimeModel/LifetimeModelConfig.cmake",
@@ -73,21 +99,28 @@ def test_package_layout(exported_model):
         assert (out / rel).is_file(), rel
     assert manifest["graph"] == "folded" and manifest["num_classes"] == 8
     assert manifest["folded_max_abs_dp"] < 1e-5
+    # The session model is what `lifetime train` writes with the default network shape.
+    config = json.loads((model_dir / "config.json").read_text())
+    hp = config["hyperparameters"]
+    default = HParams()
+    for key in ("architecture", "max_frames", "tokens_per_frame", "embedding_dim",
+                "lstm_units"):
+        assert hp[key] == getattr(default, key), key
+        if key in manifest:
+            assert manifest[key] == hp[key], key
+    assert manifest["class_names"] == config["class_names"]
+    assert manifest["vocab_size"] == hp["vocab_size"]
+    assert (out / "share" / "lifetime_model" / "config.json").read_text() == \
+        (model_dir / "config.json").read_text()
 
 
 @pytest.mark.parametrize("route", ["predict-frames", "predict-ids"])
 def test_parity_with_tensorflow(harness, eval_split, tmp_path, route):
     stacks, ids, want = eval_split
-    inp = (write_stacks(tmp_path / "in", stacks) if route == "predict-frames"
-           else write_ids(tmp_path / "in", ids))
-    _run(harness, route, inp, tmp_path / "out")
-    classes, got = read_results(tmp_path / "out", want.shape[1])
-    assert len(classes) == len(stacks)
-    agree = np.mean(classes == np.argmax(want, -1))
-    dp = float(np.max(np.abs(got - want)))
-    print(f"{route}: {len(stacks)} eval stacks, argmax agreement {agree:.4%}, max |dp| {dp:.2e}")
-    assert agree >= 0.999
-    assert dp <= 1e-4
+    assert len(stacks) >= 1000
+    # Non-trivial probabilities: a confident model, not a uniform one.
+    assert float(np.median(np.max(want, -1))) > 0.4
+    _check_parity(harness, stacks, ids, want, tmp_path, route)
 
 
 def test_tokenizer_matches_shared_vectors(harness, tmp_path):
@@ -218,3 +251,66 @@ def test_bad_model_directories(exported_model, tmp_path):
     proc = _lifetime_export(model_dir, "--out", occupied)
     assert proc.returncode == 1 and "refusing to overwrite" in proc.stderr
     assert (occupied / "precious.txt").read_text() == "keep me"
+
+
+# ------------------------------------------------------------------------------------
+# The folded graph restates model/network.py: both must change together.
+
+# Shapes other than HParams' defaults in every dimension the serving graph and the C++
+# input layout take from config.json.
+NETWORK_SHAPES = {
+    "frames-5x3-e12-u20": dict(architecture="frames", max_frames=5, tokens_per_frame=3,
+                               embedding_dim=12, lstm_units=20),
+    "frames-9x7-e6-u9": dict(architecture="frames", max_frames=9, tokens_per_frame=7,
+                             embedding_dim=6, lstm_units=9),
+    "tokens-4x3-e10-u6": dict(architecture="tokens", max_frames=4, tokens_per_frame=3,
+                              embedding_dim=10, lstm_units=6),
+}
+
+
+@pytest.mark.parametrize("shape", list(NETWORK_SHAPES))
+def test_folded_graph_matches_network_py(shape):
+    """model/network.py's model, with large random weights (far from a uniform output),
+    against the folded graph export/graph.py builds from its weights."""
+    from export import graph
+    from model.hparams import HParams
+    from model.network import build_model
+
+    hp = HParams(vocab_size=60, **NETWORK_SHAPES[shape])
+    model = build_model(hp, 8)
+    rng = np.random.default_rng(3)
+    for w in model.weights:
+        w.assign(rng.normal(0.0, 0.7, tuple(w.shape)).astype(np.float32))
+    fn = graph.folded_function(graph.extract_weights(model), hp.architecture, hp.max_frames,
+                               hp.tokens_per_frame)
+    probe = graph.probe_inputs(hp.vocab_size, hp.max_frames, hp.tokens_per_frame, n=200)
+    want = np.asarray(model.predict(probe, verbose=0))
+    assert float(np.median(np.max(want, -1))) > 0.2  # far from uniform (0.125): a
+    assert float(np.std(want, axis=0).mean()) > 0.02  # difference would show
+    assert graph.verify(model, fn, probe) < 1e-5
+
+
+def test_trained_network_with_other_shapes_exports_with_parity(exported_model, tmp_path):
+    """A model `lifetime train` writes with non-default shapes, exported and linked:
+    the folded route is taken (not the Keras fallback) and the C++ library agrees with
+    the saved Keras model on the eval split and the edge cases.  The frame limit is
+    the dataset's (its context definition; train() takes it from there), so the
+    session's profile is rebuilt into a dataset with another one."""
+    from export.exporter import export_model
+
+    session_model, _ = exported_model
+    shape = NETWORK_SHAPES["frames-5x3-e12-u20"]
+    dataset = make_dataset(tmp_path / "dataset", max_frames=shape["max_frames"],
+                           profiles=dataset_profiles(training_dataset(session_model)))
+    model_dir = train_model_dir(dataset, tmp_path / "model",
+                                **{**TRAIN_SCHEDULE, "epochs": 3, "min_epochs": 1, **shape})
+    manifest = export_model(model_dir, tmp_path / "export")
+    assert manifest["graph"] == "folded" and manifest["folded_max_abs_dp"] < 1e-5
+    assert (manifest["architecture"], manifest["max_frames"], manifest["tokens_per_frame"],
+            manifest["max_tokens"]) == ("frames", 5, 3, 15)
+    build = _build_harness(tmp_path / "export", tmp_path / "harness")
+    stacks, ids, want = _parity_cases(model_dir)
+    assert ids.shape[1] == 15
+    for route in ("predict-frames", "predict-ids"):
+        (tmp_path / route).mkdir()
+        _check_parity(build, stacks, ids, want, tmp_path / route, route)

@@ -1,11 +1,13 @@
 """Online, counterfactual predictions: an exported model loaded into the sampler.
 
-A small model (tests/export_support.py) is exported once with the real XLA AOT
-toolchain, built into the sampler's model plugin through CMake find_package, and
-loaded by `lifetime profile --model`.  The tests check that every sampled allocation
-carries a prediction, that the trailer's totals add up, that evaluate-online reports
-on them, and that the profiler's host-safety guarantees hold with a model loaded
-(threads with cross-thread frees, fork + exec, a model that cannot be loaded).
+A small model, trained by `lifetime train`'s code on a synthetic dataset written by
+`lifetime build-dataset`'s job (tests/export_support.py), is exported once with the
+real XLA AOT toolchain, built into the sampler's model plugin through CMake
+find_package, and loaded by `lifetime profile --model`. The tests check that every
+sampled allocation carries a prediction, that the trailer's totals add up, that
+evaluate-online reports on them, and that the profiler's host-safety guarantees hold
+with a model loaded (threads with cross-thread frees, fork + exec, a model that cannot
+be loaded).
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def test_every_sample_carries_a_prediction(exported, tmp_path):
 
     report = tmp_path / "online.json"
     proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
-                           *map(str, out.glob("*.ltprof")), "--json", str(report)],
+                           *map(str, out.glob("*.ltprof")), "--model", export_dir,
+                           "--json", str(report)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "cache        hit rate" in proc.stdout and "per sample" in proc.stdout
@@ -131,13 +134,14 @@ def test_profile_with_a_missing_export_is_a_clear_error(tmp_path):
     assert "no such model export directory" in proc.stderr and "nope" in proc.stderr
 
 
-def test_evaluate_online_needs_predictions(tmp_path):
+def test_evaluate_online_needs_predictions(exported, tmp_path):
     from tests.conftest import proxy_binary
 
+    export_dir, _ = exported
     out = tmp_path / "out"
     run_sampled([str(proxy_binary("v1")), "--seconds", "1"], out, interval=65536)
     proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
-                           *map(str, out.glob("*.ltprof"))],
+                           *map(str, out.glob("*.ltprof")), "--model", export_dir],
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode != 0
     assert "no online predictions" in proc.stderr
