@@ -95,7 +95,10 @@ def _profile_server(family: str, version: str, run: int, out_dir: str, args) -> 
 
     module = importlib.import_module(f"benchmarks.servers.{family}")
     print(f"{family} {version} run {run}: profiling into {out_dir}", flush=True)
-    module.profile(version, out_dir, seconds=args.seconds, seed=run, interval=args.interval)
+    # Every run of every version replays the same load plan: runs differ only in what
+    # a real run varies (timing, the load generator's random keys).
+    module.profile(version, out_dir, seconds=args.seconds, seed=args.load_seed,
+                   interval=args.interval)
 
 
 def build(family: str, items: list[str], out: str, like: str | None, args) -> str:
@@ -108,6 +111,50 @@ def build(family: str, items: list[str], out: str, like: str | None, args) -> st
     print(f"build-dataset {out} <- {', '.join(items)}", flush=True)
     build_dataset(inputs, out, config, vocab_path=os.path.join(like, "vocab.txt") if like else None)
     return out
+
+
+def online_check(family: str, item: str, model_dir: str, train_ds: str, base: str,
+                 args) -> dict:
+    """Exports the model, profiles a fresh run of ITEM with it predicting inside the
+    sampler, and scores that run both ways: the sampler's own predictions
+    (`lifetime evaluate-online`) and the offline model on a dataset of the same
+    profiles.  Same contexts, same labels: the gap is what serving costs."""
+    from export.exporter import export_model
+    from model.evaluate import evaluate
+    from model.metrics import headline
+    from model.online import evaluate_online, model_context
+    from profiler import launch
+
+    if family not in SERVERS:
+        raise SystemExit("--online needs a server family (redis, postgres)")
+    export_dir = os.path.join(base, "export")
+    if not os.path.exists(os.path.join(export_dir, "export_manifest.json")):
+        export_model(model_dir, export_dir)
+    plugin = launch.model_plugin(export_dir)
+    version, _, run = item.partition("/")
+    profiles = os.path.join(base, "online", version, "profiles")
+    if not glob.glob(os.path.join(profiles, "*.ltprof")):
+        import importlib
+
+        module = importlib.import_module(f"benchmarks.servers.{family}")
+        module.profile(version, profiles, seconds=args.seconds, interval=args.interval,
+                       seed=args.load_seed, extra_env={"LIFETIME_MODEL_LIB": plugin})
+    ds = os.path.join(base, "online", version, "dataset")
+    if not os.path.exists(os.path.join(ds, "manifest.json")):
+        build_dataset([(os.path.join(profiles, "*.ltprof"), f"{family}-{version}")], ds,
+                      DatasetConfig(context=dataset_context(train_ds), detect_wrappers=False),
+                      vocab_path=os.path.join(train_ds, "vocab.txt"))
+    offline = headline(evaluate(model_dir, [ds], split="all", train_dirs=[train_ds])
+                       ["overall"]["model"])
+    online = evaluate_online(sorted(glob.glob(os.path.join(profiles, "*.ltprof"))),
+                             model_context(model_dir))
+    keys = ("weighted_exact", "unweighted_exact", "weighted_off_by_one")
+    return {"test": item, "profiles": profiles, "offline": {k: offline[k] for k in keys},
+            "online": {k: online["headline"][k] for k in keys},
+            "online_per_sample_exact": online["headline"]["per_sample_exact"],
+            "gap_points": {k: 100 * (online["headline"][k] - offline[k]) for k in keys},
+            "cache": online["cache"], "cost_ns": online["cost_ns_per_sampled_allocation"],
+            "contexts": online["contexts"], "predicted_samples": online["predicted_samples"]}
 
 
 def _spread(values: list[float]) -> dict:
@@ -152,6 +199,15 @@ def markdown(name: str, summary: dict, info: dict) -> str:
         lines += ["", "model lead over the best table on unseen contexts (points): "
                   + ", ".join(f"{f} {100 * lead[f]['mean']:+.1f} (min {100 * lead[f]['min']:+.1f})"
                               for f in FIGURES), ""]
+    if "online" in info:
+        o = info["online"]
+        lines += [f"## online: model inside the sampler on a fresh run of {o['test']}", "",
+                  "| figure | offline | online | gap (points) |", "|---|---|---|---|"]
+        lines += [f"| {k} | {100 * o['offline'][k]:.1f} | {100 * o['online'][k]:.1f} | "
+                  f"{o['gap_points'][k]:+.1f} |" for k in o["offline"]]
+        lines += ["", f"cache hit rate {100 * (o['cache']['hit_rate'] or 0):.1f}%, per-sample "
+                  f"exact {100 * o['online_per_sample_exact']:.1f}%, added cost p50 "
+                  f"{o['cost_ns']['p50'] / 1e3:.2f} us", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -166,10 +222,16 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "cross_version"))
     ap.add_argument("--servers-out", default=os.path.join(ROOT, "out", "servers"),
                     help="where server profiles live: FAMILY/VERSION/runK/profiles")
+    ap.add_argument("--load-seed", type=int, default=1,
+                    help="seed of the servers' load plan (the same for every version and run)")
     ap.add_argument("--hparams", default="{}", help="JSON hyperparameter overrides")
     ap.add_argument("--no-detect-wrappers", action="store_true")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--no-report", action="store_true", help="skip the full HTML report")
+    ap.add_argument("--online", action="store_true",
+                    help="also export the first seed's model and compare its predictions "
+                         "inside the sampler with the offline ones on a fresh run of the "
+                         "first test item (servers only)")
     args = ap.parse_args()
 
     base = os.path.join(args.out, args.name or args.family)
@@ -226,6 +288,10 @@ def main() -> int:
                                 "unseen_share"]["contexts"],
                             "unseen_samples_share": per_seed[args.seeds[0]][item][
                                 "unseen_share"]["samples"]} for item in test_ds}}
+    if args.online:
+        info["online"] = online_check(args.family, args.test[0],
+                                      os.path.join(base, f"model-seed{args.seeds[0]}"),
+                                      train_ds, base, args)
     os.makedirs(base, exist_ok=True)
     with open(os.path.join(base, "results.json"), "w") as f:
         json.dump({"info": info, "summary": summary, "per_seed": per_seed}, f, indent=1)
