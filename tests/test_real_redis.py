@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pathlib
 import tempfile
+import time
 
 import pytest
 
@@ -40,14 +41,18 @@ def redis_profiles(tmp_path_factory):
     with tempfile.TemporaryDirectory(prefix="lt-redis-test-") as work:
         proc, port = redis.start_server(build.server, work, env)
         try:
-            for i in range(3000):
-                redis.command(port, "SET", f"key:{i}", "v" * (i % 200))
-                redis.command(port, "LPUSH", f"list:{i % 50}", f"item{i}")
-                redis.command(port, "HSET", f"hash:{i % 30}", f"f{i}", "x" * (i % 90))
-                if i % 3 == 0:
-                    redis.command(port, "DEL", f"key:{i - 3}")
-                if i % 5 == 0:
-                    redis.command(port, "SET", f"ttl:{i}", "t", "PX", "20")
+            # Few connections (each command is one), many objects per command, lifetimes
+            # from milliseconds (TTL) over ~0.1 s (deleted two rounds later) to never freed.
+            for r in range(40):
+                kv = [x for j in range(60) for x in (f"k{r}:{j}", "v" * (j * 7 % 300))]
+                redis.command(port, "MSET", *kv)
+                redis.command(port, "RPUSH", f"list:{r}", *(f"item{j}" * 3 for j in range(60)))
+                redis.command(port, "HSET", f"hash:{r}", *kv[:80])
+                redis.command(port, "SADD", f"set:{r}", *(f"m{j}" for j in range(60)))
+                redis.command(port, "SET", f"ttl:{r}", "t" * 200, "PX", "30")
+                if r >= 2:
+                    redis.command(port, "DEL", *(f"k{r - 2}:{j}" for j in range(60)))
+                time.sleep(0.02)
         finally:
             assert redis.stop_server(proc, port) == 0
     profiles = read_all(out)
@@ -99,3 +104,23 @@ def test_context_cut_agrees_with_c_and_strips_redis_wrappers(redis_profiles):
     assert tops and not tops & {"zmalloc", "zcalloc", "zrealloc", "ztrymalloc_usable",
                                 "zmalloc_usable", "sdsnewlen", "malloc"}
     assert pathlib.Path(profiles[0].header.program).name == "redis-server"
+
+
+def test_zmalloc_is_detected_from_the_data_alone(redis_profiles):
+    from pipeline import lifetimes
+    from pipeline.contexts import ContextStats
+    from pipeline.dataset import _lifetime
+
+    _, profiles = redis_profiles
+    scheme = lifetimes.LabelScheme()
+    stats: dict = {}
+    for prof in profiles:
+        sym = context.make_symbolizer(prof.mappings, symbolize.ModuleCache())
+        stacks = {i: context.machinery_free(sym, s.addresses) for i, s in prof.stacks.items()}
+        for s in prof.samples:
+            stats.setdefault(stacks[s.stack_id], ContextStats()).add(
+                _lifetime(s, scheme.clock), s.censored, s.weight, s.size)
+    labelled = [(stack, st.samples, scheme.label(st.t95())) for stack, st in stats.items()]
+    found = context.detect_wrappers(labelled, ContextDefinition.make(builtin=False))
+    assert "zmalloc" in found, found
+    assert not {"main", "aeMain", "processCommand", "call"} & set(found)
