@@ -323,12 +323,16 @@ def profile(version: str, out_dir: str, seconds: float = 60, interval: int | Non
             raise ServerSetupError(f"pgbench -i failed ({code}):\n{out[-2000:]}")
         _psql(build, port, SETUP_SQL)
         t_loaded = time.monotonic()
-        # Slices after initialization share what is left of SECONDS (at least 2 s each).
-        left = max(2.0 * len(plan["phases"]), seconds - (t_loaded - t_up))
-        scale_t = left / sum(s for _, s in plan["phases"])
+        # Slices after initialization share what is left of SECONDS: whole seconds (pgbench
+        # -T), at least 2 each, summing to at most what is left.
+        n = len(plan["phases"])
+        left = max(2 * n, int(seconds - (t_loaded - t_up)))
+        planned = sum(s for _, s in plan["phases"])
+        slices = [max(2, int(s * left / planned)) for _, s in plan["phases"]]
+        for k in range(max(0, left - sum(slices))):
+            slices[k % n] += 1
         phases = []
-        for i, (phase, slice_s) in enumerate(plan["phases"]):
-            secs = max(2, int(round(slice_s * scale_t)))
+        for i, ((phase, _), secs) in enumerate(zip(plan["phases"], slices)):
             args = [*phase.args, "-T", str(secs), f"--random-seed={seed * 1000 + i}"]
             started = time.monotonic()
             code, out = _pgbench(build, port, args, tmp, secs + 60)
