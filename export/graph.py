@@ -38,6 +38,7 @@ class LstmWeights:
     bias: np.ndarray             # [4U]
     dense_kernel: np.ndarray     # [U, C]
     dense_bias: np.ndarray       # [C]
+    go_backwards: bool = False   # the LSTM reads the steps last to first
 
 
 def _walk(layer):
@@ -61,7 +62,7 @@ def extract_weights(model) -> LstmWeights:
                                f"{len(emb)}, {len(lstm)}, {len(dense)}")
     emb, lstm, dense = emb[0], lstm[0], dense[0]
     cfg = lstm.get_config()
-    wanted = {"activation": "tanh", "recurrent_activation": "sigmoid", "go_backwards": False,
+    wanted = {"activation": "tanh", "recurrent_activation": "sigmoid",
               "return_sequences": False, "return_state": False, "stateful": False}
     bad = {k: cfg.get(k) for k, v in wanted.items() if cfg.get(k, v) != v}
     if bad:
@@ -81,7 +82,8 @@ def extract_weights(model) -> LstmWeights:
                        recurrent=np.asarray(cell.recurrent_kernel.numpy(), np.float32),
                        bias=bias.astype(np.float32),
                        dense_kernel=np.asarray(dense.kernel.numpy(), np.float32),
-                       dense_bias=dbias.astype(np.float32))
+                       dense_bias=dbias.astype(np.float32),
+                       go_backwards=bool(cfg.get("go_backwards", False)))
 
 
 def folded_function(w: LstmWeights, architecture: str, max_frames: int,
@@ -115,7 +117,7 @@ def folded_function(w: LstmWeights, architecture: str, max_frames: int,
         valid = tf.greater(count, 0.0)                                 # [S, 1]
         h = tf.zeros([1, units])
         c = tf.zeros([1, units])
-        for t in range(steps):
+        for t in (reversed(range(steps)) if w.go_backwards else range(steps)):
             if recurrent_op == "matmul":
                 z = xs[t:t + 1] + tf.matmul(h, wh)
             else:  # h @ W_h as multiply + reduce: fuses with the gates, no library call

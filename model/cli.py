@@ -14,6 +14,7 @@ _HP_FLAGS = {
     "architecture": (str, "frames: LSTM over frames (export default); tokens: over token slots"),
     "max_frames": (int, "frames kept from the top of the stack"),
     "tokens_per_frame": (int, "tokens kept from the start of each frame"),
+    "site_last": (str, "true: the LSTM reads the frames bottom-up, the site last"),
     "embedding_dim": (int, "token embedding size"),
     "lstm_units": (int, "LSTM units"),
     "learning_rate": (float, "Adam learning rate"),
@@ -44,6 +45,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from model.train import train
 
     values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
+    if "site_last" in values:
+        values["site_last"] = values["site_last"] == "true"
     try:
         hp = parse_hparams(values, refit=args.refit)
         metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
@@ -107,6 +110,8 @@ def add_subcommands(sub) -> None:
         flag = "--" + name.replace("_", "-")
         if name == "architecture":
             p.add_argument(flag, choices=ARCHITECTURES, default=None, help=help_text)
+        elif name == "site_last":
+            p.add_argument(flag, choices=("true", "false"), default=None, help=help_text)
         else:
             p.add_argument(flag, type=kind, default=None, help=help_text)
     p.add_argument("--refit", action="store_true",

@@ -20,6 +20,9 @@ class HParams:
     max_frames: int = 16          # frames kept from the top of the stack (allocation site)
     tokens_per_frame: int = 16    # tokens kept from the start of each frame
     vocab_size: int = 0           # set from the training datasets' vocab.txt
+    # The LSTM reads the frames from the bottom of the stack up, so the allocation
+    # site is its last input rather than its first (go_backwards).
+    site_last: bool = False
     embedding_dim: int = 32
     lstm_units: int = 32
     learning_rate: float = 3e-3

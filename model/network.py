@@ -36,14 +36,15 @@ def _frames(ids, hp, num_classes):
     counts = ops.sum(tok_mask, axis=-1, keepdims=True)                         # [B, F, 1]
     pooled = ops.sum(emb * ops.expand_dims(tok_mask, -1), axis=2) / ops.maximum(counts, 1.0)
     frame_present = ops.greater(ops.squeeze(counts, -1), 0.0)                   # [B, F]
-    state = layers.LSTM(hp.lstm_units, name="lstm")(pooled, mask=frame_present)
+    state = layers.LSTM(hp.lstm_units, go_backwards=hp.site_last, name="lstm")(
+        pooled, mask=frame_present)
     return layers.Dense(num_classes, activation="softmax", name="classes")(state)
 
 
 def _tokens(ids, hp, num_classes):
     """An LSTM over every token slot, PAD masked (LSTM steps = max_tokens)."""
     emb = layers.Embedding(hp.vocab_size, hp.embedding_dim, mask_zero=True, name="embedding")(ids)
-    state = layers.LSTM(hp.lstm_units, name="lstm")(emb)
+    state = layers.LSTM(hp.lstm_units, go_backwards=hp.site_last, name="lstm")(emb)
     return layers.Dense(num_classes, activation="softmax", name="classes")(state)
 
 

@@ -263,6 +263,8 @@ NETWORK_SHAPES = {
                                embedding_dim=12, lstm_units=20),
     "frames-9x7-e6-u9": dict(architecture="frames", max_frames=9, tokens_per_frame=7,
                              embedding_dim=6, lstm_units=9),
+    "frames-6x4-site-last": dict(architecture="frames", max_frames=6, tokens_per_frame=4,
+                                 embedding_dim=8, lstm_units=10, site_last=True),
     "tokens-4x3-e10-u6": dict(architecture="tokens", max_frames=4, tokens_per_frame=3,
                               embedding_dim=10, lstm_units=6),
 }
