@@ -156,3 +156,46 @@ def test_bad_model_dirs_fail_clearly(trained, tmp_path):
     with pytest.raises(ModelDirError, match="corrupt"):
         io.load_model_dir(str(broken))
     assert not zipfile.is_zipfile(broken / "model.keras")
+
+
+def test_context_definition_mismatch_and_old_models_fail_clearly(trained, tmp_path):
+    import json
+    import shutil
+
+    from model.evaluate import evaluate
+    from pipeline.context import ContextDefinition
+
+    # A test set cut with a wrapper the model's training data did not strip.
+    ds = build_tiny_dataset(tmp_path, programs=("sites_a",),
+                            vocab_path=os.path.join(trained, "vocab.txt"))
+    manifest_path = os.path.join(ds, "manifest.json")
+    manifest = json.loads(open(manifest_path).read())
+    manifest["context"] = ContextDefinition.make(configured=["parse_request"]).to_json()
+    open(manifest_path, "w").write(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="context definition differs.*parse_request.*--like"):
+        evaluate(trained, [ds])
+    # A model trained before context definitions existed.
+    old = tmp_path / "old-model"
+    shutil.copytree(trained, old)
+    config = json.loads((old / "config.json").read_text())
+    del config["context"]
+    (old / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelDirError, match="no context definition"):
+        io.context_of(config, str(old))
+
+
+def test_build_dataset_cli_rejects_like_with_its_own_definition(tmp_path):
+    import subprocess
+    import sys
+
+    ds = build_tiny_dataset(tmp_path, programs=("sites_a",))
+    proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "build-dataset", "--profiles",
+                           str(tmp_path / "profiles" / "*.ltprof"), "--out",
+                           str(tmp_path / "again"), "--like", ds, "--wrapper", "zz"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--like takes the context definition" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "build-dataset", "--profiles",
+                           str(tmp_path / "profiles" / "*.ltprof"), "--out",
+                           str(tmp_path / "again"), "--like", str(tmp_path / "nope")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "nope" in proc.stderr and "manifest" in proc.stderr
