@@ -22,7 +22,7 @@ class HParams:
     vocab_size: int = 0           # set from the training datasets' vocab.txt
     # The LSTM reads the frames from the bottom of the stack up, so the allocation
     # site is its last input rather than its first (go_backwards).
-    site_last: bool = False
+    site_last: bool = True
     embedding_dim: int = 32
     lstm_units: int = 32
     learning_rate: float = 3e-3
@@ -38,13 +38,14 @@ class HParams:
     # held-out figures in metrics.json are then those of the first, train-only fit.
     refit: bool = False
     # Word dropout: during training each token is replaced by <unk> with this
-    # probability, so the model learns what to do with names it has never seen (the
-    # <unk> embedding is otherwise never trained when the vocabulary covers the
-    # training set). Inference is unaffected.
-    unk_dropout: float = 0.5
+    # probability, so the model learns what to do with names it has never seen.
+    # Inference is unaffected. Off by default: on real servers it kept the model from
+    # fitting its own training contexts (benchmarks/ablation.py; README, "Real servers").
+    unk_dropout: float = 0.0
     # Example weight = samples ** weight_power (1: by sample count, as in the paper;
     # 0: every context counts once), normalized to mean 1 over the training split.
-    weight_power: float = 1.0
+    # 0.5: large contexts still count more, small ones are not ignored.
+    weight_power: float = 0.5
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
