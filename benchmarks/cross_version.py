@@ -42,6 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import real_programs  # noqa: E402
 
+from pipeline.context import ContextDefinition  # noqa: E402
 from pipeline.dataset import DatasetConfig, build_dataset, dataset_context  # noqa: E402
 
 SERVICE = os.path.join(ROOT, "workloads", "bench", "bench_python_service.py")
@@ -107,7 +108,9 @@ def build(family: str, items: list[str], out: str, like: str | None, args) -> st
     inputs = [(os.path.join(d, "*.ltprof"), f"{family}-{item.partition('/')[0]}")
               for item in items for d in profile_dirs(family, item, args)]
     config = (DatasetConfig(context=dataset_context(like), detect_wrappers=False) if like
-              else DatasetConfig(detect_wrappers=not args.no_detect_wrappers))
+              else DatasetConfig(context=ContextDefinition.make(
+                  builtin=not args.no_builtin_wrappers),
+                  detect_wrappers=not args.no_detect_wrappers))
     print(f"build-dataset {out} <- {', '.join(items)}", flush=True)
     build_dataset(inputs, out, config, vocab_path=os.path.join(like, "vocab.txt") if like else None)
     return out
@@ -225,7 +228,10 @@ def main() -> int:
     ap.add_argument("--load-seed", type=int, default=1,
                     help="seed of the servers' load plan (the same for every version and run)")
     ap.add_argument("--hparams", default="{}", help="JSON hyperparameter overrides")
-    ap.add_argument("--no-detect-wrappers", action="store_true")
+    ap.add_argument("--no-detect-wrappers", action="store_true",
+                    help="ablation: do not detect wrappers in the training data")
+    ap.add_argument("--no-builtin-wrappers", action="store_true",
+                    help="ablation: do not strip the built-in list of allocation APIs")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--no-report", action="store_true", help="skip the full HTML report")
     ap.add_argument("--online", action="store_true",
