@@ -12,7 +12,6 @@ from model.hparams import ARCHITECTURES, HParams
 # hyperparameter -> (type, help); the defaults come from HParams, the one place they live.
 _HP_FLAGS = {
     "architecture": (str, "frames: LSTM over frames (export default); tokens: over token slots"),
-    "max_frames": (int, "frames kept from the top of the stack"),
     "tokens_per_frame": (int, "tokens kept from the start of each frame"),
     "site_last": (str, "true: the LSTM reads the frames bottom-up, the site last"),
     "embedding_dim": (int, "token embedding size"),

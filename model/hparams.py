@@ -17,7 +17,7 @@ class HParams:
     # the export default: XLA AOT costs ~1.2-3 us per LSTM step). "tokens": an LSTM
     # over every token slot (max_tokens steps), for comparison.
     architecture: str = "frames"
-    max_frames: int = 16          # frames kept from the top of the stack (allocation site)
+    max_frames: int = 16          # set from the training datasets' context definition
     tokens_per_frame: int = 16    # tokens kept from the start of each frame
     vocab_size: int = 0           # set from the training datasets' vocab.txt
     # The LSTM reads the frames from the bottom of the stack up, so the allocation

@@ -5,6 +5,7 @@ the real Beam job once per session."""
 from __future__ import annotations
 
 from pipeline import dataset
+from pipeline.context import ContextDefinition
 from pipeline.dataset import DatasetConfig
 from tests.synthetic import build_sites, make_profile
 
@@ -32,6 +33,9 @@ def build_tiny_dataset(tmp, eval_percent: int = 50, vocab_path: str | None = Non
         make_profile(str(profiles / f"{program}.ltprof"), binary, addresses, samples,
                      program=program, version_label="v1")
     out = tmp / "dataset"
+    # 4 frames per context: the model reads them all (max_frames comes from the dataset).
     dataset.build_dataset([(str(profiles / "*.ltprof"), "v1")], str(out),
-                          DatasetConfig(eval_percent=eval_percent), vocab_path=vocab_path)
+                          DatasetConfig(eval_percent=eval_percent,
+                                        context=ContextDefinition.make(max_frames=4)),
+                          vocab_path=vocab_path)
     return str(out)
