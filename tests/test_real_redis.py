@@ -36,7 +36,7 @@ def redis_profiles(tmp_path_factory):
         pytest.skip(f"redis {VERSION} could not be fetched: {e}")
     sampler_library()
     out = tmp_path_factory.mktemp("redis-profiles")
-    env = launch.profiled_env(str(out), interval=16384, version_label=f"redis-{VERSION}",
+    env = launch.profiled_env(str(out), interval=4096, version_label=f"redis-{VERSION}",
                               extra_env={"LIFETIME_SYMBOLIZE": "1"})
     with tempfile.TemporaryDirectory(prefix="lt-redis-test-") as work:
         proc, port = redis.start_server(build.server, work, env)
