@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-$( [[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3 )}"
 what="${1:-all}"
 if [[ "$what" == redis || "$what" == all ]]; then
-  "$PY" benchmarks/servers/redis.py fetch 6.0.16 5.0.6 6.2.7 6.2.9 6.2.14
+  "$PY" -m benchmarks.servers.redis fetch 6.0.16 5.0.6 6.2.7 6.2.9 6.2.14
 fi
 if [[ "$what" == postgres || "$what" == all ]]; then
-  "$PY" benchmarks/servers/postgres.py fetch 15.5 16.2
+  "$PY" -m benchmarks.servers.postgres fetch 15.5 16.2
 fi

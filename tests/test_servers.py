@@ -85,7 +85,7 @@ def _needs_redis_build():
     build = redis.cached("6.0.16")
     if build is None or build.benchmark is None:
         pytest.skip("no cached Redis 6.0.16 source build (build it with "
-                    "`scripts/fetch-redis-source.sh` or `python3 benchmarks/servers/redis.py "
+                    "`scripts/fetch-redis-source.sh` or `python3 -m benchmarks.servers.redis "
                     "fetch 6.0.16`); the test never downloads or builds it")
     return build
 

@@ -304,3 +304,30 @@ def summarize_profiles(profiles_dir: str) -> dict:
         prog["files"] += 1
         prog["samples"] += len(profile.samples)
     return out
+
+
+def cli(product: str, ensure: Callable[[str], object],
+        print_plan: Callable[[int, float], None]) -> int:
+    """`python -m benchmarks.servers.PRODUCT fetch VERSION... | plan [--seed] [--seconds]`."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=f"{product} builds and load plan")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch", help="fetch (and build) versions into the cache")
+    f.add_argument("versions", nargs="+")
+    p = sub.add_parser("plan", help="print the load plan of a seed")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=60)
+    args = ap.parse_args()
+    if args.cmd == "fetch":
+        for v in args.versions:
+            try:
+                print(json.dumps(ensure(v).to_json()))
+            except (ValueError, ServerSetupError) as e:
+                print(f"{product}: error: {e}", file=sys.stderr)
+                return 2
+        return 0
+    print_plan(args.seed, args.seconds)
+    return 0
+

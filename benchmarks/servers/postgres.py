@@ -27,15 +27,13 @@ script that feeds autovacuum, a weighted mix, and a reconnect-per-transaction ph
 (-C, rate limited) that makes many short backends. Every pgbench run gets
 --random-seed derived from the seed. The server then gets a fast shutdown (SIGINT).
 
-    python3 benchmarks/servers/postgres.py fetch 15.5 16.2
-    python3 benchmarks/servers/postgres.py plan --seed 1
+    python3 -m benchmarks.servers.postgres fetch 15.5 16.2
+    python3 -m benchmarks.servers.postgres plan --seed 1
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import random
@@ -47,12 +45,6 @@ import sys
 import tempfile
 import time
 
-_HERE = pathlib.Path(__file__).resolve()
-if __package__ in (None, ""):  # run as a script: import the package, not siblings
-    if sys.path and os.path.abspath(sys.path[0]) == str(_HERE.parent):
-        sys.path.pop(0)
-    sys.path.insert(0, str(_HERE.parents[2]))
-    __package__ = "benchmarks.servers"  # noqa: A001
 
 from benchmarks.servers import common  # noqa: E402
 from benchmarks.servers.common import ServerSetupError, Wheel  # noqa: E402
@@ -366,28 +358,15 @@ def profile(version: str, out_dir: str, seconds: float = 60, interval: int | Non
     return record
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description="PostgreSQL builds and load plan")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fetch", help="fetch/unpack versions into the cache")
-    f.add_argument("versions", nargs="+")
-    p = sub.add_parser("plan", help="print the load plan of a seed")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--seconds", type=float, default=60)
-    args = ap.parse_args()
-    if args.cmd == "fetch":
-        for v in args.versions:
-            try:
-                print(json.dumps(ensure(v).to_json()))
-            except (ValueError, ServerSetupError) as e:
-                print(f"postgres: error: {e}", file=sys.stderr)
-                return 2
-        return 0
-    plan = load_plan(args.seed, args.seconds)
+def _print_plan(seed: int, seconds: float) -> None:
+    plan = load_plan(seed, seconds)
     print(f"pgbench -i -s {plan['scale']}")
     for phase, s in plan["phases"]:
         print(f"{s:3d} s  {phase.describe()}")
-    return 0
+
+
+def main() -> int:
+    return common.cli("postgres", ensure, _print_plan)
 
 
 if __name__ == "__main__":

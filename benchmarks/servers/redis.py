@@ -28,15 +28,13 @@ time slice of --seconds; it repeats its redis-benchmark invocation (bounded -n) 
 the last one is interrupted at the end of the slice. The server then gets SHUTDOWN
 NOSAVE, so every process ends normally and objects still live are censored.
 
-    python3 benchmarks/servers/redis.py fetch 5.0.6 6.0.16 6.2.7 6.2.9 6.2.14
-    python3 benchmarks/servers/redis.py plan --seed 1
+    python3 -m benchmarks.servers.redis fetch 5.0.6 6.0.16 6.2.7 6.2.9 6.2.14
+    python3 -m benchmarks.servers.redis plan --seed 1
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import random
@@ -49,12 +47,6 @@ import sys
 import tempfile
 import time
 
-_HERE = pathlib.Path(__file__).resolve()
-if __package__ in (None, ""):  # run as a script: import the package, not siblings
-    if sys.path and os.path.abspath(sys.path[0]) == str(_HERE.parent):
-        sys.path.pop(0)
-    sys.path.insert(0, str(_HERE.parents[2]))
-    __package__ = "benchmarks.servers"  # noqa: A001
 
 from benchmarks.servers import common  # noqa: E402
 from benchmarks.servers.common import ServerSetupError, Wheel  # noqa: E402
@@ -404,26 +396,13 @@ def profile(version: str, out_dir: str, seconds: float = 60, interval: int | Non
             "expired_keys": stats.get("expired_keys", "").strip()}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description="Redis builds and load plan")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fetch", help="fetch/build versions into the cache")
-    f.add_argument("versions", nargs="+")
-    p = sub.add_parser("plan", help="print the load plan of a seed")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--seconds", type=float, default=60)
-    args = ap.parse_args()
-    if args.cmd == "fetch":
-        for v in args.versions:
-            try:
-                print(json.dumps(ensure(v).to_json()))
-            except (ValueError, ServerSetupError) as e:
-                print(f"redis: error: {e}", file=sys.stderr)
-                return 2
-        return 0
-    for phase, s in load_plan(args.seed, args.seconds):
+def _print_plan(seed: int, seconds: float) -> None:
+    for phase, s in load_plan(seed, seconds):
         print(f"{s:5.2f} s  {phase.describe()}")
-    return 0
+
+
+def main() -> int:
+    return common.cli("redis", ensure, _print_plan)
 
 
 if __name__ == "__main__":

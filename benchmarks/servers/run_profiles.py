@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Profiles real servers (Redis, PostgreSQL) per version, several runs each.
 
-    .venv/bin/python benchmarks/servers/run_profiles.py redis 5.0.6 6.0.16 6.2.7 6.2.9 6.2.14 --runs 2
-    .venv/bin/python benchmarks/servers/run_profiles.py postgres 15.5 16.2 --runs 2
-    .venv/bin/python benchmarks/servers/run_profiles.py --summary-only
+    .venv/bin/python -m benchmarks.servers.run_profiles redis 5.0.6 6.0.16 6.2.7 6.2.9 6.2.14 --runs 2
+    .venv/bin/python -m benchmarks.servers.run_profiles postgres 15.5 16.2 --runs 2
+    .venv/bin/python -m benchmarks.servers.run_profiles --summary-only
 
 Run k of a version uses load seed SEED + k (default SEED 0: run1 = seed 1, run2 =
 seed 2), so run 1 can train and run 2 test a within-version (run-to-run) evaluation.
@@ -31,12 +31,6 @@ import shutil
 import sys
 import time
 
-_HERE = pathlib.Path(__file__).resolve()
-if __package__ in (None, ""):
-    if sys.path and os.path.abspath(sys.path[0]) == str(_HERE.parent):
-        sys.path.pop(0)
-    sys.path.insert(0, str(_HERE.parents[2]))
-    __package__ = "benchmarks.servers"  # noqa: A001
 
 from benchmarks.servers import common  # noqa: E402
 
