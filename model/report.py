@@ -14,7 +14,6 @@ Table 2 and Fig. 9) as report.md, report.html, report.json and PNG plots.
 
 from __future__ import annotations
 
-import collections
 import html
 import json
 import os

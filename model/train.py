@@ -8,7 +8,6 @@ stopping and the held-out figures in metrics.json.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os

@@ -1,7 +1,6 @@
 """The Beam dataset job on synthetic profiles over a real binary (known lifetimes)."""
 
 import filecmp
-import json
 
 import apache_beam as beam
 import pytest

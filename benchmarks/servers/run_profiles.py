@@ -26,7 +26,6 @@ import glob
 import importlib
 import json
 import os
-import pathlib
 import shutil
 import sys
 import time
