@@ -39,17 +39,14 @@ def _percentile(values, q):
 
 def model_context(path: str) -> context_def.ContextDefinition:
     """The context definition of a model directory or of a `lifetime export` directory."""
-    import json
     import os
 
-    for name, key in (("config.json", "context"), ("export_manifest.json", "context")):
+    for name in ("config.json", "export_manifest.json"):
         file = os.path.join(path, name)
         if os.path.isfile(file):
             try:
-                with open(file, encoding="utf-8") as f:
-                    d = json.load(f)
-                return context_def.ContextDefinition.from_json(d.get(key), where=file)
-            except (OSError, ValueError) as e:
+                return context_def.ContextDefinition.load(file)
+            except context_def.ContextDefinitionError as e:
                 raise OnlineEvaluationError(str(e)) from e
     raise OnlineEvaluationError(f"{path}: neither a model directory (config.json) nor an "
                                 "export directory (export_manifest.json)")

@@ -143,14 +143,31 @@ class ContextDefinition:
         except (KeyError, TypeError, ValueError) as e:
             raise ContextDefinitionError(f"{prefix}malformed context definition ({e})") from e
 
+    @classmethod
+    def load(cls, path: str) -> "ContextDefinition":
+        """The definition recorded under "context" in a JSON file: a dataset's
+        manifest.json, a model's config.json, an export_manifest.json."""
+        import json
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                recorded = json.load(f).get("context")
+        except (OSError, ValueError, AttributeError) as e:
+            raise ContextDefinitionError(f"{path}: cannot read a context definition ({e})") from e
+        return cls.from_json(recorded, where=path)
+
+    @functools.cached_property
+    def _wrapper_set(self) -> frozenset:
+        return frozenset(self.wrappers)
+
     def cut_at(self, stack: Sequence[str]) -> str | None:
         """The wrapper (qualified name) a stack's context is cut below, if any."""
-        i = deepest_wrapper(stack, frozenset(self.wrappers))
+        i = deepest_wrapper(stack, self._wrapper_set)
         return _qualified(stack[i]) if i >= 0 else None
 
     def frames(self, stack: Sequence[str]) -> tuple[str, ...]:
         """A machinery-free stack (`machinery_free`) -> the context's frames."""
-        return tuple(strip_wrappers(stack, frozenset(self.wrappers))[: self.max_frames])
+        return tuple(strip_wrappers(stack, self._wrapper_set)[: self.max_frames])
 
 
 _CLONE_SUFFIXES = re.compile(

@@ -153,8 +153,6 @@ def _stack_label(element, scheme: lifetimes.LabelScheme) -> tuple:
 
 
 def _define(stacks: list, config: DatasetConfig) -> context_def.ContextDefinition:
-    if not config.detect_wrappers:
-        return config.context
     return config.context.with_detected(context_def.detect_wrappers(stacks, config.context))
 
 
@@ -185,10 +183,13 @@ class ToContexts(beam.PTransform):
 
     def expand(self, partials):
         stacks = partials | "MergeStacks" >> beam.CombinePerKey(MergeContextStats())
-        definition = (stacks
-                      | "StackLabels" >> beam.Map(_stack_label, self._config.labels)
-                      | "AllStacks" >> beam.combiners.ToList()
-                      | "Define" >> beam.Map(_define, self._config))
+        if self._config.detect_wrappers:
+            definition = (stacks
+                          | "StackLabels" >> beam.Map(_stack_label, self._config.labels)
+                          | "AllStacks" >> beam.combiners.ToList()
+                          | "Define" >> beam.Map(_define, self._config))
+        else:  # given (--like): no labels or detection needed
+            definition = stacks.pipeline | "Given" >> beam.Create([self._config.context])
         contexts = stacks | "Cut" >> beam.Map(_to_context, beam.pvalue.AsSingleton(definition))
         stripped = (stacks
                     | "CutBelow" >> beam.Map(_stripped, beam.pvalue.AsSingleton(definition))
@@ -350,13 +351,7 @@ def _write_lines(path: str, lines: Iterable[str]) -> str:
 
 def dataset_context(dataset_dir: str) -> context_def.ContextDefinition:
     """The context definition recorded in a dataset's manifest."""
-    path = os.path.join(dataset_dir, "manifest.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: cannot read the dataset manifest ({e})") from e
-    return context_def.ContextDefinition.from_json(manifest.get("context"), where=path)
+    return context_def.ContextDefinition.load(os.path.join(dataset_dir, "manifest.json"))
 
 
 def match_inputs(inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -62,15 +62,11 @@ class ModelExportError(ValueError):
 
 def _check_context(root: pathlib.Path) -> None:
     """Refuses an export whose context definition the sampler cannot reproduce."""
-    import json
+    from pipeline.context import ContextDefinition, ContextDefinitionError
 
-    from pipeline.context import ContextDefinition
-
-    manifest = root / "export_manifest.json"
     try:
-        ContextDefinition.from_json(json.loads(manifest.read_text()).get("context"),
-                                    where=str(manifest))
-    except (OSError, ValueError) as e:
+        ContextDefinition.load(str(root / "export_manifest.json"))
+    except ContextDefinitionError as e:
         raise ModelExportError(f"{e}; the sampler would not give the model the contexts it "
                                "was trained on (re-train and re-export)") from e
 
