@@ -145,3 +145,22 @@ def test_evaluate_online_needs_predictions(exported, tmp_path):
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode != 0
     assert "no online predictions" in proc.stderr
+
+
+def test_evaluate_online_model_without_a_context_definition_fails_clearly(tmp_path):
+    """--model must name a model or export directory whose context definition is readable."""
+    (tmp_path / "empty").mkdir()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "export_manifest.json").write_text('{"format": "lifetime-export-v1"}')
+    for model, expected in ((tmp_path / "empty", "neither a model directory"),
+                            (broken, "cannot read a context definition"),
+                            (old, "no context definition")):
+        proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
+                               "--model", str(model), str(tmp_path / "x.ltprof")],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0
+        assert expected in proc.stderr and str(model) in proc.stderr, proc.stderr
