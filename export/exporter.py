@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from export import codegen, graph as graphs, runtime_build
+from lifetime.errors import LifetimeError
 
 log = logging.getLogger("export")
 
@@ -40,7 +41,7 @@ DEFAULT_XLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"
 VERSION = "1.0.0"
 
 
-class ExportError(RuntimeError):
+class ExportError(LifetimeError):
     """A clear, user-facing reason why the export failed."""
 
 

@@ -20,13 +20,15 @@ import logging
 
 import numpy as np
 
+from lifetime.errors import LifetimeError
+
 log = logging.getLogger("export.graph")
 
 FEED = "token_ids"
 FETCH = "probabilities"
 
 
-class UnsupportedModel(ValueError):
+class UnsupportedModel(LifetimeError):
     """The folded route does not apply to this model (the keras route still does)."""
 
 

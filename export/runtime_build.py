@@ -30,6 +30,8 @@ import tarfile
 import tempfile
 import time
 
+from lifetime.errors import LifetimeError
+
 log = logging.getLogger("export.runtime")
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -39,7 +41,7 @@ ABSL_NAMESPACE = "lts_20250127"
 LIBS = ("libxla_aot_runtime.a", "libabsl_subset.a")
 
 
-class RuntimeBuildError(RuntimeError):
+class RuntimeBuildError(LifetimeError):
     pass
 
 

@@ -15,11 +15,12 @@ import os
 import numpy as np
 
 from pipeline.tokenizer import Vocabulary
+from lifetime.errors import LifetimeError
 
 SPLITS = ("train", "eval")
 
 
-class DatasetError(ValueError):
+class DatasetError(LifetimeError):
     """A dataset directory that cannot be used (missing, incomplete, incompatible)."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from lifetime.errors import UsageError
+
 ARCHITECTURES = ("frames", "tokens")
 
 
@@ -49,14 +51,14 @@ class HParams:
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"unknown architecture {self.architecture!r} "
+            raise UsageError(f"unknown architecture {self.architecture!r} "
                              f"(expected one of {', '.join(ARCHITECTURES)})")
         for name in ("max_frames", "tokens_per_frame", "embedding_dim", "lstm_units",
                      "batch_size", "epochs"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"hyperparameter {name} must be positive")
+                raise UsageError(f"hyperparameter {name} must be positive")
         if not 0.0 <= self.unk_dropout < 1.0:
-            raise ValueError("unk_dropout must be in [0, 1)")
+            raise UsageError("unk_dropout must be in [0, 1)")
 
     @property
     def max_tokens(self) -> int:

@@ -16,13 +16,14 @@ import json
 import os
 
 from pipeline.tokenizer import Vocabulary
+from lifetime.errors import LifetimeError
 
 FORMAT = "lifetime-model-v1"
 MODEL_FILE, VOCAB_FILE, CONFIG_FILE = "model.keras", "vocab.txt", "config.json"
 METRICS_FILE, CARD_FILE, LOG_FILE = "metrics.json", "model_card.md", "train_log.json"
 
 
-class ModelDirError(ValueError):
+class ModelDirError(LifetimeError):
     """A model directory that cannot be loaded."""
 
 

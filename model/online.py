@@ -27,9 +27,10 @@ from pipeline import lifetimes, symbolize
 from pipeline.contexts import ContextStats
 from pipeline.dataset import _lifetime
 from profiler_proto import ProfileFormatError, read_profile
+from lifetime.errors import LifetimeError
 
 
-class OnlineEvaluationError(ValueError):
+class OnlineEvaluationError(LifetimeError):
     """Profiles that cannot be evaluated, with the file and the reason."""
 
 

@@ -37,6 +37,7 @@ import re
 from typing import Iterable, Sequence
 
 from pipeline import symbolize
+from lifetime.errors import LifetimeError
 
 CONTEXT_VERSION = "lifetime-context-v2"
 
@@ -77,7 +78,7 @@ MIN_SAMPLES = 20
 MAX_ROUNDS = 8
 
 
-class ContextDefinitionError(ValueError):
+class ContextDefinitionError(LifetimeError):
     """A context definition that cannot be used (unknown version, unsupported option,
     or two datasets defined differently)."""
 

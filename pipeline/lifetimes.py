@@ -19,6 +19,8 @@ import dataclasses
 import math
 from typing import Sequence
 
+from lifetime.errors import UsageError
+
 INF = math.inf
 PERCENTILE = 0.95
 
@@ -33,10 +35,10 @@ class LabelScheme:
 
     def __post_init__(self):
         if self.clock not in ("wall", "bytes"):
-            raise ValueError(f"unknown clock {self.clock!r} (expected 'wall' or 'bytes')")
+            raise UsageError(f"unknown clock {self.clock!r} (expected 'wall' or 'bytes')")
         b = self.boundaries
         if not b or any(x <= 0 for x in b) or any(x >= y for x, y in zip(b, b[1:])):
-            raise ValueError(f"class boundaries must be positive and increasing: {list(b)}")
+            raise UsageError(f"class boundaries must be positive and increasing: {list(b)}")
 
     @property
     def unit(self) -> str:

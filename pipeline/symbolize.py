@@ -124,6 +124,8 @@ from elftools.common.exceptions import ELFError
 from elftools.dwarf.ranges import BaseAddressEntry
 from elftools.elf.elffile import ELFFile
 
+from lifetime.errors import UsageError
+
 # ---------------------------------------------------------------- module status
 
 OK = "ok"
@@ -1162,12 +1164,12 @@ def check_search_paths(debug_dirs: Sequence[str] | None, sysroot: str | None) ->
     or a ``--debug-dir`` that is one neither as given nor under the sysroot.  (The
     default debug directory may be missing: it is searched where it exists.)"""
     if sysroot and not os.path.isdir(sysroot):
-        raise ValueError(f"--sysroot {sysroot}: not a directory")
+        raise UsageError(f"--sysroot {sysroot}: not a directory")
     for d in debug_dirs or ():
         if not (os.path.isdir(d) or (sysroot and os.path.isdir(
                 os.path.join(sysroot, d.lstrip("/"))))):
             where = f" (nor under the sysroot {sysroot})" if sysroot else ""
-            raise ValueError(f"--debug-dir {d}: not a directory{where}")
+            raise UsageError(f"--debug-dir {d}: not a directory{where}")
 
 
 _DEFAULT_CACHE: ModuleCache | None = None

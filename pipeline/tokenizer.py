@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from lifetime.errors import LifetimeError
+
 #: v2: the same splitting rules as v1, over frames whose unnamed-module stand-ins are
 #: version-free (``<libglib+?>``, not ``<libglib-2.0.so.0.7400.6+?>``; see
 #: symbolize.module_name), so v1 datasets and models do not mix with v2 ones.
@@ -46,6 +48,10 @@ def tokenize(frames: Sequence[str]) -> list[str]:
     return tokens
 
 
+class VocabularyError(LifetimeError, ValueError):
+    """A vocabulary file that cannot be read or is not a vocabulary."""
+
+
 class Vocabulary:
     """Token <-> id table: the reserved tokens, then the most common tokens."""
 
@@ -69,13 +75,13 @@ class Vocabulary:
             with open(path, encoding="utf-8") as f:
                 tokens = f.read().split("\n")
         except OSError as e:
-            raise ValueError(f"{path}: cannot read vocabulary ({e.strerror})") from e
+            raise VocabularyError(f"{path}: cannot read vocabulary ({e.strerror})") from e
         if tokens and tokens[-1] == "":
             tokens.pop()
         try:
             return cls(tokens)
         except ValueError as e:
-            raise ValueError(f"{path}: not a vocabulary file: {e}") from e
+            raise VocabularyError(f"{path}: not a vocabulary file: {e}") from e
 
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:

@@ -28,12 +28,14 @@ import subprocess
 import sys
 from typing import Mapping, Sequence
 
+from lifetime.errors import LifetimeError
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_ENV = "LIFETIME_SAMPLER_LIB"
 DEFAULT_LIBRARY = REPO / "build" / "profiler" / "liblifetime_sampler.so"
 
 
-class SamplerNotBuiltError(FileNotFoundError):
+class SamplerNotBuiltError(LifetimeError):
     """The sampler library is not where it should be."""
 
 
@@ -56,7 +58,7 @@ PLUGIN_SOURCE = REPO / "profiler" / "model_plugin"
 PLUGIN_BUILDS = REPO / "build" / "model_plugins"
 
 
-class ModelExportError(ValueError):
+class ModelExportError(LifetimeError):
     """A --model directory that is not a usable `lifetime export` output."""
 
 

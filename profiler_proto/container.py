@@ -22,6 +22,7 @@ from typing import BinaryIO, Iterator
 import google_crc32c
 
 from profiler_proto import profile_pb2
+from lifetime.errors import LifetimeError
 
 SUFFIX = ".ltprof"
 _MASK_DELTA = 0xA282EAD8
@@ -29,7 +30,7 @@ _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 
 
-class ProfileFormatError(Exception):
+class ProfileFormatError(LifetimeError):
     """A profile file that cannot be read; the message names the file."""
 
     def __init__(self, path: str, reason: str):

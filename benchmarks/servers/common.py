@@ -22,14 +22,16 @@ import time
 import zipfile
 from typing import Callable, Sequence
 
+from lifetime.errors import LifetimeError, UsageError
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-class ReservedVersionError(ValueError):
+class ReservedVersionError(UsageError):
     """A version the project must never fetch, build, profile, train or test on."""
 
 
-class ServerSetupError(RuntimeError):
+class ServerSetupError(LifetimeError):
     """Fetching, building or starting a server failed (the message says which step)."""
 
 
