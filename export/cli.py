@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_parser(sub) -> None:
@@ -31,16 +30,13 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from export.exporter import ExportError, export_model
-    from export.runtime_build import RuntimeBuildError
+    from export.exporter import export_model
+    from lifetime.outdir import writable_dir
 
-    try:
-        flags = {} if args.xla_flags is None else {"xla_flags": args.xla_flags}
-        m = export_model(args.model_dir, args.out, graph=args.graph,
-                         target_cpu=args.target_cpu, **flags)
-    except (ExportError, RuntimeBuildError) as e:
-        print(f"lifetime export: error: {e}", file=sys.stderr)
-        return 1
+    flags = {} if args.xla_flags is None else {"xla_flags": args.xla_flags}
+    writable_dir(args.out)
+    m = export_model(args.model_dir, args.out, graph=args.graph,
+                     target_cpu=args.target_cpu, **flags)
     print(f"exported {args.model_dir} -> {args.out}: {m['library']} "
           f"({m['library_bytes'] / 1e6:.1f} MB, graph {m['graph']}, "
           f"{m['num_classes']} classes, vocabulary {m['vocab_size']}) in {m['seconds']} s")

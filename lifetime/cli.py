@@ -7,6 +7,9 @@ import logging
 import os
 import sys
 
+from lifetime.errors import LifetimeError, UsageError, printable
+from lifetime.outdir import writable_dir
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -18,30 +21,28 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _writable_parent(path: str) -> None:
+    writable_dir(os.path.dirname(os.path.abspath(path)))
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
-        raise SystemExit("lifetime profile: no command given (usage: lifetime profile "
-                         "[--interval BYTES] [--out DIR] -- CMD ARGS...)")
+        raise UsageError("no command given (usage: lifetime profile [--interval BYTES] "
+                         "[--out DIR] -- CMD ARGS...)")
     from profiler import launch
 
-    try:
-        return launch.run_profiled(cmd, out_dir=args.out, interval=args.interval,
-                                   version_label=args.version_label, model=args.model)
-    except launch.ModelExportError as e:
-        raise SystemExit(f"lifetime profile: error: {e}")
+    return launch.run_profiled(cmd, out_dir=args.out, interval=args.interval,
+                               version_label=args.version_label, model=args.model)
 
 
 def _cmd_evaluate_online(args: argparse.Namespace) -> int:
     import json
 
-    from model.online import OnlineEvaluationError, evaluate_online, model_context
+    from model.online import evaluate_online, model_context
 
-    try:
-        result = evaluate_online(args.profiles, model_context(args.model), _label_scheme(args),
-                                 **_symbol_options(args))
-    except OnlineEvaluationError as e:
-        raise SystemExit(f"lifetime evaluate-online: error: {e}")
+    result = evaluate_online(args.profiles, model_context(args.model), _label_scheme(args),
+                             **_symbol_options(args))
     h, cache, cost = result["headline"], result["cache"], result["cost_ns_per_sampled_allocation"]
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print(f"{result['profiles']} profiles, {result['contexts']} contexts, "
@@ -60,6 +61,7 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
           f"{cost['p50'] / 1e3:.2f} us (hits {(cost['hit_p50'] or 0) / 1e3:.2f} us, misses "
           f"{(cost['miss_p50'] or 0) / 1e3:.2f} us), p99 {cost['p99'] / 1e3:.2f} us")
     if args.json:
+        _writable_parent(args.json)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, sort_keys=True)
         print(f"wrote {args.json}")
@@ -84,21 +86,25 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _label_scheme(args: argparse.Namespace):
     from pipeline.lifetimes import LabelScheme
 
-    try:
-        if args.boundaries:
-            return LabelScheme(clock=args.clock,
-                               boundaries=tuple(float(x) for x in args.boundaries.split(",")))
-        return LabelScheme(clock=args.clock) if args.clock == "wall" else LabelScheme(
-            clock="bytes", boundaries=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9))
-    except ValueError as e:
-        raise SystemExit(f"lifetime: bad --boundaries/--clock: {e}")
+    if args.boundaries:
+        try:
+            boundaries = tuple(float(x) for x in args.boundaries.split(","))
+        except ValueError:
+            raise UsageError(f"--boundaries {args.boundaries!r}: not a comma-separated list "
+                             "of numbers") from None
+        return LabelScheme(clock=args.clock, boundaries=boundaries)
+    return LabelScheme(clock=args.clock) if args.clock == "wall" else LabelScheme(
+        clock="bytes", boundaries=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9))
 
 
-def _profile_inputs(globs: list[str], labels: list[str] | None) -> list[tuple[str, str]]:
+def _profile_inputs(groups: list[list[str]], labels: list[str] | None) -> list[tuple[str, str]]:
+    """(pattern, version label) pairs: the i-th --version-label labels every file,
+    directory or glob given to the i-th --profiles."""
     labels = labels or []
-    if len(labels) > len(globs):
-        raise SystemExit("lifetime: more --version-label than --profiles")
-    return [(g, labels[i] if i < len(labels) else "") for i, g in enumerate(globs)]
+    if len(labels) > len(groups):
+        raise UsageError("more --version-label than --profiles")
+    return [(pattern, labels[i] if i < len(labels) else "")
+            for i, group in enumerate(groups) for pattern in group]
 
 
 def _context_options(args: argparse.Namespace) -> dict:
@@ -108,12 +114,12 @@ def _context_options(args: argparse.Namespace) -> dict:
 
     if getattr(args, "like", None):
         if args.wrapper or args.no_builtin_wrappers or args.max_frames is not None:
-            raise SystemExit("lifetime: --like takes the context definition from the dataset; "
+            raise UsageError("--like takes the context definition from the dataset; "
                              "drop --wrapper/--no-builtin-wrappers/--max-frames")
         try:
             return {"context": dataset_context(args.like), "detect_wrappers": False}
-        except ValueError as e:
-            raise SystemExit(f"lifetime: error: --like {args.like}: {e}")
+        except LifetimeError as e:
+            raise UsageError(f"--like {args.like}: {e}") from e
     definition = context.ContextDefinition.make(
         max_frames=args.max_frames or context.ContextDefinition.max_frames,
         configured=args.wrapper or (), builtin=not args.no_builtin_wrappers)
@@ -124,10 +130,7 @@ def _symbol_options(args: argparse.Namespace) -> dict:
     """debug_dirs and sysroot (DatasetConfig fields, ModuleCache arguments)."""
     from pipeline import symbolize
 
-    try:
-        symbolize.check_search_paths(args.debug_dir, args.sysroot)
-    except ValueError as e:
-        raise SystemExit(f"lifetime: error: {e}")
+    symbolize.check_search_paths(args.debug_dir, args.sysroot)
     return {"debug_dirs": tuple(args.debug_dir or symbolize.DEFAULT_DEBUG_DIRS),
             "sysroot": args.sysroot or ""}
 
@@ -151,11 +154,9 @@ def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
                            num_shards=args.shards, labels=_label_scheme(args),
                            **_context_options(args), **_symbol_options(args))
     vocab = args.vocab or (os.path.join(args.like, "vocab.txt") if args.like else None)
-    try:
-        manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
-                                 config, vocab_path=vocab, beam_args=beam_args)
-    except ValueError as e:
-        raise SystemExit(f"lifetime build-dataset: error: {e}")
+    writable_dir(args.out)
+    manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
+                             config, vocab_path=vocab, beam_args=beam_args)
     wrappers = manifest["context"]["detected_wrappers"]
     print(f"context: {manifest['context']['max_frames']} frames below the site; "
           f"{len(manifest['context']['wrappers'])} wrappers stripped, {len(wrappers)} detected"
@@ -178,18 +179,18 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
 
     config = DatasetConfig(labels=_label_scheme(args), **_context_options(args),
                            **_symbol_options(args))
-    try:
-        workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
-                                        config, args.out, beam_args)
-    except ValueError as e:
-        raise SystemExit(f"lifetime characterize: error: {e}")
+    writable_dir(args.out)
+    workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
+                                    config, args.out, beam_args)
     print(f"report: {write_report(workloads, config, args.out)}")
     return 0
 
 
 def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profiles", action="append", required=True, metavar="GLOB",
-                   help="profile files; repeat for several inputs")
+    p.add_argument("--profiles", action="append", nargs="+", required=True,
+                   metavar="FILE|DIR|GLOB",
+                   help="profile files, directories of them, or quoted globs; repeat for "
+                        "inputs with different --version-label")
     p.add_argument("--version-label", action="append", metavar="LABEL",
                    help="label for the matching --profiles (default: each header's own)")
     p.add_argument("--out", required=True, metavar="DIR")
@@ -285,17 +286,32 @@ class _DropNoise(logging.Filter):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one subcommand.  A LifetimeError (bad input, option or environment) or an
+    OSError naming a file ends it with one line on stderr and status 1; anything else
+    is a bug and keeps its traceback."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_DropNoise())
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if getattr(args, "beam", False):
-        return args.func(args, rest)
-    if rest:
+    if rest and not getattr(args, "beam", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return args.func(args)
+    try:
+        if getattr(args, "beam", False):
+            from pipeline.runner import pipeline_options
+
+            pipeline_options(rest)  # every extra argument must be a Beam option
+            return args.func(args, rest)
+        return args.func(args)
+    except LifetimeError as e:
+        message = str(e)
+    except OSError as e:
+        if e.filename is None:
+            raise
+        message = f"{e.filename}: {e.strerror}"
+    print(f"lifetime {args.subcommand}: error: {printable(message)}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -19,3 +19,10 @@ class UsageError(LifetimeError, ValueError):
 class InputError(LifetimeError):
     """Input files that cannot be used at all (none matched, none readable, none with
     data).  One bad file among good ones is counted and skipped, not raised."""
+
+
+def printable(text: str) -> str:
+    """Text for a terminal: control characters (and lone surrogates from undecodable
+    file names) escaped, so a program name or path from a profile cannot drive it."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape",
+                   "backslashreplace").decode("ascii") for c in text)

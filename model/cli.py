@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 
+from lifetime.errors import UsageError
 from model.hparams import ARCHITECTURES, HParams
 
 # hyperparameter -> (type, help); the defaults come from HParams, the one place they live.
@@ -32,25 +33,22 @@ def parse_hparams(values: dict, **overrides) -> HParams:
     names = {f.name for f in dataclasses.fields(HParams)}
     unknown = set(values) - names
     if unknown:
-        raise ValueError(f"unknown hyperparameters: {', '.join(sorted(unknown))}")
+        raise UsageError(f"unknown hyperparameters: {', '.join(sorted(unknown))}")
     return HParams(**{**values, **overrides})
 
 
-def _fail(cmd: str, e: Exception) -> SystemExit:
-    return SystemExit(f"lifetime {cmd}: error: {e}")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from lifetime.outdir import writable_dir
     from model.train import train
 
     values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
     if "site_last" in values:
         values["site_last"] = values["site_last"] == "true"
-    try:
-        hp = parse_hparams(values, refit=args.refit)
-        metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
-    except ValueError as e:
-        raise _fail("train", e)
+    hp = parse_hparams(values, refit=args.refit)
+    writable_dir(args.out)
+    metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
     m = metrics["eval"]["model"]
     print(f"model: {args.out}: {metrics['epochs_run']} epochs (best {metrics['best_epoch']}); "
           f"held-out eval split: {m['contexts']} contexts, weighted exact "
@@ -69,16 +67,14 @@ def _print_table(result: dict) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from lifetime.outdir import writable_dir
     from model import io
     from model.evaluate import evaluate
 
-    try:
-        result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
-    except ValueError as e:
-        raise _fail("evaluate", e)
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
         os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
+    writable_dir(os.path.dirname(os.path.abspath(out)))
     io.write_json(out, result)
     _print_table(result)
     print(f"\nevaluation: {out}")
@@ -86,13 +82,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from lifetime.outdir import writable_dir
     from model.report import write_report
 
     try:
         fractions = [float(x) for x in args.fractions.split(",") if x]
-        write_report(args.model, args.train, args.test, args.out, fractions=fractions)
-    except ValueError as e:
-        raise _fail("report", e)
+    except ValueError:
+        raise UsageError(f"--fractions {args.fractions!r}: not a comma-separated list of "
+                         "numbers") from None
+    writable_dir(args.out)
+    write_report(args.model, args.train, args.test, args.out, fractions=fractions)
     print(f"report: {os.path.join(args.out, 'report.md')} (also report.html, report.json)")
     return 0
 

@@ -15,10 +15,10 @@ import math
 import os
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.contexts import MergeContextStats
 from pipeline.dataset import DatasetConfig, ReadProfiles, ToContexts, match_inputs
+from pipeline.runner import make_pipeline
 
 TOP = 10
 BINS_PER_DECADE = 10
@@ -78,7 +78,7 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
     files = match_inputs(inputs)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "workloads.json")
-    with beam.Pipeline(options=PipelineOptions(beam_args or [])) as p:
+    with make_pipeline(beam_args) as p:
         read = p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config)
         contexts, _, _ = read.contexts | "Contexts" >> ToContexts(config)
         _ = (contexts

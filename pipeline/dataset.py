@@ -25,12 +25,14 @@ from typing import Iterable
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
 
+from lifetime.errors import InputError
 from pipeline import context as context_def
 from pipeline import contexts, lifetimes, symbolize, tokenizer
 from pipeline.contexts import ContextStats, MergeContextStats
+from pipeline.runner import make_pipeline
 from profiler_proto import read_profile
+from profiler_proto.container import SUFFIX
 
 LOG = logging.getLogger(__name__)
 DEAD_LETTER = "dead_letter"
@@ -355,14 +357,24 @@ def dataset_context(dataset_dir: str) -> context_def.ContextDefinition:
 
 
 def match_inputs(inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(glob, version label) -> sorted (file, label) pairs; an empty glob is an error."""
-    files = []
+    """(glob, file or directory; version label) -> sorted (file, label) pairs.
+
+    A directory stands for the profile files in it.  A pattern that matches nothing
+    is an error, and so is one file given twice with different labels (its samples
+    would count twice); the same file twice with one label is read once."""
+    files: dict[str, str] = {}
     for pattern, label in inputs:
+        if os.path.isdir(pattern):
+            pattern = os.path.join(pattern, "*" + SUFFIX)
         matched = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list)
         if not matched:
-            raise ValueError(f"--profiles {pattern}: matches no files")
-        files += [(path, label) for path in matched]
-    return files
+            raise InputError(f"--profiles {pattern}: matches no files")
+        for path in matched:
+            if files.get(path, label) != label:
+                raise InputError(f"--profiles: {path} is given with two version labels "
+                                 f"({files[path]!r} and {label!r})")
+            files[path] = label
+    return sorted(files.items())
 
 
 def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetConfig,
@@ -372,8 +384,7 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
     vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
     os.makedirs(out_dir, exist_ok=True)
     LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
-    options = PipelineOptions(beam_args or [])
-    with beam.Pipeline(options=options) as p:
+    with make_pipeline(beam_args) as p:
         read = (p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config))
         cut, definition, stripped = read.contexts | "Contexts" >> ToContexts(config)
         labeled = cut | "Label" >> LabelContexts(config)
@@ -412,7 +423,15 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
                  beam.pvalue.AsSingleton(dead), vocab, beam.pvalue.AsSingleton(definition),
                  beam.pvalue.AsSingleton(stripped)))
     with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
-        return json.load(f)
+        manifest = json.load(f)
+    if not any(manifest["splits"][s]["contexts"] for s in ("train", "eval")):
+        dropped = manifest["dropped"]
+        raise InputError(
+            f"no usable samples in {len(files)} profile file(s): "
+            f"{dropped['bad_records_or_files']} problems in "
+            f"{len(dropped['files_with_problems'])} files, see "
+            f"{os.path.join(out_dir, dropped['details'])}")
+    return manifest
 
 
 def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lines, vocab,

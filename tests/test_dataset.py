@@ -7,6 +7,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from lifetime.errors import LifetimeError
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
 from pipeline.tokenizer import Vocabulary
@@ -121,12 +122,12 @@ def test_given_vocabulary_is_used_unchanged(profiles, tmp_path):
 
 
 def test_empty_glob_and_bad_vocabulary_are_clear_errors(profiles, tmp_path):
-    with pytest.raises(ValueError, match="nothing-here.*matches no files"):
+    with pytest.raises(LifetimeError, match="nothing-here.*matches no files"):
         dataset.build_dataset([(str(tmp_path / "nothing-here*.ltprof"), "")],
                               str(tmp_path / "ds"), CONFIG)
     bad = tmp_path / "bad-vocab.txt"
     bad.write_text("hello\n")
-    with pytest.raises(ValueError, match="bad-vocab.txt"):
+    with pytest.raises(LifetimeError, match="bad-vocab.txt"):
         _build(profiles, tmp_path / "ds", vocab_path=str(bad))
 
 
@@ -163,5 +164,5 @@ def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
         DatasetConfig(eval_percent=0, context=like, detect_wrappers=False),
         vocab_path=str(tmp_path / "a" / "vocab.txt"))
     assert again["context"] == ctx
-    with pytest.raises(ValueError, match="manifest"):
+    with pytest.raises(LifetimeError, match="manifest"):
         dataset.dataset_context(str(tmp_path / "nope"))

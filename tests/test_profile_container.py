@@ -128,9 +128,9 @@ def test_container_is_readable_by_beam(good_profile):
         assert_that(programs, equal_to(["demo", ""]))
 
 
-def test_profile_without_command_is_a_usage_error():
-    with pytest.raises(SystemExit, match="no command given"):
-        cli.main(["profile", "--out", os.devnull])
+def test_profile_without_command_is_a_usage_error(capsys):
+    assert cli.main(["profile", "--out", os.devnull]) == 1
+    assert "lifetime profile: error: no command given" in capsys.readouterr().err
 
 
 def test_lenient_read_keeps_the_good_part_and_reports_the_rest(good_profile):

@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from lifetime.errors import UsageError
 from pipeline import symbolize as sym
 from profiler_proto import profile_pb2
 
@@ -844,7 +845,7 @@ def test_cli_flags_reach_the_dataset_config(tmp_path):
         assert options == {"debug_dirs": (str(tmp_path), "/usr/lib/debug"),
                            "sysroot": str(tmp_path)}, argv
         args, _ = parser.parse_known_args(argv + ["--debug-dir", str(tmp_path / "missing")])
-        with pytest.raises(SystemExit, match="--debug-dir .*missing: not a directory"):
+        with pytest.raises(UsageError, match="--debug-dir .*missing: not a directory"):
             cli._symbol_options(args)
         args, _ = parser.parse_known_args(argv)
         assert cli._symbol_options(args) == {"debug_dirs": sym.DEFAULT_DEBUG_DIRS, "sysroot": ""}
