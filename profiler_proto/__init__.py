@@ -10,7 +10,9 @@ except ImportError as e:  # pragma: no cover - only before the build step
         "profiler_proto/profile_pb2.py is generated at build time; run `make setup`") from e
 
 from profiler_proto.container import (  # noqa: E402
-    SUFFIX, Profile, ProfileFormatError, iter_records, read_profile, write_profile)
+    CATEGORIES, SUFFIX, Profile, ProfileFormatError, ProfileReader, enum_name, iter_records,
+    read_profile, stream_profile, write_profile)
 
-__all__ = ["SUFFIX", "Profile", "ProfileFormatError", "iter_records", "profile_pb2",
-           "read_profile", "write_profile"]
+__all__ = ["CATEGORIES", "SUFFIX", "Profile", "ProfileFormatError", "ProfileReader",
+           "enum_name", "iter_records", "profile_pb2", "read_profile", "stream_profile",
+           "write_profile"]

@@ -10,12 +10,24 @@ per record:
     uint32  masked_crc32c(data)
 
 Beam's `ReadFromTFRecord` and `tf.data.TFRecordDataset` read the same files.
+
+Reading is streaming and validating (`ProfileReader`): one record is in memory at a
+time, besides the per-file tables (header, mappings, stacks); a declared record length
+is checked against what the file still holds (and `MAX_RECORD_BYTES`) before anything
+is allocated; only regular files are opened; and every impossible record is reported
+as a `ProfileFormatError` (category + detail naming the file, the record and its byte
+offset) and left out, never used.  `read_profile` merges a whole (small) file on top
+of it.  Whatever the bytes, the reader raises nothing but `ProfileFormatError`.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
+import math
 import os
+import stat
 import struct
 from typing import BinaryIO, Iterator
 
@@ -28,15 +40,52 @@ SUFFIX = ".ltprof"
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
+_FRAMING = _HEADER.size + _FOOTER.size
+# The sampler writes a chunk per flush (about a second of samples): a few MB at most.
+MAX_RECORD_BYTES = 256 << 20
+MAX_STACK_DEPTH = 128  # the sampler's bound (Header.max_stack_depth)
+
+# Problem categories: the first word of every ProfileFormatError.reason.  Stable, so
+# dead letters can be counted by them.
+FILE_CATEGORIES = {
+    "missing": "no such file",
+    "not_regular": "not a regular file (fifo, device, directory, ...)",
+    "unreadable": "the file cannot be opened or read",
+    "empty": "no records, or no samples",
+    "truncated": "the file ends inside a record",
+    "too_large": "a record declares more bytes than the reader accepts",
+    "corrupt": "a checksum fails or a record is not a ProfileChunk",
+    "unsupported": "a schema version this reader does not know",
+    "bad_header": "no header first, a repeated header, or an impossible header field",
+    "duplicate_chunk": "the same record bytes twice in one file (skipped)",
+    "after_trailer": "a record after the trailer (skipped)",
+    "bad_mapping": "a mapping with start >= limit (skipped)",
+    "stack_too_deep": "a stack deeper than 128 frames or Header.max_stack_depth",
+    "stack_redefined": "a stack id defined twice with different addresses",
+}
+SAMPLE_CATEGORIES = {  # why a sample is dropped (counted in ProfileReader.dropped)
+    "undefined_stack": "its stack id is never defined before it",
+    "bad_stack": "its stack was rejected (too deep, ...)",
+    "negative_lifetime": "freed before it was allocated, on either clock",
+    "bad_weight": "weight is NaN, infinite or negative",
+    "censored_and_freed": "censored (live at the end) and freed at once",
+    "after_trailer": "in a record after the trailer",
+    "duplicate_chunk": "in a duplicated record",
+}
+CATEGORIES = {**FILE_CATEGORIES, **SAMPLE_CATEGORIES}
 
 
 class ProfileFormatError(LifetimeError):
-    """A profile file that cannot be read; the message names the file."""
+    """A problem with a profile file; the message names the file.
+
+    `reason` is "<category>: <detail>" (category: a key of CATEGORIES), `category`
+    the category alone."""
 
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+        self.category = reason.split(":", 1)[0]
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -44,22 +93,51 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def iter_records(path: str) -> Iterator[bytes]:
-    """Yields each record's data; raises ProfileFormatError at the first bad one."""
-    with open(path, "rb") as f:
-        for data, bad in _records(f, path):
-            if bad:
-                raise bad
-            yield data
+def open_regular(path: str) -> tuple[BinaryIO, int]:
+    """Opens a regular file for reading: (file, size).  A fifo, device or directory is
+    refused without ever blocking on it (opened O_NONBLOCK, checked with fstat)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ProfileFormatError(path, "missing: no such file") from None
+    except IsADirectoryError:
+        raise ProfileFormatError(path, "not_regular: is a directory, not a profile file") \
+            from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise ProfileFormatError(path, f"unreadable: cannot open ({_oserror(e)})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else
+                    "a fifo" if stat.S_ISFIFO(st.st_mode) else
+                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise ProfileFormatError(path, f"not_regular: is {kind}, not a profile file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def _records(f: BinaryIO, path: str) -> Iterator[tuple[bytes, ProfileFormatError | None]]:
-    """Yields (data, None), or (b"", error) for a record whose data checksum fails:
-    its framing is intact, so reading goes on.  A broken framing raises."""
-    index = 0
+def _oserror(e: Exception) -> str:
+    return getattr(e, "strerror", None) or type(e).__name__
+
+
+def _records(f: BinaryIO, path: str, size: int,
+             max_record_bytes: int = MAX_RECORD_BYTES
+             ) -> Iterator[tuple[int, int, bytes, ProfileFormatError | None]]:
+    """Yields (index, offset, data, None), or (index, offset, b"", error) for a record
+    whose data checksum fails: its framing is intact, so reading goes on.  A broken
+    framing raises.  A declared length is checked against the bytes left in the file
+    (`size`, from fstat) and `max_record_bytes` before anything is read."""
+    index = offset = 0
     while True:
-        offset = f.tell()
-        head = f.read(_HEADER.size)
+        try:
+            head = f.read(_HEADER.size)
+        except OSError as e:
+            raise ProfileFormatError(path, f"unreadable: record {index} at byte {offset}: "
+                                     f"{_oserror(e)}") from None
         if not head:
             return
         if len(head) < _HEADER.size:
@@ -70,18 +148,42 @@ def _records(f: BinaryIO, path: str) -> Iterator[tuple[bytes, ProfileFormatError
             raise ProfileFormatError(
                 path, f"corrupt: record {index} at byte {offset} has a bad length checksum "
                 "(not a profile file, or damaged)")
-        data = f.read(length)
-        foot = f.read(_FOOTER.size)
-        if len(data) < length or len(foot) < _FOOTER.size:
+        left = max(size - offset - _FRAMING, 0)
+        if length > max_record_bytes:
+            raise ProfileFormatError(
+                path, f"too_large: record {index} at byte {offset} declares {length} bytes, "
+                f"more than the {max_record_bytes} a record may hold")
+        if length > left:
+            raise ProfileFormatError(
+                path, f"truncated: record {index} at byte {offset} needs {length} bytes, "
+                f"file ends first ({left} left)")
+        try:
+            data = f.read(length)
+            foot = f.read(_FOOTER.size)
+        except OSError as e:
+            raise ProfileFormatError(path, f"unreadable: record {index} at byte {offset}: "
+                                     f"{_oserror(e)}") from None
+        if len(data) < length or len(foot) < _FOOTER.size:  # shrank while we read
             raise ProfileFormatError(
                 path, f"truncated: record {index} at byte {offset} needs {length} bytes, "
                 "file ends first")
         if masked_crc32c(data) != _FOOTER.unpack(foot)[0]:
-            yield b"", ProfileFormatError(
+            yield index, offset, b"", ProfileFormatError(
                 path, f"corrupt: record {index} at byte {offset} fails its data checksum")
         else:
-            yield data, None
+            yield index, offset, data, None
         index += 1
+        offset += _FRAMING + length
+
+
+def iter_records(path: str) -> Iterator[bytes]:
+    """Yields each record's data; raises ProfileFormatError at the first bad one."""
+    f, size = open_regular(path)
+    with f:
+        for _, _, data, bad in _records(f, path, size):
+            if bad:
+                raise bad
+            yield data
 
 
 def write_record(f: BinaryIO, data: bytes) -> None:
@@ -97,6 +199,246 @@ def write_profile(path: str, chunks: list[profile_pb2.ProfileChunk]) -> None:
             write_record(f, chunk.SerializeToString(deterministic=True))
 
 
+def parse_chunk(path: str, index: int, data: bytes, offset: int | None = None
+                ) -> profile_pb2.ProfileChunk:
+    chunk = profile_pb2.ProfileChunk()
+    try:
+        chunk.ParseFromString(data)
+    except Exception as e:  # protobuf raises DecodeError, sometimes others
+        where = f"record {index}" + (f" at byte {offset}" if offset is not None else "")
+        raise ProfileFormatError(
+            path, f"corrupt: {where} is not a ProfileChunk ({type(e).__name__})") from None
+    return chunk
+
+
+def enum_name(enum, value: int) -> str:
+    """The value's name, or UNKNOWN(value) for one this schema does not know (proto3
+    keeps them; a newer sampler may write them)."""
+    try:
+        return enum.Name(value)
+    except ValueError:
+        return f"UNKNOWN({value})"
+
+
+_ENUM_FIELDS = (("alloc_function", profile_pb2.AllocFunction),
+                ("free_function", profile_pb2.FreeFunction))
+_KNOWN = {name: frozenset(enum.values()) for name, enum in _ENUM_FIELDS}
+_KNOWN["clocks"] = frozenset(profile_pb2.Clock.values())
+_KNOWN["end_reason"] = frozenset(profile_pb2.EndReason.values())
+
+
+class ProfileReader:
+    """Streams and checks one profile file.
+
+        reader = ProfileReader(path)            # lenient: problems are collected
+        for sample in reader.samples():         # only valid samples, in file order
+            stack = reader.stacks[sample.stack_id]   # always defined
+        reader.header, reader.mappings, reader.trailer, reader.chunks
+        reader.problems   # [ProfileFormatError], every one names file and record
+        reader.kept, reader.dropped   # samples yielded; Counter of dropped by category
+        reader.unknown_enums          # Counter of (field, value) kept as they are
+
+    `header` is set before the first sample is yielded; `mappings` and `stacks` grow as
+    records are read (a sample's stack is always there when it is yielded); `trailer`
+    is set at the end.  Memory: one record (and its parsed chunk) at a time, plus those
+    tables and a 16-byte hash per record.  With strict=True the first problem raises.
+
+    A problem with the file or its framing ends the reading (nothing after it can be
+    trusted); a bad record is skipped; a bad sample is dropped and counted -- in
+    lenient mode, one problem per sample category and file, reported at the end with
+    the count and the first occurrence.  If the header is missing or impossible, no
+    sample at all is yielded.
+    """
+
+    def __init__(self, path: str, strict: bool = False,
+                 max_record_bytes: int = MAX_RECORD_BYTES):
+        self.path = path
+        self.strict = strict
+        self.max_record_bytes = max_record_bytes
+        self.header: profile_pb2.Header | None = None
+        self.mappings: list[profile_pb2.Mapping] = []
+        self.stacks: dict[int, profile_pb2.Stack] = {}
+        self.trailer: profile_pb2.Trailer | None = None
+        self.chunks = 0        # records used
+        self.records = 0       # records seen
+        self.kept = 0
+        self.censored = 0      # of the kept samples
+        self.dropped: collections.Counter = collections.Counter()
+        self.unknown_enums: collections.Counter = collections.Counter()
+        self.problems: list[ProfileFormatError] = []
+        self._first_sample_problem: dict[str, str] = {}
+        self._bad_stacks: set[int] = set()
+        self._max_depth = MAX_STACK_DEPTH
+        self._started = False
+
+    # -- problems ---------------------------------------------------------------
+    def _problem(self, reason: str) -> None:
+        error = ProfileFormatError(self.path, reason)
+        if self.strict:
+            raise error
+        self.problems.append(error)
+
+    def _drop(self, category: str, detail: str) -> None:
+        self.dropped[category] += 1
+        if self.strict:
+            raise ProfileFormatError(self.path, f"{category}: {detail}")
+        self._first_sample_problem.setdefault(category, detail)
+
+    def _report_dropped(self) -> None:
+        for category, detail in self._first_sample_problem.items():
+            n = self.dropped[category]
+            self.problems.append(ProfileFormatError(
+                self.path, f"{category}: {n} sample{'s' if n != 1 else ''} dropped; "
+                f"first: {detail}"))
+        self._first_sample_problem.clear()
+
+    # -- reading ------------------------------------------------------------------
+    def samples(self) -> Iterator[profile_pb2.Sample]:
+        """Yields every valid sample once (the file is read once; a second call
+        yields nothing)."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            f, size = open_regular(self.path)
+        except ProfileFormatError as e:
+            self._problem(e.reason)
+            return
+        seen: set[bytes] = set()
+        try:
+            with f:
+                records = _records(f, self.path, size, self.max_record_bytes)
+                while True:
+                    try:
+                        index, offset, data, bad = next(records)
+                    except StopIteration:
+                        break
+                    except ProfileFormatError as e:  # framing lost: nothing after is readable
+                        self._problem(e.reason)
+                        break
+                    self.records += 1
+                    if bad:
+                        self._problem(bad.reason)
+                        continue
+                    where = f"record {index} at byte {offset}"
+                    if data:
+                        digest = hashlib.blake2b(data, digest_size=16).digest()
+                        if digest in seen:
+                            self._problem(f"duplicate_chunk: {where} repeats an earlier "
+                                          f"record byte for byte ({len(data)} bytes); skipped")
+                            continue
+                        seen.add(digest)
+                    try:
+                        chunk = parse_chunk(self.path, index, data, offset)
+                    except ProfileFormatError as e:
+                        self._problem(e.reason)
+                        continue
+                    if self.header is None:
+                        if not self._start(chunk, where):
+                            return
+                    elif chunk.HasField("header"):
+                        self._problem(f"bad_header: {where} repeats the header; skipped")
+                        continue
+                    elif self.trailer is not None:
+                        self._problem(f"after_trailer: {where} follows the trailer; skipped")
+                        continue
+                    yield from self._add_chunk(chunk, where)
+                    del chunk
+            if self.records == 0 and not self.problems:
+                self._problem("empty: the file holds no records")
+        finally:
+            if not self.strict:
+                self._report_dropped()
+
+    def _start(self, chunk: profile_pb2.ProfileChunk, where: str) -> bool:
+        if not chunk.HasField("header"):
+            self._problem(f"bad_header: {where}, the first readable record, has no header")
+            return False
+        h = chunk.header
+        if h.schema_version != profile_pb2.SCHEMA_VERSION:
+            self._problem(f"unsupported: unsupported schema version {h.schema_version} (this reader "
+                          f"knows {profile_pb2.SCHEMA_VERSION})")
+            return False
+        if h.sampling_interval_bytes == 0:
+            self._problem(f"bad_header: {where}: sampling interval 0 bytes (sample "
+                          "weights would be meaningless); the file is not used")
+            return False
+        for c in h.clocks:
+            if c not in _KNOWN["clocks"]:
+                self.unknown_enums[("clocks", c)] += 1
+        if h.max_stack_depth:
+            self._max_depth = min(MAX_STACK_DEPTH, h.max_stack_depth)
+        self.header = h
+        return True
+
+    def _add_chunk(self, chunk: profile_pb2.ProfileChunk, where: str
+                   ) -> Iterator[profile_pb2.Sample]:
+        self.chunks += 1
+        for m in chunk.mappings:
+            if m.start >= m.limit:
+                self._problem(f"bad_mapping: {where}: mapping {m.id} has start {m.start:#x} "
+                              f">= limit {m.limit:#x}; skipped")
+            else:
+                self.mappings.append(m)
+        for s in chunk.stacks:
+            depth = len(s.addresses)
+            if depth > self._max_depth:
+                self._bad_stacks.add(s.id)
+                self._problem(f"stack_too_deep: {where}: stack {s.id} has {depth} frames, "
+                              f"more than the maximum {self._max_depth}; its samples are "
+                              "dropped")
+                continue
+            old = self.stacks.get(s.id)
+            if old is None:
+                if s.id not in self._bad_stacks:
+                    self.stacks[s.id] = s
+            elif list(old.addresses) != list(s.addresses):
+                self._problem(f"stack_redefined: {where}: stack {s.id} is defined again "
+                              "with other addresses; the first definition is kept")
+        for i, s in enumerate(chunk.samples):
+            problem = self._check(s)
+            if problem:
+                self._drop(problem[0], f"{where}, sample {i}: {problem[1]}")
+                continue
+            for name, _ in _ENUM_FIELDS:
+                v = getattr(s, name)
+                if v not in _KNOWN[name]:
+                    self.unknown_enums[(name, v)] += 1
+            self.kept += 1
+            self.censored += s.censored
+            yield s
+        if chunk.HasField("trailer"):
+            self.trailer = chunk.trailer
+            if self.trailer.end_reason not in _KNOWN["end_reason"]:
+                self.unknown_enums[("end_reason", self.trailer.end_reason)] += 1
+
+    def _check(self, s: profile_pb2.Sample) -> tuple[str, str] | None:
+        if s.stack_id not in self.stacks:
+            if s.stack_id in self._bad_stacks:
+                return "bad_stack", f"stack {s.stack_id} was rejected"
+            return "undefined_stack", f"names stack {s.stack_id}, never defined before it"
+        w = s.weight
+        if not math.isfinite(w) or w < 0:
+            return "bad_weight", f"weight {w!r}"
+        if s.censored:
+            if s.free_function or s.free_monotonic_ns or s.free_allocated_bytes:
+                return "censored_and_freed", "censored, yet it has a free time or function"
+            return None
+        if s.free_monotonic_ns < s.alloc_monotonic_ns:
+            return "negative_lifetime", (f"freed at {s.free_monotonic_ns} ns, before its "
+                                         f"allocation at {s.alloc_monotonic_ns} ns")
+        if s.free_allocated_bytes < s.alloc_allocated_bytes:
+            return "negative_lifetime", (
+                f"freed at allocated-bytes clock {s.free_allocated_bytes}, before its "
+                f"allocation at {s.alloc_allocated_bytes}")
+        return None
+
+
+def stream_profile(path: str, strict: bool = False) -> ProfileReader:
+    """A streaming reader of one profile file (see ProfileReader)."""
+    return ProfileReader(path, strict=strict)
+
+
 @dataclasses.dataclass
 class Profile:
     """One process's profile, with its chunks merged."""
@@ -108,6 +450,8 @@ class Profile:
     samples: list[profile_pb2.Sample]
     trailer: profile_pb2.Trailer | None
     chunks: int
+    unknown_enums: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    dropped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     @property
     def censored_share(self) -> float:
@@ -116,96 +460,23 @@ class Profile:
         return sum(s.censored for s in self.samples) / len(self.samples)
 
 
-def parse_chunk(path: str, index: int, data: bytes) -> profile_pb2.ProfileChunk:
-    chunk = profile_pb2.ProfileChunk()
-    try:
-        chunk.ParseFromString(data)
-    except Exception as e:  # protobuf raises DecodeError, sometimes others
-        raise ProfileFormatError(path, f"corrupt: record {index} is not a ProfileChunk ({e})")
-    return chunk
-
-
 def read_profile(path: str,
                  errors: list[ProfileFormatError] | None = None) -> Profile | None:
-    """Reads and checks a whole profile file.
+    """Reads and checks a whole profile file into memory (small files: tests, tools;
+    large ones are streamed with ProfileReader).
 
     Strict by default: the first problem raises ProfileFormatError.  With an
     `errors` list, problems are appended there instead and the good part is kept:
-    every chunk before an unreadable record, and every sample whose stack is known.
-    Returns None only if nothing usable (no header) was found.
+    every valid chunk and sample (see ProfileReader).  Returns None only if nothing
+    usable (no valid header) was found.
     """
-    def fail(reason: str) -> None:
-        error = ProfileFormatError(path, reason)
-        if errors is None:
-            raise error
-        errors.append(error)
-
-    if not os.path.exists(path):
-        fail("no such file")
+    reader = ProfileReader(path, strict=errors is None)
+    samples = list(reader.samples())
+    if errors is not None:
+        errors.extend(reader.problems)
+    if reader.header is None:
         return None
-    if os.path.isdir(path):
-        fail("is a directory, not a profile file")
-        return None
-    profile = None
-    index = 0
-    with open(path, "rb") as f:
-        records = _records(f, path)
-        while True:
-            try:
-                data, bad = next(records)
-            except StopIteration:
-                break
-            except ProfileFormatError as e:  # the framing is lost: nothing after is readable
-                fail(e.reason)
-                break
-            if bad:
-                fail(bad.reason)
-                index += 1
-                continue
-            profile = _add_chunk(path, index, data, profile, fail)
-            index += 1
-    if profile is None:
-        if index == 0 and os.path.getsize(path) == 0:
-            fail("empty: the file holds no records")
-        return None
-    missing = {s.stack_id for s in profile.samples} - profile.stacks.keys()
-    if missing:
-        fail(f"corrupt: {len(missing)} stack ids used by samples are never defined "
-             f"(e.g. {min(missing)}); those samples are dropped")
-        profile.samples = [s for s in profile.samples if s.stack_id not in missing]
-    return profile
-
-
-def _add_chunk(path, index, data, profile, fail):
-    """Merges one record into the profile (started by the first); returns the profile."""
-    try:
-        chunk = parse_chunk(path, index, data)
-        if profile is None:
-            profile = _start_profile(path, chunk)
-        elif chunk.HasField("header"):
-            raise ProfileFormatError(path, f"corrupt: record {index} repeats the header")
-        if profile.trailer is not None:
-            raise ProfileFormatError(path, f"corrupt: record {index} follows the trailer")
-    except ProfileFormatError as e:
-        fail(e.reason)
-        return profile
-    profile.mappings.extend(chunk.mappings)
-    for stack in chunk.stacks:
-        profile.stacks[stack.id] = stack
-    profile.samples.extend(chunk.samples)
-    if chunk.HasField("trailer"):
-        profile.trailer = chunk.trailer
-    profile.chunks += 1
-    return profile
-
-
-def _start_profile(path: str, chunk: profile_pb2.ProfileChunk) -> Profile:
-    if not chunk.HasField("header"):
-        raise ProfileFormatError(path, "corrupt: the first record has no header")
-    version = chunk.header.schema_version
-    if version != profile_pb2.SCHEMA_VERSION:
-        raise ProfileFormatError(
-            path, f"unsupported schema version {version} (this reader knows "
-            f"{profile_pb2.SCHEMA_VERSION})")
-    return Profile(path=path, header=chunk.header, mappings=[], stacks={}, samples=[],
-                   trailer=None, chunks=0)
+    return Profile(path=path, header=reader.header, mappings=reader.mappings,
+                   stacks=reader.stacks, samples=samples, trailer=reader.trailer,
+                   chunks=reader.chunks, unknown_enums=reader.unknown_enums,
+                   dropped=reader.dropped)

@@ -1,15 +1,43 @@
-"""Human-readable summary of one profile file (`lifetime inspect`)."""
+"""Human-readable summary of one profile file (`lifetime inspect`).
+
+`summarize_file(path)` streams the file (memory: one chunk plus the stack and mapping
+tables) and reports its problems; `summarize(profile)` renders a profile already read
+with `read_profile`.  Every string that comes from the file goes through `printable`,
+so control characters in a program name, path or argument never reach the terminal.
+"""
 
 from __future__ import annotations
 
 import bisect
+import collections
 import datetime
 import os
 
 from profiler_proto import profile_pb2
-from profiler_proto.container import Profile
+from profiler_proto.container import (
+    Profile, ProfileFormatError, ProfileReader, enum_name)
 
 _NS_PER_MS = 1e6
+
+
+def printable(s) -> str:
+    """s with every non-printable character (C0/C1 controls, DEL, line and paragraph
+    separators, format characters such as bidi overrides, unassigned code points)
+    escaped as \\xNN, \\uNNNN or \\UNNNNNNNN; bytes are decoded as UTF-8 first."""
+    if isinstance(s, bytes):
+        s = s.decode("utf-8", "backslashreplace")
+    s = str(s)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch.isprintable():
+            out.append(ch)
+        else:
+            n = ord(ch)
+            out.append(f"\\x{n:02x}" if n < 0x100 else
+                       f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "".join(out)
 
 
 def lifetime_ms(sample: profile_pb2.Sample) -> float:
@@ -19,35 +47,46 @@ def lifetime_ms(sample: profile_pb2.Sample) -> float:
     return (sample.free_monotonic_ns - sample.alloc_monotonic_ns) / _NS_PER_MS
 
 
-def _locate(profile: Profile, address: int) -> str:
+def _locate(mappings: list, address: int) -> str:
     """'module+0xoffset' for an address, through the profile's mappings."""
-    mappings = sorted(profile.mappings, key=lambda m: m.start)
+    mappings = sorted(mappings, key=lambda m: m.start)
     i = bisect.bisect_right([m.start for m in mappings], address) - 1
     if i >= 0 and address < mappings[i].limit:
         m = mappings[i]
-        return f"{os.path.basename(m.path)}+{address - m.start + m.file_offset:#x}"
+        return (f"{printable(os.path.basename(m.path))}"
+                f"+{address - m.start + m.file_offset:#x}")
     return f"{address:#x} (unmapped)"
 
 
 def _time(unix_ns: int) -> str:
-    return datetime.datetime.fromtimestamp(unix_ns / 1e9, datetime.timezone.utc).isoformat(
-        timespec="milliseconds")
+    try:
+        return datetime.datetime.fromtimestamp(unix_ns / 1e9, datetime.timezone.utc).isoformat(
+            timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{unix_ns} ns after the epoch (out of range)"
 
 
-def summarize(profile: Profile, max_samples: int = 5) -> str:
-    h, t = profile.header, profile.trailer
-    clocks = ", ".join(profile_pb2.Clock.Name(c) for c in h.clocks)
+def _counts(counter: collections.Counter) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
+
+
+def _render(path, header, trailer, mappings, stacks, chunks, samples, censored, first,
+            dropped, unknown_enums, problems) -> str:
+    h, t = header, trailer
+    clocks = ", ".join(enum_name(profile_pb2.Clock, c) for c in h.clocks)
     lines = [
-        f"file:            {profile.path}",
-        f"program:         {h.program} ({h.executable_path})",
-        f"version label:   {h.version_label or '-'}",
-        f"command line:    {' '.join(h.argv)}",
-        f"host / pid:      {h.hostname} / {h.pid} (parent {h.parent_pid}"
+        f"file:            {printable(path)}",
+        f"program:         {printable(h.program)} ({printable(h.executable_path)})",
+        f"version label:   {printable(h.version_label) or '-'}",
+        f"command line:    {printable(' '.join(h.argv))}",
+        f"host / pid:      {printable(h.hostname)} / {h.pid} (parent {h.parent_pid}"
         + (f", forked from {h.forked_from_pid})" if h.forked_from_pid else ")"),
         f"started:         {_time(h.start_time_unix_ns)}",
         f"interval:        {h.sampling_interval_bytes} bytes; clocks: {clocks}",
-        f"sampler:         {h.sampler_version}, max {h.max_stack_depth} frames",
+        f"sampler:         {printable(h.sampler_version)}, max {h.max_stack_depth} frames",
     ]
+    if h.model_id:
+        lines.append(f"model:           {printable(h.model_id)} ({printable(h.model_path)})")
     if t is None:
         lines.append("ended:           no trailer (killed before its final flush?); "
                      "data up to the last periodic flush is kept")
@@ -55,28 +94,66 @@ def summarize(profile: Profile, max_samples: int = 5) -> str:
         elapsed_s = (t.end_monotonic_ns - h.start_monotonic_ns) / 1e9
         lines += [
             f"ended:           {_time(t.end_time_unix_ns)} after {elapsed_s:.2f} s "
-            f"({profile_pb2.EndReason.Name(t.end_reason)})",
+            f"({enum_name(profile_pb2.EndReason, t.end_reason)})",
             f"allocations:     {t.total_allocations} ({t.total_allocated_bytes} bytes)",
             f"dropped:         {t.dropped_samples} samples, {t.dropped_stacks} stacks "
             "(bounded tables full)",
         ]
-    censored = sum(s.censored for s in profile.samples)
+    share = censored / samples if samples else 0.0
     lines += [
-        f"chunks:          {profile.chunks}",
-        f"mappings:        {len(profile.mappings)} "
-        f"({sum(bool(m.build_id) for m in profile.mappings)} with a build id)",
-        f"stacks:          {len(profile.stacks)}",
-        f"samples:         {len(profile.samples)}, censored {censored} "
-        f"({profile.censored_share:.1%})",
+        f"chunks:          {chunks}",
+        f"mappings:        {len(mappings)} "
+        f"({sum(bool(m.build_id) for m in mappings)} with a build id)",
+        f"stacks:          {len(stacks)}",
+        f"samples:         {samples}, censored {censored} ({share:.1%})",
     ]
-    if profile.samples:
+    if dropped:
+        lines.append(f"samples dropped: {sum(dropped.values())} ({_counts(dropped)})")
+    if unknown_enums:
+        lines.append("unknown values:  " + ", ".join(
+            f"{field} UNKNOWN({value}) x{n}" for (field, value), n in sorted(unknown_enums.items())))
+    if problems:
+        by = collections.Counter(p.category for p in problems)
+        lines.append(f"problems:        {len(problems)} ({_counts(by)})")
+    if first:
         lines.append("first samples:")
-    for s in profile.samples[:max_samples]:
-        stack = profile.stacks[s.stack_id]
-        top = _locate(profile, stack.addresses[0]) if stack.addresses else "-"
+    for s in first:
+        stack = stacks.get(s.stack_id)
+        addresses = list(stack.addresses) if stack is not None else []
+        top = _locate(mappings, addresses[0]) if addresses else "-"
         state = "censored, age >=" if s.censored else "lifetime"
         lines.append(
-            f"  {profile_pb2.AllocFunction.Name(s.alloc_function):<14} {s.size:>9} B  "
+            f"  {enum_name(profile_pb2.AllocFunction, s.alloc_function):<14} {s.size:>9} B  "
             f"{state} {lifetime_ms(s):.3f} ms  weight {s.weight:.1f}  "
-            f"{len(stack.addresses)} frames, top {top}")
+            f"{len(addresses)} frames, top {top}")
     return "\n".join(lines)
+
+
+def summarize(profile: Profile, max_samples: int = 5) -> str:
+    """The summary of a profile read with read_profile (whole file in memory)."""
+    return _render(profile.path, profile.header, profile.trailer, profile.mappings,
+                   profile.stacks, profile.chunks, len(profile.samples),
+                   sum(s.censored for s in profile.samples),
+                   profile.samples[:max(0, max_samples)],
+                   getattr(profile, "dropped", None) or collections.Counter(),
+                   getattr(profile, "unknown_enums", None) or collections.Counter(), [])
+
+
+def summarize_file(path: str, max_samples: int = 5
+                   ) -> tuple[str | None, list[ProfileFormatError]]:
+    """Streams one profile file: (summary text, or None when the file has no usable
+    header; every problem found, each naming the file and where).  Whatever the
+    bytes, raises nothing but what a closed stdout would."""
+    reader = ProfileReader(path)
+    first = []
+    for s in reader.samples():
+        if len(first) < max_samples:
+            copy = profile_pb2.Sample()
+            copy.CopyFrom(s)  # so the chunk it came from can be freed
+            first.append(copy)
+    if reader.header is None:
+        return None, reader.problems
+    text = _render(path, reader.header, reader.trailer, reader.mappings, reader.stacks,
+                   reader.chunks, reader.kept, reader.censored, first, reader.dropped,
+                   reader.unknown_enums, reader.problems)
+    return text, reader.problems
