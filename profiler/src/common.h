@@ -40,8 +40,12 @@
 #define LT_FRAME_CAP (1u << 22)
 #define LT_STACK_INDEX (1u << 18)
 
-/* Completed samples waiting for the next flush: two buffers of 2^16 records. */
+/* Completed samples waiting for the next flush: two buffers of 2^16 records.  A
+ * host thread that completes a sample flushes (if no other thread is flushing) once
+ * LT_FLUSH_PENDING of them are waiting, whatever the time, so the buffer never fills
+ * in a steady state and one inline flush encodes a bounded amount (~0.5 MiB). */
 #define LT_DONE_CAP (1u << 16)
+#define LT_FLUSH_PENDING 4096u
 
 /* One chunk is encoded into a 4 MiB buffer; bigger flushes write several chunks. */
 #define LT_CHUNK_CAP (4u << 20)
@@ -145,14 +149,20 @@ struct lt_global {
   _Atomic uint64_t samples_taken;
   _Atomic uint32_t thread_seq;
 
-  /* flush machinery */
+  /* flush machinery (no thread of our own: host threads flush inline, see sampler.c) */
   lt_lock flush_lock;       /* lock order: flush < stack < stripes < done */
-  _Atomic int flush_wake;   /* futex word for the background flusher */
-  _Atomic int flusher_started;
+  _Atomic uint64_t next_flush_ns; /* CLOCK_MONOTONIC deadline of the next periodic flush */
   int header_written;
   int file_failed;
+  uint64_t file_bytes;      /* bytes this image has appended to its file */
   uint64_t samples_written, censored_written;
-  uint32_t file_gen;        /* bumped per file; a stack is emitted once per gen */
+  uint32_t gen_seq;         /* source of file_gen and mark_gen values, never reused */
+  uint32_t file_gen;        /* per file; a stack is emitted once per gen */
+  uint32_t mark_gen;        /* gen stamped on stacks emitted now: file_gen, or a fresh
+                             * value while writing the tentative end of an exec */
+  /* the target of a pending exec that the loader will not preload us into */
+  char exec_note_path[4096];
+  const char *exec_note_reason;
 };
 extern struct lt_global lt_g;
 
@@ -237,7 +247,14 @@ LT_HIDDEN void lt_maps_reset(void);
 LT_HIDDEN void lt_maps_emit(struct lt_pb *pb, void (*ensure)(size_t));
 
 /* ---- flush.c ---- */
-LT_HIDDEN void lt_flush(int final, int reason); /* caller holds flush_lock, in_sampler */
+enum {
+  LT_FLUSH_PERIODIC = 0,  /* header (first time), new mappings, completed samples */
+  LT_FLUSH_FINAL = 1,     /* + censored samples and the trailer: the file is complete */
+  LT_FLUSH_COMMIT = 2,    /* like PERIODIC, but always header and mappings */
+  LT_FLUSH_TENTATIVE = 3  /* only censored samples and the trailer, as the last chunks
+                           * before an exec; undone (truncated) if the exec fails */
+};
+LT_HIDDEN void lt_flush(int mode, int reason); /* caller holds flush_lock, in_sampler */
 LT_HIDDEN void lt_flush_reset_child(void);
 LT_HIDDEN int lt_flush_init(void);
 LT_HIDDEN extern char lt_program[256];

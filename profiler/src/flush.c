@@ -3,7 +3,15 @@
  * than kept open so a host that closes "all" descriptors (e.g. before exec) can never
  * make us write into a descriptor number it has reused.
  *
- * Everything here runs with lt_g.flush_lock held and the thread's in_sampler set.
+ * Everything here runs with lt_g.flush_lock held and the thread's in_sampler set, on
+ * whichever host thread flushes (sampler.c): async-signal-safe calls only (open,
+ * write, close, read of /proc files), no malloc, no stdio.
+ *
+ * Every process image writes a file, samples or not: header, mappings, trailer.
+ * Before an exec the end of the file (censored samples, trailer END_EXEC) is written
+ * tentatively (LT_FLUSH_TENTATIVE): stacks first named there are stamped with a
+ * fresh mark_gen, not file_gen, so that if the exec fails and the caller truncates
+ * the file back to lt_g.file_bytes before it, they are named again when next used.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +47,7 @@ void lt_flush_reset_child(void) {
   lt_g.file_failed = 0;
   lt_g.samples_written = 0;
   lt_g.censored_written = 0;
+  lt_g.file_bytes = 0;
 }
 
 static void chunk_start(void) {
@@ -76,6 +85,7 @@ static void chunk_write(void) {
   } else {
     size_t n = lt_tfrecord_frame(chunk, pb.len);
     write_all(chunk, n);
+    if (!lt_g.file_failed) lt_g.file_bytes += n;
     lt_g.header_written = 1;
   }
   chunk_start();
@@ -131,7 +141,7 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
   int depth, truncated;
   uint32_t *gen;
   if (!lt_stack_get(d->stack_id, &frames, &depth, &truncated, &gen)) return;
-  int need_stack = *gen != lt_g.file_gen;
+  int need_stack = *gen != lt_g.file_gen && *gen != lt_g.mark_gen;
   ensure(SAMPLE_MAX + (need_stack ? STACK_MAX : 0) +
          (need_stack && lt_symbolize_stacks ? STACK_FRAMES_MAX : 0));
   if (need_stack) {
@@ -149,7 +159,7 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
       lt_pb_end(&pb);
     }
     lt_pb_end(&pb);
-    *gen = lt_g.file_gen;
+    *gen = lt_g.mark_gen;
   }
   lt_pb_begin(&pb, 4);
   lt_pb_uint(&pb, 1, d->stack_id);
@@ -195,23 +205,24 @@ static void emit_censored(const struct lt_live *e, void *vctx) {
   emit_sample(&d, 1, c->end_ns, c->end_bytes);
 }
 
-void lt_flush(int final, int reason) {
+void lt_flush(int mode, int reason) {
   if (lt_g.file_failed || !chunk) return;
-  /* A process image that never sampled anything has nothing to say: no file. */
-  if (atomic_load_explicit(&lt_g.samples_taken, memory_order_relaxed) == 0) return;
+  int final = mode == LT_FLUSH_FINAL || mode == LT_FLUSH_TENTATIVE;
   /* Modules dlopen'ed since the last flush become known to the online symbolizer. */
   if (lt_symbolize_stacks || lt_online_enabled()) lt_symtab_refresh();
   chunk_start();
   int first = !lt_g.header_written;
   if (first) encode_header();
-  struct lt_done *done;
-  size_t n = lt_done_swap(&done);
-  if (first || n || final) lt_maps_emit(&pb, ensure);
-  for (size_t i = 0; i < n; i++) emit_sample(&done[i], 0, 0, 0);
+  if (mode != LT_FLUSH_TENTATIVE) {
+    struct lt_done *done;
+    size_t n = lt_done_swap(&done);
+    if (first || n || mode != LT_FLUSH_PERIODIC) lt_maps_emit(&pb, ensure);
+    for (size_t i = 0; i < n; i++) emit_sample(&done[i], 0, 0, 0);
+  }
   if (final) {
     struct censor_ctx c = {lt_mono_ns(), atomic_load(&lt_g.clock_bytes)};
     for (int s = 0; s < LT_STRIPES; s++) lt_live_for_each_stripe(s, emit_censored, &c);
-    ensure(256);
+    ensure(512 + sizeof lt_g.exec_note_path);
     lt_pb_begin(&pb, 5);
     lt_pb_uint(&pb, 1, (uint64_t)reason);
     lt_pb_int(&pb, 2, lt_unix_ns());
@@ -233,6 +244,12 @@ void lt_flush(int final, int reason) {
       lt_pb_uint(&pb, 6, atomic_load(&lt_online.disagreements));
       lt_pb_uint(&pb, 7, atomic_load(&lt_online.failures));
       lt_pb_uint(&pb, 8, atomic_load(&lt_online.total_ns));
+      lt_pb_end(&pb);
+    }
+    if (mode == LT_FLUSH_TENTATIVE && lt_g.exec_note_reason) {
+      lt_pb_begin(&pb, 12); /* Trailer.unprofiled_exec */
+      lt_pb_string(&pb, 1, lt_g.exec_note_path);
+      lt_pb_string(&pb, 2, lt_g.exec_note_reason);
       lt_pb_end(&pb);
     }
     lt_pb_end(&pb);

@@ -10,7 +10,9 @@
  *   LIFETIME_INTERVAL_BYTES  mean bytes between samples (default LT_DEFAULT_INTERVAL)
  *   LIFETIME_VERSION_LABEL   free-form label for the header
  *   LIFETIME_MAX_FRAMES      stack depth, 1..128 (default 128)
- *   LIFETIME_FLUSH_MS        periodic flush period, ms (default 1000; 0: only at exit)
+ *   LIFETIME_FLUSH_MS        periodic flush period, ms (default 1000; 0: no periodic
+ *                            flushes, only when LT_FLUSH_PENDING samples wait, and at
+ *                            the end)
  *   LIFETIME_SEED            fixed PRNG seed (reproducible sampling decisions)
  *   LIFETIME_UNWINDER        builtin (default) | glibc | libunwind (for comparisons) |
  *                            check (builtin, verified against backtrace(); prints a
@@ -26,6 +28,32 @@
  * slow path, which sees the flag and goes straight to the real allocator.  Every
  * path that holds a sampler lock has the flag set, so a signal handler that
  * allocates on the same thread never waits for a lock its own thread holds.
+ *
+ * No thread of our own.  A helper thread would move glibc onto its multi-threaded
+ * paths (arena locks: malloc in a signal handler can deadlock; setxid broadcasts:
+ * setresuid/setresgid can abort; unshare(CLONE_NEWUSER) fails; CPython warns at
+ * fork), so the host must only ever have the threads it created.  Flushing is done
+ * inline by host threads on slow paths that already exist: the per-thread fold
+ * every 64 KiB allocated (account), each sample (record_alloc) and each sampled
+ * free (complete) compare CLOCK_MONOTONIC with lt_g.next_flush_ns (and complete()
+ * the number of waiting samples with LT_FLUSH_PENDING); when due, the thread takes
+ * flush_lock with lt_lock_try -- never waiting: if another thread is flushing it
+ * goes on -- sets in_sampler, writes the encoded chunks with write(2) and restores
+ * errno (host_flush).  What a SIGKILL loses: the samples completed since the last
+ * flush, i.e. at most those of the last LIFETIME_FLUSH_MS plus the time to the next
+ * slow path after the deadline (a thread that allocates 64 KiB gets there; a
+ * process that stops allocating keeps its completed samples in memory until it
+ * allocates again or ends), and the still-live objects (written as censored only at
+ * the end).  Every process image writes a complete file, with or without samples.
+ *
+ * Ends of a process image: exit/return from main (destructor), _exit/_Exit (hooked),
+ * quick_exit (an at_quick_exit handler registered first, so it runs last), daemon()
+ * (hooked: glibc's own calls the internal _exit in the parent), exec (hooked: the
+ * end of the file is written tentatively with flush_lock held across the exec
+ * call; if the exec fails the file is truncated back and the profile goes on).
+ * A root process that changes its effective uid (setuid, seteuid, setreuid,
+ * setresuid: hooked) first gives its file to the new uid, so that it can still
+ * append to it.
  *
  * The real allocator is glibc's, called through its exported __libc_* entry points
  * (no dlsym bootstrap).  posix_memalign, aligned_alloc (an alias of memalign in glibc
@@ -44,9 +72,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h> /* ST_NOSUID: statfs f_flags */
+#ifndef ST_VALID
+#define ST_VALID 0x0020 /* linux/statfs.h: f_flags is filled in */
+#endif
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <elf.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -251,6 +286,39 @@ static int thread_init(struct lt_thread *t) {
   return 1;
 }
 
+/* ---------------- inline flushing ---------------- */
+
+static inline int flush_due(uint64_t now) {
+  return now >= atomic_load_explicit(&lt_g.next_flush_ns, memory_order_relaxed);
+}
+
+static inline uint64_t next_deadline(uint64_t now) {
+  return lt_g.flush_ms ? now + lt_g.flush_ms * 1000000ull : UINT64_MAX;
+}
+
+/* A periodic flush on the calling host thread (in_sampler set or not).  Never waits
+ * for flush_lock: another thread that holds it is flushing already (or ending the
+ * image, or exec'ing).  A vfork child (another pid, our memory) never writes. */
+static LT_NOINLINE void host_flush(struct lt_thread *t) {
+  int e = errno;
+  uint8_t was = t->in_sampler;
+  uint64_t saved = t->countdown;
+  t->in_sampler = 1;
+  t->countdown = 0;
+  if (lt_lock_try(&lt_g.flush_lock)) {
+    if (atomic_load_explicit(&lt_g.state, memory_order_acquire) == LT_ACTIVE &&
+        lt_getpid() == lt_g.pid) {
+      atomic_store_explicit(&lt_g.next_flush_ns, next_deadline(lt_mono_ns()),
+                            memory_order_relaxed);
+      lt_flush(LT_FLUSH_PERIODIC, 0);
+    }
+    lt_lock_release(&lt_g.flush_lock);
+  }
+  t->countdown = saved;
+  t->in_sampler = was;
+  errno = e;
+}
+
 /* Slow path of every allocation: returns 1 if this allocation is sampled, with the
  * CLOCK_ALLOCATED_BYTES reading (this allocation included) in *clock. */
 static int account(struct lt_thread *t, size_t n, uint64_t *clock) {
@@ -271,58 +339,17 @@ static int account(struct lt_thread *t, size_t n, uint64_t *clock) {
   t->sample_rem -= (int64_t)nn;
   t->fold_rem -= (int64_t)nn;
   t->allocs++;
-  int sample = t->sample_rem <= 0;
+  int sample = t->sample_rem <= 0, folded = 0;
   if (sample || t->fold_rem <= 0) {
     *clock = fold(t);
     t->fold_rem = LT_FOLD_BYTES;
+    folded = 1;
   }
   if (sample) t->sample_rem = draw(t);
   set_countdown(t);
+  /* a sample checks the deadline in record_alloc; a plain fold checks it here */
+  if (folded && !sample && LT_UNLIKELY(flush_due(lt_mono_ns()))) host_flush(t);
   return sample;
-}
-
-/* ---------------- background flusher ---------------- */
-
-static void *flusher_main(void *arg) {
-  (void)arg;
-  lt_tls.in_sampler = 1; /* this thread never samples; its allocations pass through */
-  prctl(PR_SET_NAME, "lt-sampler", 0, 0, 0);
-  for (;;) {
-    struct timespec ts = {(time_t)(lt_g.flush_ms / 1000), (long)(lt_g.flush_ms % 1000) * 1000000};
-    syscall(SYS_futex, &lt_g.flush_wake, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
-    atomic_store_explicit(&lt_g.flush_wake, 0, memory_order_relaxed);
-    if (atomic_load_explicit(&lt_g.state, memory_order_acquire) != LT_ACTIVE) break;
-    lt_lock_acquire(&lt_g.flush_lock);
-    if (atomic_load_explicit(&lt_g.state, memory_order_acquire) == LT_ACTIVE) lt_flush(0, 0);
-    lt_lock_release(&lt_g.flush_lock);
-  }
-  return NULL;
-}
-
-/* Started lazily by the first sample of a process image (so images that never sample
- * get no thread and no file), with every signal blocked so it never runs the host's
- * handlers, and recreated the same way in a forked child. */
-static void maybe_start_flusher(void) {
-  if (lt_g.flush_ms == 0) return;
-  int expected = 0;
-  if (!atomic_compare_exchange_strong(&lt_g.flusher_started, &expected, 1)) return;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t th;
-  if (pthread_create(&th, &attr, flusher_main, NULL) != 0)
-    lt_log("cannot start the flush thread; the profile is written at exit only", NULL, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&attr);
-}
-
-static void wake_flusher(void) {
-  atomic_store_explicit(&lt_g.flush_wake, 1, memory_order_relaxed);
-  syscall(SYS_futex, &lt_g.flush_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 /* ---------------- recording ---------------- */
@@ -361,8 +388,8 @@ static LT_NOINLINE void record_alloc(struct lt_thread *t, void *p, size_t size, 
       atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
     } else {
       atomic_fetch_add_explicit(&lt_g.samples_taken, 1, memory_order_relaxed);
-      maybe_start_flusher();
     }
+    if (LT_UNLIKELY(flush_due(ent.alloc_ns))) host_flush(t);
   }
   t->in_sampler = 0;
   t->countdown = saved;
@@ -380,7 +407,8 @@ static void complete(struct lt_thread *t, const struct lt_live *e, int free_fn) 
                       .free_ns = lt_mono_ns(), .free_bytes = fold(t),
                       .free_tid = t->tid ? t->tid : lt_gettid(), .free_fn = (uint8_t)free_fn};
   int fill = lt_done_append(&d);
-  if (fill > 0 && (uint32_t)fill >= LT_DONE_CAP / 2 && fill % 4096 == 0) wake_flusher();
+  if (LT_UNLIKELY((fill > 0 && (uint32_t)fill >= LT_FLUSH_PENDING) || flush_due(d.free_ns)))
+    host_flush(t);
 }
 
 /* Ends the life of p if it is sampled; for free() and realloc().  Returns 1 with the
@@ -593,14 +621,13 @@ static void lt_finish(int reason) {
     if (t->initialized && saved != UINT64_MAX) sync_pending(t);
     fold(t);
     t->countdown = 0;
-    lt_flush(1, reason);
+    lt_flush(LT_FLUSH_FINAL, reason);
     atomic_store(&lt_g.state, LT_FINISHED);
     lt_unwind_report();
   }
   lt_lock_release(&lt_g.flush_lock);
   t->in_sampler = 0;
   t->countdown = t->seg = UINT64_MAX;
-  wake_flusher();
 }
 
 static void thread_exit_fold(void *v) {
@@ -615,55 +642,258 @@ static int (*real_execve)(const char *, char *const[], char *const[]);
 static int (*real_execvpe)(const char *, char *const[], char *const[]);
 static int (*real_fexecve)(int, char *const[], char *const[]);
 static int (*real_execveat)(int, const char *, char *const[], char *const[], int);
+static int (*real_setuid)(uid_t);
+static int (*real_seteuid)(uid_t);
+static int (*real_setreuid)(uid_t, uid_t);
+static int (*real_setresuid)(uid_t, uid_t, uid_t);
+
+#define RESOLVE(var, name) \
+  do { if (!var) var = (__typeof__(var))dlsym(RTLD_NEXT, name); } while (0)
 
 static void resolve_exec(void) {
-  if (!real_execve) real_execve = (int (*)(const char *, char *const[], char *const[]))dlsym(RTLD_NEXT, "execve");
-  if (!real_execvpe) real_execvpe = (int (*)(const char *, char *const[], char *const[]))dlsym(RTLD_NEXT, "execvpe");
-  if (!real_fexecve) real_fexecve = (int (*)(int, char *const[], char *const[]))dlsym(RTLD_NEXT, "fexecve");
-  if (!real_execveat)
-    real_execveat = (int (*)(int, const char *, char *const[], char *const[], int))dlsym(RTLD_NEXT, "execveat");
+  RESOLVE(real_execve, "execve");
+  RESOLVE(real_execvpe, "execvpe");
+  RESOLVE(real_fexecve, "fexecve");
+  RESOLVE(real_execveat, "execveat");
+  RESOLVE(real_setuid, "setuid");
+  RESOLVE(real_seteuid, "seteuid");
+  RESOLVE(real_setreuid, "setreuid");
+  RESOLVE(real_setresuid, "setresuid");
 }
 
-/* exec replaces the image: write its file (END_EXEC) first.  A vfork child (or a raw
- * clone) shares our memory but has another pid: it must not touch the parent's
- * profile, so it execs without flushing.  posix_spawn needs no hook: its child runs
- * only glibc-internal code before exec, and the new image profiles itself. */
-static void before_exec(void) {
-  if (atomic_load_explicit(&lt_g.state, memory_order_acquire) != LT_ACTIVE) return;
+/* ---- programs the loader will not preload us into ----
+ * Looked at before an exec (open, pread, fstat: no malloc) so that the exec'ing
+ * image's trailer can say which program went unprofiled (Trailer.unprofiled_exec;
+ * `lifetime profile` reports it after the run).  Nothing is printed: the host's
+ * output stays its own. */
+static const char *elf_problem(int fd, int depth);
+
+static const char *file_problem(int dirfd, const char *path, int flags, int depth) {
+  struct stat st;
+  if (fstatat(dirfd, path, &st, flags) != 0 || !S_ISREG(st.st_mode)) return NULL;
+  int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return NULL;
+  const char *why = elf_problem(fd, depth);
+  close(fd);
+  return why;
+}
+
+static const char *elf_problem(int fd, int depth) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return NULL;
+  struct statfs sf;
+  int nosuid = fstatfs(fd, &sf) == 0 && (sf.f_flags & ST_VALID) && (sf.f_flags & ST_NOSUID);
+  if (!nosuid) {
+    /* secure-execution mode (AT_SECURE): the new effective ids differ from the real
+     * ones; the loader then ignores an LD_PRELOAD path with a slash */
+    uid_t ruid = getuid(), euid = (st.st_mode & S_ISUID) ? st.st_uid : geteuid();
+    gid_t rgid = getgid(),
+          egid = (st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP) ? st.st_gid : getegid();
+    if (euid != ruid || egid != rgid)
+      return (st.st_mode & (S_ISUID | S_ISGID)) ? "setuid/setgid program (the loader ignores "
+                                                  "LD_PRELOAD in secure-execution mode)"
+                                                : "runs with changed ids (the loader ignores "
+                                                  "LD_PRELOAD in secure-execution mode)";
+    if (ruid != 0 && fgetxattr(fd, "security.capability", NULL, 0) > 0)
+      return "has file capabilities (the loader ignores LD_PRELOAD in secure-execution mode)";
+  }
+  unsigned char head[256];
+  ssize_t n = pread(fd, head, sizeof head - 1, 0);
+  if (n < 4) return NULL;
+  if (head[0] == '#' && head[1] == '!') {
+    if (depth > 0) return NULL;
+    head[n] = 0;
+    char interp[256];
+    size_t i = 2, k = 0;
+    while (head[i] == ' ' || head[i] == '\t') i++;
+    while (head[i] && head[i] != ' ' && head[i] != '\t' && head[i] != '\n' && k < sizeof interp - 1)
+      interp[k++] = (char)head[i++];
+    interp[k] = 0;
+    if (!k) return NULL;
+    const char *why = file_problem(AT_FDCWD, interp, 0, 1);
+    return why ? "its #! interpreter cannot be preloaded into (statically linked, setuid or "
+                 "with file capabilities)"
+               : NULL;
+  }
+  if (memcmp(head, ELFMAG, SELFMAG) != 0 || (size_t)n < sizeof(Elf64_Ehdr)) return NULL;
+  if (head[EI_CLASS] != ELFCLASS64) return "32-bit program (the sampler is a 64-bit library)";
+  Elf64_Ehdr eh;
+  memcpy(&eh, head, sizeof eh);
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) return NULL;
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum > 64) return NULL;
+  Elf64_Phdr ph[64];
+  size_t bytes = (size_t)eh.e_phnum * sizeof(Elf64_Phdr);
+  if (pread(fd, ph, bytes, (off_t)eh.e_phoff) != (ssize_t)bytes) return NULL;
+  int dynamic = 0;
+  for (int i = 0; i < eh.e_phnum; i++) {
+    if (ph[i].p_type == PT_INTERP) return NULL; /* the dynamic loader runs: preloadable */
+    if (ph[i].p_type == PT_DYNAMIC) dynamic = 1;
+  }
+  if (eh.e_type == ET_DYN && dynamic) return NULL; /* a shared object (ld.so run directly) */
+  return "statically linked (no PT_INTERP: nothing loads LD_PRELOAD)";
+}
+
+/* execvp's search: the first PATH entry with an executable regular file. */
+static const char *search_problem(const char *file, char *found, size_t cap) {
+  if (strchr(file, '/')) {
+    lt_strlcpy(found, file, cap);
+    return file_problem(AT_FDCWD, file, 0, 0);
+  }
+  const char *path = getenv("PATH");
+  if (!path) path = "/bin:/usr/bin";
+  size_t flen = strlen(file);
+  for (const char *p = path;; p++) {
+    const char *end = strchr(p, ':');
+    size_t dlen = end ? (size_t)(end - p) : strlen(p);
+    if (dlen + flen + 2 < cap) {
+      size_t n = 0;
+      if (dlen == 0) found[n++] = '.';
+      memcpy(found + n, p, dlen);
+      n += dlen;
+      found[n++] = '/';
+      memcpy(found + n, file, flen + 1);
+      struct stat st;
+      if (access(found, X_OK) == 0 && stat(found, &st) == 0 && S_ISREG(st.st_mode))
+        return file_problem(AT_FDCWD, found, 0, 0);
+    }
+    if (!end) break;
+    p = end;
+  }
+  found[0] = 0;
+  return NULL;
+}
+
+/* ---- exec ----
+ * exec replaces the image: its file gets its end (censored samples, trailer
+ * END_EXEC) first.  That end is tentative: flush_lock stays held across the exec
+ * call (other threads' flushes skip, an exit or fork waits), and if the exec fails
+ * -- a shell tries execve on each PATH entry -- the file is truncated back to where
+ * the end began and the profile goes on, nothing lost or written twice: completed
+ * samples were committed before the end (LT_FLUSH_COMMIT), the censored ones are
+ * still live, and stacks first named in the end are named again (mark_gen).  A
+ * vfork child (or a raw clone) shares our memory but has another pid: it must not
+ * touch the parent's profile, so it execs without flushing.  posix_spawn needs no
+ * hook: its child runs only glibc-internal code before exec, and the new image
+ * profiles itself. */
+struct exec_undo {
+  int held;
+  uint64_t offset, samples, censored, countdown;
+};
+
+enum { EXEC_PATH, EXEC_SEARCH, EXEC_FD, EXEC_AT };
+
+static void before_exec(struct exec_undo *u, int how, int dirfd, const char *path, int flags) {
+  struct lt_thread *t = &lt_tls;
+  u->held = 0;
+  if (atomic_load_explicit(&lt_g.state, memory_order_acquire) != LT_ACTIVE || t->in_sampler)
+    return;
   if (lt_getpid() != lt_g.pid) return;
-  lt_finish(LT_END_EXEC);
+  int e = errno;
+  u->countdown = t->countdown;
+  t->in_sampler = 1;
+  t->countdown = 0;
+  lt_lock_acquire(&lt_g.flush_lock);
+  if (atomic_load_explicit(&lt_g.state, memory_order_acquire) != LT_ACTIVE) {
+    lt_lock_release(&lt_g.flush_lock);
+    t->countdown = u->countdown;
+    t->in_sampler = 0;
+    errno = e;
+    return;
+  }
+  t->countdown = u->countdown;
+  if (t->initialized && t->countdown != UINT64_MAX) sync_pending(t);
+  fold(t);
+  t->countdown = 0;
+  lt_flush(LT_FLUSH_COMMIT, 0);
+  u->offset = lt_g.file_bytes;
+  u->samples = lt_g.samples_written;
+  u->censored = lt_g.censored_written;
+  const char *why = NULL;
+  char *note = lt_g.exec_note_path;
+  size_t cap = sizeof lt_g.exec_note_path;
+  if (how == EXEC_SEARCH) {
+    why = search_problem(path, note, cap);
+  } else if (how == EXEC_FD) {
+    char link[32], num[24];
+    size_t n = lt_strlcpy(link, "/proc/self/fd/", sizeof link);
+    lt_strlcpy(link + n, lt_utoa((uint64_t)(unsigned)dirfd, num), sizeof link - n);
+    ssize_t len = readlink(link, note, cap - 1);
+    note[len > 0 ? len : 0] = 0;
+    why = elf_problem(dirfd, 0);
+  } else {
+    lt_strlcpy(note, path, cap);
+    int empty = how == EXEC_AT && (flags & AT_EMPTY_PATH) && !path[0];
+    why = empty ? elf_problem(dirfd, 0)
+                : file_problem(how == EXEC_AT ? dirfd : AT_FDCWD, path,
+                               how == EXEC_AT ? (flags & AT_SYMLINK_NOFOLLOW) : 0, 0);
+  }
+  lt_g.exec_note_reason = why;
+  lt_g.mark_gen = ++lt_g.gen_seq;
+  lt_flush(LT_FLUSH_TENTATIVE, LT_END_EXEC);
+  lt_g.mark_gen = lt_g.file_gen;
+  u->held = 1; /* flush_lock and in_sampler stay until the exec returns */
+  errno = e;
+}
+
+static void after_failed_exec(struct exec_undo *u) {
+  if (!u->held) return;
+  struct lt_thread *t = &lt_tls;
+  int e = errno;
+  if (lt_g.file_bytes != u->offset && !lt_g.file_failed) {
+    if (truncate(lt_g.path, (off_t)u->offset) == 0) {
+      lt_g.file_bytes = u->offset;
+    } else {
+      lt_g.file_failed = 1; /* a trailer mid-file would make it unreadable: stop */
+      lt_log("cannot truncate ", lt_g.path, " after a failed exec; no more samples are written");
+    }
+  }
+  lt_g.samples_written = u->samples;
+  lt_g.censored_written = u->censored;
+  lt_g.exec_note_reason = NULL;
+  lt_lock_release(&lt_g.flush_lock);
+  t->countdown = u->countdown;
+  t->in_sampler = 0;
+  errno = e;
 }
 
 LT_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
   resolve_exec();
-  before_exec();
-  return real_execve(path, argv, envp);
+  struct exec_undo u;
+  before_exec(&u, EXEC_PATH, AT_FDCWD, path, 0);
+  int r = real_execve(path, argv, envp);
+  after_failed_exec(&u);
+  return r;
 }
 LT_EXPORT int execv(const char *path, char *const argv[]) {
-  resolve_exec();
-  before_exec();
-  return real_execve(path, argv, environ);
+  return execve(path, argv, environ);
 }
 LT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
   resolve_exec();
-  before_exec();
-  return real_execvpe(file, argv, envp);
+  struct exec_undo u;
+  before_exec(&u, EXEC_SEARCH, AT_FDCWD, file, 0);
+  int r = real_execvpe(file, argv, envp);
+  after_failed_exec(&u);
+  return r;
 }
 LT_EXPORT int execvp(const char *file, char *const argv[]) {
-  resolve_exec();
-  before_exec();
-  return real_execvpe(file, argv, environ);
+  return execvpe(file, argv, environ);
 }
 LT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
   resolve_exec();
-  before_exec();
-  return real_fexecve(fd, argv, envp);
+  struct exec_undo u;
+  before_exec(&u, EXEC_FD, fd, "", 0);
+  int r = real_fexecve(fd, argv, envp);
+  after_failed_exec(&u);
+  return r;
 }
 LT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
                        int flags) {
   resolve_exec();
-  before_exec();
-  return real_execveat(dirfd, path, argv, envp, flags);
+  struct exec_undo u;
+  before_exec(&u, EXEC_AT, dirfd, path, flags);
+  int r = real_execveat(dirfd, path, argv, envp, flags);
+  after_failed_exec(&u);
+  return r;
 }
 
 /* execl, execlp, execle: collect the variadic arguments, as glibc does. */
@@ -717,13 +947,104 @@ static __attribute__((noreturn)) void exit_now(int status) {
     syscall(SYS_exit, status);
   }
 }
-LT_EXPORT void _exit(int status) {
+static __attribute__((noreturn)) void immediate_exit(int status) {
   if (lt_getpid() == lt_g.pid) lt_finish(LT_END_IMMEDIATE_EXIT);
   exit_now(status);
 }
-LT_EXPORT void _Exit(int status) {
+LT_EXPORT void _exit(int status) { immediate_exit(status); }
+LT_EXPORT void _Exit(int status) { immediate_exit(status); }
+
+/* quick_exit runs the at_quick_exit handlers and then glibc's internal _exit, which
+ * no hook sees.  This handler is registered at start-up, before any of the host's,
+ * so it runs after all of them. */
+static void quick_exit_finish(void) {
   if (lt_getpid() == lt_g.pid) lt_finish(LT_END_IMMEDIATE_EXIT);
-  exit_now(status);
+}
+
+/* daemon(): glibc's calls its internal fork and _exit, so the parent's profile would
+ * never be finished.  The same function, as glibc 2.36's misc/daemon.c, with the
+ * parent leaving through our _exit. */
+static void close_keep_errno(int fd) {
+  int e = errno;
+  syscall(SYS_close, fd);
+  errno = e;
+}
+
+LT_EXPORT int daemon(int nochdir, int noclose) {
+  switch (fork()) {
+    case -1: return -1;
+    case 0: break;
+    default: immediate_exit(0);
+  }
+  if (setsid() == -1) return -1;
+  if (!nochdir) (void)chdir("/");
+  if (!noclose) {
+    struct stat st;
+    int fd = open("/dev/null", O_RDWR, 0);
+    if (fd != -1 && fstat(fd, &st) == 0) {
+      if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)) {
+        (void)dup2(fd, STDIN_FILENO);
+        (void)dup2(fd, STDOUT_FILENO);
+        (void)dup2(fd, STDERR_FILENO);
+        if (fd > 2) (void)close(fd);
+      } else {
+        close_keep_errno(fd);
+        errno = ENODEV; /* no call failed: glibc sets one */
+        return -1;
+      }
+    } else {
+      close_keep_errno(fd);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* ---- effective uid changes ----
+ * The file is created by the image's first flush with the ids of that moment, and
+ * reopened by path at every flush.  A root process that drops to another uid
+ * (setpriv, servers) could then no longer append to it: before the change, commit
+ * the file (create it if needed) and give it to the new uid. */
+static void before_uid_change(uid_t new_euid) {
+  struct lt_thread *t = &lt_tls;
+  if (new_euid == (uid_t)-1 || new_euid == 0 || t->in_sampler) return;
+  if (atomic_load_explicit(&lt_g.state, memory_order_acquire) != LT_ACTIVE) return;
+  int e = errno;
+  if (geteuid() == 0 && lt_getpid() == lt_g.pid) {
+    uint64_t saved = t->countdown;
+    t->in_sampler = 1;
+    t->countdown = 0;
+    lt_lock_acquire(&lt_g.flush_lock);
+    if (atomic_load_explicit(&lt_g.state, memory_order_acquire) == LT_ACTIVE) {
+      lt_flush(LT_FLUSH_COMMIT, 0);
+      if (!lt_g.file_failed) (void)chown(lt_g.path, new_euid, (gid_t)-1);
+    }
+    lt_lock_release(&lt_g.flush_lock);
+    t->countdown = saved;
+    t->in_sampler = 0;
+  }
+  errno = e;
+}
+
+LT_EXPORT int setuid(uid_t uid) {
+  resolve_exec();
+  before_uid_change(uid);
+  return real_setuid(uid);
+}
+LT_EXPORT int seteuid(uid_t euid) {
+  resolve_exec();
+  before_uid_change(euid);
+  return real_seteuid(euid);
+}
+LT_EXPORT int setreuid(uid_t ruid, uid_t euid) {
+  resolve_exec();
+  before_uid_change(euid);
+  return real_setreuid(ruid, euid);
+}
+LT_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid) {
+  resolve_exec();
+  before_uid_change(euid);
+  return real_setresuid(ruid, euid, suid);
 }
 #endif
 
@@ -798,14 +1119,14 @@ static void fork_child(void) {
   lt_maps_reset();
   lt_flush_reset_child();
   lt_online_reset_child();
-  lt_g.file_gen++;
+  lt_g.file_gen = lt_g.mark_gen = ++lt_g.gen_seq;
+  lt_g.exec_note_reason = NULL;
   atomic_store(&lt_g.clock_bytes, 0);
   atomic_store(&lt_g.total_allocs, 0);
   atomic_store(&lt_g.dropped_samples, 0);
   atomic_store(&lt_g.dropped_stacks, 0);
   atomic_store(&lt_g.samples_taken, 0);
-  atomic_store(&lt_g.flusher_started, 0);
-  atomic_store(&lt_g.flush_wake, 0);
+  atomic_store(&lt_g.next_flush_ns, next_deadline(lt_g.start_mono_ns));
   t->tid = lt_gettid();
   t->pending_bytes = 0;
   t->allocs = 0;
@@ -943,7 +1264,8 @@ static void global_init(struct lt_thread *t) {
   lt_program_name(lt_exe, sizeof lt_exe, &base);
   lt_strlcpy(lt_program, base, sizeof lt_program);
   make_path();
-  lt_g.file_gen = 1;
+  lt_g.file_gen = lt_g.mark_gen = lt_g.gen_seq = 1;
+  atomic_store(&lt_g.next_flush_ns, next_deadline(lt_g.start_mono_ns));
   have_thread_key = pthread_key_create(&thread_key, thread_exit_fold) == 0;
   atomic_store_explicit(&lt_g.state, LT_ACTIVE, memory_order_release);
 }
@@ -959,6 +1281,9 @@ __attribute__((constructor(101))) static void lt_constructor(void) {
     resolve_exec();
 #endif
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+#ifndef LT_HARNESS
+    at_quick_exit(quick_exit_finish);
+#endif
     if (!lt_unwind_init(lt_g.unwinder))
       lt_log("LIFETIME_UNWINDER: cannot load that unwinder; using the builtin one", NULL, NULL);
 #ifndef LT_HARNESS

@@ -3,7 +3,7 @@
  * Records and frames live in append-only mmap'd arenas (LT_STACK_CAP stacks,
  * LT_FRAME_CAP frames).  Lookups are lock-free: an index slot is published with a
  * release store after its record and frames are written, and records never change
- * afterwards (except `emitted_gen`, which only the flusher touches under flush_lock).
+ * afterwards (except `emitted_gen`, which only a flush touches, under flush_lock).
  * Inserts take lt_stack_lock.  When an arena is full the stack is not stored and the
  * caller counts the loss (Trailer.dropped_stacks).
  */
