@@ -175,6 +175,12 @@ def main() -> int:
     lifetime = [sys.executable, "-m", "lifetime.cli"]
     results = {"code_root": code, "file": big, "file_bytes": os.path.getsize(big)}
     commands = {"inspect": lambda f: lifetime + ["inspect", f]}
+    with open(os.path.join(code, "profiler_proto", "summary.py"), encoding="utf-8") as f:
+        streaming = "def summarize_file" in f.read()
+    if streaming:  # what `lifetime inspect` runs once it calls summarize_file
+        commands["summarize_file"] = lambda f: [
+            sys.executable, "-c", "import sys; from profiler_proto.summary import "
+            "summarize_file; print(summarize_file(sys.argv[1])[0])", f]
     if not args.skip_build_dataset:
         def build(f):
             out = os.path.join(args.work, "ds-" + os.path.basename(f))

@@ -31,7 +31,7 @@ from pipeline import context as context_def
 from pipeline import contexts, lifetimes, symbolize, tokenizer
 from pipeline.contexts import ContextStats, MergeContextStats
 from pipeline.runner import make_pipeline
-from profiler_proto import read_profile
+from profiler_proto import ProfileReader
 from profiler_proto.container import SUFFIX
 
 LOG = logging.getLogger(__name__)
@@ -65,16 +65,21 @@ class DatasetConfig:
 
 class ProfileToContextsFn(beam.DoFn):
     """One profile file -> ((program, version label, machinery-free stack), partial
-    ContextStats) per distinct stack.
+    ContextStats) per distinct stack, with every problem of the file as a dead letter
+    ({"file", "category", "reason"}: see profiler_proto.container.CATEGORIES).
 
-    Samples are grouped by stack first, so each stack is symbolized once and each
-    distinct address once per module (the symbolizer memoizes per module)."""
+    The file is streamed (profiler_proto.ProfileReader): samples are aggregated per
+    stack as they arrive, so memory is one chunk, the stack and mapping tables and the
+    compact per-stack observations -- never the file's samples as messages.  Each
+    stack is then symbolized once and each distinct address once per module (the
+    symbolizer memoizes per module).  A bad file never raises: it is dead-lettered."""
 
     def __init__(self, config: DatasetConfig):
         self._config = config
         self._bad = Metrics.counter("read", "bad_records")
         self._empty = Metrics.counter("read", "empty_profiles")
         self._samples = Metrics.counter("read", "samples")
+        self._dropped = Metrics.counter("read", "dropped_samples")
 
     def setup(self):
         # One ELF cache per worker: each module is read once, whatever the file count.
@@ -83,45 +88,71 @@ class ProfileToContextsFn(beam.DoFn):
 
     def process(self, element):
         path, version_label = element
-        errors = []
-        profile = read_profile(path, errors)
-        for e in errors:
+        reader = ProfileReader(path)
+        clock = self._config.labels.clock
+        per_stack: dict[int, ContextStats] = {}
+        for s in reader.samples():
+            stats = per_stack.get(s.stack_id)
+            if stats is None:
+                stats = per_stack[s.stack_id] = ContextStats()
+            stats.add(_lifetime(s, clock), s.censored, s.weight, s.size)
+        for e in reader.problems:
             self._bad.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"file": path, "reason": e.reason})
-        if profile is None:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(path, e.reason))
+        self._dropped.inc(sum(reader.dropped.values()))
+        if reader.header is None:
             return
-        if not profile.samples:
+        if not reader.kept:
             self._empty.inc()
-            yield beam.pvalue.TaggedOutput(
-                DEAD_LETTER, {"file": path, "reason": "empty: the profile holds no samples"})
+            dropped = sum(reader.dropped.values())
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(
+                path, "empty: the profile holds no samples" if not dropped else
+                f"empty: the profile holds no usable samples ({dropped} dropped)"))
             return
-        self._samples.inc(len(profile.samples))
-        label = version_label or profile.header.version_label
-        by_stack = collections.defaultdict(list)
-        for s in profile.samples:
-            by_stack[s.stack_id].append(s)
-        symbolizer = context_def.make_symbolizer(profile.mappings, cache=self._modules)
+        self._samples.inc(reader.kept)
+        header = reader.header
+        label = version_label or header.version_label
+        try:
+            per_context, total_frames, named_frames, modules = self._contexts(
+                reader, per_stack, label)
+        except Exception as e:  # noqa: BLE001 - a bad file must not kill the job
+            LOG.exception("%s: symbolization failed", path)
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(
+                path, f"symbolize_failed: {type(e).__name__}: {e}"))
+            return
+        for key, stats in per_context.items():
+            yield key, stats
+        yield beam.pvalue.TaggedOutput(FILE_STATS, {
+            "file": path, "program": header.program, "version_label": label,
+            "samples": reader.kept, "frames": total_frames,
+            "named_frames": named_frames, "modules": modules,
+            "complete": reader.trailer is not None,
+            "dropped_samples": dict(sorted(reader.dropped.items()))})
+
+    def _contexts(self, reader, per_stack, label):
+        symbolizer = context_def.make_symbolizer(reader.mappings, cache=self._modules)
         per_context: dict[tuple, ContextStats] = {}
         total_frames = named_frames = 0
-        for stack_id, samples in sorted(by_stack.items()):
-            addresses = profile.stacks[stack_id].addresses
+        for stack_id, stats in sorted(per_stack.items()):
+            addresses = reader.stacks[stack_id].addresses
             total_frames += len(addresses)
             named_frames += sum(f.resolved for a in addresses
                                 for f in symbolizer.symbolize_address(a, True))
-            key = (profile.header.program, label,
+            key = (reader.header.program, label,
                    context_def.machinery_free(symbolizer, addresses))
-            stats = per_context.setdefault(key, ContextStats())
-            for s in samples:
-                stats.add(_lifetime(s, self._config.labels.clock), s.censored, s.weight, s.size)
-        for key, stats in per_context.items():
-            yield key, stats
+            if key in per_context:
+                per_context[key].merge(stats)
+            else:
+                per_context[key] = stats
         modules = {m.path: m.status + (f" ({m.detail})" if m.detail else "")
                    for m in symbolizer.module_status().values()}
-        yield beam.pvalue.TaggedOutput(FILE_STATS, {
-            "file": path, "program": profile.header.program, "version_label": label,
-            "samples": len(profile.samples), "frames": total_frames,
-            "named_frames": named_frames, "modules": modules,
-            "complete": profile.trailer is not None})
+        return per_context, total_frames, named_frames, modules
+
+
+def dead_letter(path: str, reason: str) -> dict:
+    """A dead letter: the file, the problem's category (a key of
+    profiler_proto.container.CATEGORIES, for counting) and the full reason."""
+    return {"file": path, "category": reason.split(":", 1)[0], "reason": reason}
 
 
 def _lifetime(sample, clock: str) -> float:

@@ -368,7 +368,7 @@ class ProfileReader:
                 self.unknown_enums[("clocks", c)] += 1
         if h.max_stack_depth:
             self._max_depth = min(MAX_STACK_DEPTH, h.max_stack_depth)
-        self.header = h
+        self.header = _own(h)
         return True
 
     def _add_chunk(self, chunk: profile_pb2.ProfileChunk, where: str
@@ -379,7 +379,7 @@ class ProfileReader:
                 self._problem(f"bad_mapping: {where}: mapping {m.id} has start {m.start:#x} "
                               f">= limit {m.limit:#x}; skipped")
             else:
-                self.mappings.append(m)
+                self.mappings.append(_own(m))
         for s in chunk.stacks:
             depth = len(s.addresses)
             if depth > self._max_depth:
@@ -391,7 +391,7 @@ class ProfileReader:
             old = self.stacks.get(s.id)
             if old is None:
                 if s.id not in self._bad_stacks:
-                    self.stacks[s.id] = s
+                    self.stacks[s.id] = _own(s)
             elif list(old.addresses) != list(s.addresses):
                 self._problem(f"stack_redefined: {where}: stack {s.id} is defined again "
                               "with other addresses; the first definition is kept")
@@ -408,7 +408,7 @@ class ProfileReader:
             self.censored += s.censored
             yield s
         if chunk.HasField("trailer"):
-            self.trailer = chunk.trailer
+            self.trailer = _own(chunk.trailer)
             if self.trailer.end_reason not in _KNOWN["end_reason"]:
                 self.unknown_enums[("end_reason", self.trailer.end_reason)] += 1
 
@@ -432,6 +432,14 @@ class ProfileReader:
                 f"freed at allocated-bytes clock {s.free_allocated_bytes}, before its "
                 f"allocation at {s.alloc_allocated_bytes}")
         return None
+
+
+def _own(message):
+    """A copy of a message parsed as part of a chunk: a part keeps its whole chunk in
+    memory (protobuf's arenas), the copy only itself."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
 
 
 def stream_profile(path: str, strict: bool = False) -> ProfileReader:
