@@ -1,0 +1,1 @@
+"""Coverage-guided fuzzing (atheris/libFuzzer) of everything that reads a profile."""
