@@ -174,7 +174,7 @@ def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 
 def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
-    from pipeline.characterize import summarize_workloads, write_report
+    from pipeline.characterize import DEAD_LETTERS, dead_letters, summarize_workloads, write_report
     from pipeline.dataset import DatasetConfig
 
     config = DatasetConfig(labels=_label_scheme(args), **_context_options(args),
@@ -182,7 +182,9 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
     writable_dir(args.out)
     workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
                                     config, args.out, beam_args)
-    print(f"report: {write_report(workloads, config, args.out)}")
+    dead = dead_letters(args.out)
+    print(f"report: {write_report(workloads, config, args.out)}; {len(dead)} bad records or "
+          f"files in {len({d['file'] for d in dead})} files (see {DEAD_LETTERS})")
     return 0
 
 

@@ -17,7 +17,8 @@ import os
 import apache_beam as beam
 
 from pipeline.contexts import MergeContextStats
-from pipeline.dataset import DatasetConfig, ReadProfiles, ToContexts, match_inputs
+from pipeline.dataset import (DEAD_LETTER, DatasetConfig, ReadProfiles, ToContexts, _write_lines,
+                              match_inputs)
 from pipeline.runner import make_pipeline
 
 TOP = 10
@@ -74,6 +75,9 @@ class WorkloadSummary(beam.CombineFn):
         return out
 
 
+DEAD_LETTERS = "dead_letters.jsonl"
+
+
 def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=None) -> dict:
     files = match_inputs(inputs)
     os.makedirs(out_dir, exist_ok=True)
@@ -88,11 +92,19 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
              | "Summarize" >> beam.CombinePerKey(WorkloadSummary(config))
              | "All" >> beam.combiners.ToList()
              | "Write" >> beam.Map(lambda rows: _write_json(path, dict(sorted(rows)))))
-        _ = (read["dead_letter"] | "CountDead" >> beam.combiners.Count.Globally()
+        _ = (read[DEAD_LETTER]
+             | "DeadLines" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+             | "AllDead" >> beam.combiners.ToList()
              | "WriteDead" >> beam.Map(
-                 lambda n: _write_json(os.path.join(out_dir, "dropped.json"), {"bad": n})))
+                 lambda lines: _write_lines(os.path.join(out_dir, DEAD_LETTERS), sorted(lines))))
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def dead_letters(out_dir: str) -> list[dict]:
+    """The problems the read step found (bad files, dropped records)."""
+    with open(os.path.join(out_dir, DEAD_LETTERS), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _write_json(path, value):

@@ -139,3 +139,12 @@ def test_bad_option_values_are_usage_errors(tmp_path, capsys):
 
 def test_printable_escapes_control_characters():
     assert printable("ok é\t\n\x7f\x1b") == "ok é\\t\\n\\x7f\\x1b"
+
+
+def test_characterize_counts_and_names_bad_files(profiles, tmp_path, capsys):
+    (profiles / "broken.ltprof").write_bytes(b"\x00" * 40)
+    assert cli.main(["characterize", "--profiles", str(profiles), "--out",
+                     str(tmp_path / "r")]) == 0
+    assert "1 bad records or files in 1 files (see dead_letters.jsonl)" in capsys.readouterr().out
+    dead = (tmp_path / "r" / "dead_letters.jsonl").read_text()
+    assert "broken.ltprof" in dead
