@@ -17,6 +17,7 @@ per sampled allocation, split by cache hits and misses.
 
 from __future__ import annotations
 
+import array
 import collections
 
 import numpy as np
@@ -26,7 +27,7 @@ from pipeline import context as context_def
 from pipeline import lifetimes, symbolize
 from pipeline.contexts import ContextStats
 from pipeline.dataset import _lifetime
-from profiler_proto import ProfileFormatError, read_profile
+from profiler_proto import ProfileReader
 from lifetime.errors import LifetimeError
 
 
@@ -53,6 +54,70 @@ def model_context(path: str) -> context_def.ContextDefinition:
                                 "export directory (export_manifest.json)")
 
 
+def _problem(path: str, reason: str) -> dict:
+    return {"file": path, "category": reason.split(":", 1)[0], "reason": reason}
+
+
+def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns_hit,
+               ns_miss, totals, models, problems, dropped):
+    """Streams one profile into the running totals; True, or why the file is skipped
+    ("category: detail").  Samples are aggregated per stack as they arrive; contexts
+    are made once the file's mappings are all known."""
+    reader = ProfileReader(path)
+    by_stack: dict[int, ContextStats] = {}
+    classes: dict[int, array.array] = {}
+    file_hit, file_miss = array.array("Q"), array.array("Q")
+    without = 0
+    for s in reader.samples():
+        if not reader.header.model_id:
+            break  # not used: no need to read on
+        st = by_stack.get(s.stack_id)
+        if st is None:
+            st = by_stack[s.stack_id] = ContextStats()
+            classes[s.stack_id] = array.array("Q")
+        st.add(_lifetime(s, scheme.clock), s.censored, s.weight, s.size)
+        if s.predicted:
+            classes[s.stack_id].append(s.predicted_class)
+            (file_hit if s.prediction_cache_hit else file_miss).append(s.prediction_ns)
+        else:
+            without += 1
+    fatal = reader.header is None
+    if fatal:
+        return (reader.problems[0].reason if reader.problems
+                else "empty: the file holds no records")
+    if not reader.header.model_id:
+        return ("no_predictions: no online predictions (profile it with "
+                "`lifetime profile --model DIR`)")
+    problems += [_problem(path, e.reason) for e in reader.problems]
+    dropped.update(reader.dropped)
+    if not by_stack:
+        return "empty: the profile holds no usable samples"
+    sym = context_def.make_symbolizer(reader.mappings, cache=cache)
+    header = reader.header
+    models.add(header.model_id)
+    if reader.trailer is not None and reader.trailer.HasField("prediction"):
+        p = reader.trailer.prediction
+        totals.update(predictions=p.predictions, cache_hits=p.cache_hits,
+                      cache_misses=p.cache_misses, model_runs=p.model_runs,
+                      revalidations=p.revalidations, disagreements=p.disagreements,
+                      failures=p.failures, total_ns=p.total_ns)
+    totals["samples_without_prediction"] += without
+    for stack_id, st in sorted(by_stack.items()):
+        key = (header.program, header.version_label,
+               definition.frames(context_def.machinery_free(
+                   sym, reader.stacks[stack_id].addresses)))
+        if key in stats:
+            stats[key].merge(st)
+        else:
+            stats[key] = st
+        for c in classes[stack_id]:
+            predicted[key][c] += 1
+            per_sample.append((key, c))
+    ns_hit.extend(file_hit)
+    ns_miss.extend(file_miss)
+    return True
+
+
 def evaluate_online(paths: list[str], definition: context_def.ContextDefinition,
                     scheme: lifetimes.LabelScheme | None = None, *,
                     debug_dirs=symbolize.DEFAULT_DEBUG_DIRS, sysroot: str | None = None) -> dict:
@@ -63,44 +128,23 @@ def evaluate_online(paths: list[str], definition: context_def.ContextDefinition,
     stats: dict[tuple, ContextStats] = {}
     predicted: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
     per_sample = []  # (context key, predicted class)
-    ns_hit, ns_miss = [], []
+    ns_hit, ns_miss = array.array("Q"), array.array("Q")
     totals = collections.Counter()
     models = set()
+    skipped, problems = [], []  # {"file", "category", "reason"}
+    dropped = collections.Counter()
     for path in paths:
-        try:
-            profile = read_profile(path)
-        except ProfileFormatError as e:
-            raise OnlineEvaluationError(str(e)) from e
-        if not profile.header.model_id:
-            raise OnlineEvaluationError(
-                f"{path}: no online predictions (profile it with `lifetime profile --model DIR`)")
-        models.add(profile.header.model_id)
-        if profile.trailer is not None and profile.trailer.HasField("prediction"):
-            p = profile.trailer.prediction
-            totals.update(predictions=p.predictions, cache_hits=p.cache_hits,
-                          cache_misses=p.cache_misses, model_runs=p.model_runs,
-                          revalidations=p.revalidations, disagreements=p.disagreements,
-                          failures=p.failures, total_ns=p.total_ns)
-        sym = context_def.make_symbolizer(profile.mappings, cache=cache)
-        keys = {}
-        for stack_id, stack in profile.stacks.items():
-            keys[stack_id] = (profile.header.program, profile.header.version_label,
-                              definition.frames(context_def.machinery_free(sym,
-                                                                           stack.addresses)))
-        for s in profile.samples:
-            key = keys[s.stack_id]
-            stats.setdefault(key, ContextStats()).add(_lifetime(s, scheme.clock), s.censored,
-                                                      s.weight, s.size)
-            if s.predicted:
-                predicted[key][s.predicted_class] += 1
-                per_sample.append((key, s.predicted_class))
-                (ns_hit if s.prediction_cache_hit else ns_miss).append(s.prediction_ns)
-            else:
-                totals["samples_without_prediction"] += 1
+        used = _read_file(path, definition, scheme, cache, stats, predicted, per_sample,
+                          ns_hit, ns_miss, totals, models, problems, dropped)
+        if used is not True:
+            skipped.append(_problem(path, used))
     if len(models) > 1:
         raise OnlineEvaluationError(f"profiles were taken with {len(models)} different models")
     if not per_sample:
-        raise OnlineEvaluationError("the profiles hold no predicted samples")
+        raise OnlineEvaluationError(
+            "the profiles hold no predicted samples"
+            + "".join(f"; {d['file']}: {d['reason']}" for d in skipped[:5])
+            + (f"; ... ({len(skipped)} files skipped)" if len(skipped) > 5 else ""))
     labels = {key: scheme.label(st.t95()) for key, st in stats.items()}
     names = scheme.class_names
     ctx_keys = sorted(predicted)
@@ -114,6 +158,12 @@ def evaluate_online(paths: list[str], definition: context_def.ContextDefinition,
     lookups = totals["cache_hits"] + totals["cache_misses"]
     return {
         "profiles": len(paths),
+        "profiles_used": len(paths) - len(skipped),
+        # Files not used at all (unreadable, no header, no samples, no predictions) and
+        # problems of the files used in part (their valid samples are counted).
+        "skipped_files": skipped,
+        "problems": problems,
+        "dropped_samples": dict(sorted(dropped.items())),
         "model_id": models.pop(),
         "contexts": len(ctx_keys),
         "predicted_samples": len(per_sample),
@@ -128,8 +178,8 @@ def evaluate_online(paths: list[str], definition: context_def.ContextDefinition,
                   **{k: totals[k] for k in ("cache_hits", "cache_misses", "model_runs",
                                             "revalidations", "disagreements", "failures")}},
         "cost_ns_per_sampled_allocation": {
-            "mean": float(np.mean(all_ns)), "p50": _percentile(all_ns, 50),
-            "p99": _percentile(all_ns, 99),
+            "mean": float(np.mean(all_ns)) if len(all_ns) else None,
+            "p50": _percentile(all_ns, 50), "p99": _percentile(all_ns, 99),
             "hit_p50": _percentile(ns_hit, 50), "miss_p50": _percentile(ns_miss, 50)},
         "label_scheme": scheme.to_json(),
     }

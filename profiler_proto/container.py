@@ -149,14 +149,14 @@ def _records(f: BinaryIO, path: str, size: int,
                 path, f"corrupt: record {index} at byte {offset} has a bad length checksum "
                 "(not a profile file, or damaged)")
         left = max(size - offset - _FRAMING, 0)
-        if length > max_record_bytes:
-            raise ProfileFormatError(
-                path, f"too_large: record {index} at byte {offset} declares {length} bytes, "
-                f"more than the {max_record_bytes} a record may hold")
         if length > left:
             raise ProfileFormatError(
                 path, f"truncated: record {index} at byte {offset} needs {length} bytes, "
                 f"file ends first ({left} left)")
+        if length > max_record_bytes:
+            raise ProfileFormatError(
+                path, f"too_large: record {index} at byte {offset} declares {length} bytes, "
+                f"more than the {max_record_bytes} a record may hold")
         try:
             data = f.read(length)
             foot = f.read(_FOOTER.size)
