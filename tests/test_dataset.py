@@ -166,3 +166,81 @@ def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
     assert again["context"] == ctx
     with pytest.raises(LifetimeError, match="manifest"):
         dataset.dataset_context(str(tmp_path / "nope"))
+
+
+def _mutate_samples(path, **fields):
+    """Rewrites a synthetic profile with `fields` set on its first sample."""
+    from profiler_proto import profile_pb2, write_profile
+    from profiler_proto.container import iter_records
+
+    chunks = [profile_pb2.ProfileChunk.FromString(r) for r in iter_records(str(path))]
+    for k, v in fields.items():
+        setattr(chunks[0].samples[0], k, v)
+    write_profile(str(path), chunks)
+    return chunks
+
+
+def test_read_step_dead_letters_impossible_records_and_never_dies(profiles):
+    import math
+    import os
+    import struct
+
+    from profiler_proto.container import masked_crc32c
+
+    d = profiles
+    (d / "b.ltprof").unlink()
+    data = (d / "a.ltprof").read_bytes()
+    raw = struct.pack("<Q", 2**62)
+    (d / "huge.ltprof").write_bytes(raw + struct.pack("<I", masked_crc32c(raw)))
+    os.mkfifo(d / "fifo.ltprof")
+    for name, fields in (("neg.ltprof", {"free_monotonic_ns": 1}),
+                         ("nan.ltprof", {"weight": math.nan}),
+                         ("enum.ltprof", {"alloc_function": 17})):
+        (d / name).write_bytes(data)
+        _mutate_samples(d / name, **fields)
+    # a.ltprof with its first record twice
+    first_len = int.from_bytes(data[:8], "little")
+    (d / "dup.ltprof").write_bytes(data[:16 + first_len] + data)
+    (d / "zero.ltprof").write_bytes(data)
+    chunks = _mutate_samples(d / "zero.ltprof")
+    chunks[0].header.sampling_interval_bytes = 0
+    from profiler_proto import write_profile
+    write_profile(str(d / "zero.ltprof"), chunks)
+    files = [(str(p), "") for p in sorted(d.iterdir())]
+    with TestPipeline() as p:
+        read = p | beam.Create(files) | ReadProfiles(CONFIG)
+        reasons = read["dead_letter"] | beam.Map(
+            lambda x: (x["file"].rsplit("/", 1)[1], x["category"],
+                       x["reason"].split(":")[0] == x["category"]))
+        assert_that(reasons, equal_to([
+            ("huge.ltprof", "truncated", True), ("fifo.ltprof", "not_regular", True),
+            ("neg.ltprof", "negative_lifetime", True), ("nan.ltprof", "bad_weight", True),
+            ("dup.ltprof", "duplicate_chunk", True), ("zero.ltprof", "bad_header", True)]))
+        counts = (read.contexts | beam.Map(lambda kv: (kv[0][2][0], kv[1].samples))
+                  | beam.CombinePerKey(sum))
+        # a, enum (unknown values are kept), dup (counted once) in full; neg and nan
+        # without their first sample (a parse_request one); zero not at all.
+        assert_that(counts, equal_to([("parse_request", 3 * 20 + 2 * 19),
+                                      ("cache_insert", 5 * 20), ("registry_add", 5 * 10)]),
+                    label="only valid samples kept")
+        stats = read["file_stats"] | beam.Map(
+            lambda s: (s["file"].rsplit("/", 1)[1], s["samples"], s["dropped_samples"]))
+        assert_that(stats, equal_to([
+            ("a.ltprof", 50, {}), ("enum.ltprof", 50, {}), ("dup.ltprof", 50, {}),
+            ("neg.ltprof", 49, {"negative_lifetime": 1}),
+            ("nan.ltprof", 49, {"bad_weight": 1})]), label="file stats")
+
+
+def test_build_dataset_survives_a_huge_declared_length(profiles, tmp_path):
+    import json
+    import struct
+
+    from profiler_proto.container import masked_crc32c
+
+    raw = struct.pack("<Q", 2**63)
+    (profiles / "huge.ltprof").write_bytes(raw + struct.pack("<I", masked_crc32c(raw)))
+    manifest = _build(profiles, tmp_path / "ds")
+    assert manifest["dropped"]["files_with_problems"] == [str(profiles / "huge.ltprof")]
+    dead = [json.loads(line) for line in (tmp_path / "ds" / "dead_letters.jsonl").open()]
+    assert [d["category"] for d in dead] == ["truncated"]
+    assert "record 0 at byte 0" in dead[0]["reason"]
