@@ -15,7 +15,14 @@ LIFETIME_SYMBOLIZE) can be passed through `extra_env`.
 
 The environment is inherited by children, so every process the command starts
 (fork, exec, posix_spawn, shells) profiles itself into the same directory, unless a
-program builds its children's environment from scratch.
+program builds its children's environment from scratch.  Every process image the
+sampler is loaded into writes a file, samples or not.
+
+The loader does not preload anything into a statically linked program (no
+PT_INTERP) or into one that runs in secure-execution mode (setuid/setgid to other
+ids, file capabilities): such a program writes no profile.  run_profiled says so in
+one warning line on stderr for the command it starts, and after the run for the
+programs exec'd by profiled processes (Trailer.unprofiled_exec).
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ import hashlib
 import os
 import pathlib
 import shutil
+import stat
+import struct
 import subprocess
 import sys
+import time
 from typing import Mapping, Sequence
 
-from lifetime.errors import LifetimeError
+from lifetime.errors import LifetimeError, UsageError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_ENV = "LIFETIME_SAMPLER_LIB"
@@ -37,6 +47,10 @@ DEFAULT_LIBRARY = REPO / "build" / "profiler" / "liblifetime_sampler.so"
 
 class SamplerNotBuiltError(LifetimeError):
     """The sampler library is not where it should be."""
+
+
+class CommandError(LifetimeError):
+    """The command to profile cannot be run (missing, not executable, a directory)."""
 
 
 def sampler_library_path() -> str:
@@ -130,6 +144,157 @@ def profiled_env(out_dir: str, interval: int | None = None, version_label: str |
     return env
 
 
+def resolve_command(program: str, env: Mapping[str, str] | None = None) -> str:
+    """The file `program` runs, searched on $PATH (of `env`) when it has no slash.
+
+    Raises CommandError naming the program and the problem."""
+    env = os.environ if env is None else env
+    if os.sep in program:
+        path = program
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise CommandError(f"{path}: no such file") from None
+        except OSError as e:
+            raise CommandError(f"{path}: cannot be run: {e.strerror}") from None
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is None:
+            # an existing but non-executable match says more than "not found"
+            for d in env.get("PATH", os.defpath).split(os.pathsep):
+                candidate = os.path.join(d or ".", program)
+                if os.path.isfile(candidate):
+                    raise CommandError(f"{candidate}: not executable (found on $PATH, "
+                                       "no execute permission)")
+            raise CommandError(f"{program}: command not found on $PATH")
+        path = found
+        st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise CommandError(f"{path}: is a directory, not a program")
+    if not os.access(path, os.X_OK) or not st.st_mode & 0o111:
+        raise CommandError(f"{path}: not executable (mode {stat.filemode(st.st_mode)})")
+    return path
+
+
+_PT_INTERP, _PT_DYNAMIC = 3, 2
+
+
+def preload_problem(path: str, _depth: int = 0) -> str | None:
+    """Why the loader will not preload the sampler into the program at `path`, or None.
+
+    Mirrors the sampler's own check before an exec (profiler/src/sampler.c,
+    elf_problem): statically linked (no PT_INTERP), secure-execution mode (setuid or
+    setgid to other ids, file capabilities), a 32-bit program; for a #! script, the
+    same of its interpreter."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        nosuid = bool(os.statvfs(path).f_flag & os.ST_NOSUID)
+        if not nosuid:
+            euid = st.st_uid if st.st_mode & stat.S_ISUID else os.geteuid()
+            setgid = st.st_mode & stat.S_ISGID and st.st_mode & stat.S_IXGRP
+            egid = st.st_gid if setgid else os.getegid()
+            if euid != os.getuid() or egid != os.getgid():
+                return ("setuid/setgid program (the loader ignores LD_PRELOAD in "
+                        "secure-execution mode)")
+            if os.getuid() != 0:
+                try:
+                    if os.getxattr(path, "security.capability"):
+                        return ("has file capabilities (the loader ignores LD_PRELOAD in "
+                                "secure-execution mode)")
+                except OSError:
+                    pass
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:2] == b"#!":
+                if _depth:
+                    return None
+                line = (head + f.read(192)).split(b"\n", 1)[0][2:].strip()
+                interp = line.split()[0].decode(errors="replace") if line else ""
+                why = preload_problem(interp, 1) if interp else None
+                return f"its #! interpreter {interp} cannot be profiled: {why}" if why else None
+            if head[:4] != b"\x7fELF" or len(head) < 64:
+                return None
+            if head[4] != 2:
+                return "32-bit program (the sampler is a 64-bit library)"
+            e_type, = struct.unpack_from("<H", head, 16)
+            e_phoff, = struct.unpack_from("<Q", head, 32)
+            e_phentsize, e_phnum = struct.unpack_from("<HH", head, 54)
+            if e_type not in (2, 3) or e_phentsize != 56 or not 0 < e_phnum <= 64:
+                return None
+            f.seek(e_phoff)
+            table = f.read(56 * e_phnum)
+    except OSError:
+        return None
+    types = {struct.unpack_from("<I", table, 56 * i)[0] for i in range(len(table) // 56)}
+    if _PT_INTERP in types or (e_type == 3 and _PT_DYNAMIC in types):
+        return None
+    return "statically linked (no PT_INTERP: nothing loads LD_PRELOAD)"
+
+
+def _warn(message: str) -> None:
+    print(f"lifetime profile: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _last_chunk(path: str):
+    """The last record of a profile file, parsed, or None (skips over the others by
+    their framing: cheap for big files)."""
+    from profiler_proto import profile_pb2
+
+    head = struct.Struct("<QI")
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            pos, last = 0, None
+            while pos + head.size <= size:
+                f.seek(pos)
+                length, _ = head.unpack(f.read(head.size))
+                end = pos + head.size + length + 4
+                if end > size:
+                    break
+                last = (pos + head.size, length)
+                pos = end
+            if last is None:
+                return None
+            f.seek(last[0])
+            chunk = profile_pb2.ProfileChunk()
+            chunk.ParseFromString(f.read(last[1]))
+            return chunk
+    except Exception:  # a damaged file is the reader's business, not the launcher's
+        return None
+
+
+def report_unprofiled_execs(out_dir: str, since_ns: int) -> list[str]:
+    """Warns (stderr, one line each) about the programs that profiled processes
+    exec'd into and that could not be profiled; looks at the files written since
+    `since_ns` (time.time_ns()).  Returns the lines."""
+    lines, seen = [], set()
+    try:
+        entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
+    except OSError:
+        return lines
+    for entry in entries:
+        if not entry.name.endswith(".ltprof"):
+            continue
+        try:
+            if entry.stat().st_mtime_ns < since_ns:
+                continue
+        except OSError:
+            continue
+        chunk = _last_chunk(entry.path)
+        if chunk is None or not chunk.HasField("trailer"):
+            continue
+        note = chunk.trailer.unprofiled_exec
+        if not note.path or (note.path, note.reason) in seen:
+            continue
+        seen.add((note.path, note.reason))
+        line = f"{note.path}: {note.reason}; exec'd by {entry.name}, it wrote no profile"
+        _warn(line)
+        lines.append(line)
+    return lines
+
+
 def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
                  version_label: str | None = None,
                  extra_env: Mapping[str, str] | None = None, model: str | None = None) -> int:
@@ -141,16 +306,29 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
     128 + N, as a shell reports it.  `out_dir` is created if needed; if it cannot be,
     the command still runs and the sampler says why on stderr (one
     "lifetime-sampler:" line) and samples nothing.
+
+    Raises SamplerNotBuiltError (no sampler library), CommandError (the command is
+    missing or not executable), UsageError (empty command): LifetimeErrors with one
+    line naming the path and the problem.  A command (or a program it execs) that
+    cannot be profiled gets one "lifetime profile: warning:" line on stderr.
     """
     if not cmd:
-        raise ValueError("run_profiled: empty command")
+        raise UsageError("no command given to profile")
+    model_lib = model_plugin(model) if model else None
+    env = profiled_env(out_dir, interval, version_label, extra_env, model_lib=model_lib)
+    program = resolve_command(cmd[0], env)
+    why = preload_problem(program)
+    if why:
+        _warn(f"{program}: {why}; it will write no profile")
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError:
         pass  # the sampler reports the unusable directory itself
-    model_lib = model_plugin(model) if model else None
-    env = profiled_env(out_dir, interval, version_label, extra_env, model_lib=model_lib)
-    proc = subprocess.Popen(list(cmd), env=env)
+    started = time.time_ns() - 1_000_000_000  # coarse file-system timestamps
+    try:
+        proc = subprocess.Popen(list(cmd), env=env)
+    except OSError as e:
+        raise CommandError(f"{program}: cannot be run: {e.strerror}") from None
     while True:
         try:
             code = proc.wait()
@@ -159,10 +337,13 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
             # The child got the same SIGINT from the terminal; let it decide, and
             # report its exit status rather than a Python traceback.
             continue
+    report_unprofiled_execs(os.path.abspath(out_dir), started)
     if code < 0:
         return 128 + (-code)
     return code
 
 
-__all__ = ["LIBRARY_ENV", "DEFAULT_LIBRARY", "ModelExportError", "SamplerNotBuiltError",
-           "model_plugin", "profiled_env", "run_profiled", "sampler_library_path"]
+__all__ = ["LIBRARY_ENV", "DEFAULT_LIBRARY", "CommandError", "ModelExportError",
+           "SamplerNotBuiltError", "model_plugin", "preload_problem", "profiled_env",
+           "report_unprofiled_execs", "resolve_command", "run_profiled",
+           "sampler_library_path"]
