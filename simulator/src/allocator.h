@@ -1,0 +1,74 @@
+// The interface every simulated allocator implements, and the shadow heap that the
+// invariant checker (--check-invariants) keeps per allocator.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+
+namespace sim {
+
+class JsonWriter;
+
+// One allocation request, as the engine hands it to every allocator.
+struct AllocRequest {
+  uint32_t slot;    // engine's id of the live object (reused after its free)
+  uint64_t size;    // bytes (>= 1)
+  uint32_t align;   // power of two
+  uint32_t thread;  // trace thread id
+  int cls;          // predicted lifetime class (LLAMA); ignored by the baseline
+  uint64_t now;     // trace time, ns
+};
+
+// Every live object of one allocator by address: the checker's independent record.
+class ShadowHeap {
+ public:
+  struct Obj { uint64_t end; uint32_t slot; };
+  void on_alloc(const std::string& who, uint64_t addr, uint64_t size, uint32_t slot);
+  void on_free(const std::string& who, uint64_t addr, uint32_t slot);
+  uint64_t bytes() const { return bytes_; }
+  size_t count() const { return objs_.size(); }
+  // Objects overlapping [lo, hi), in address order.
+  template <class F> void for_range(uint64_t lo, uint64_t hi, F f) const {
+    auto it = objs_.upper_bound(lo);
+    if (it != objs_.begin()) {
+      auto p = std::prev(it);
+      if (p->second.end > lo) f(p->first, p->second);
+    }
+    for (; it != objs_.end() && it->first < hi; ++it) f(it->first, it->second);
+  }
+  const std::map<uint64_t, Obj>& all() const { return objs_; }
+
+ private:
+  std::map<uint64_t, Obj> objs_;
+  uint64_t bytes_ = 0;
+};
+
+using Counters = std::vector<std::pair<std::string, uint64_t>>;
+
+class HeapAllocator {
+ public:
+  virtual ~HeapAllocator() = default;
+  // Places the object; returns its address (huge page id * 2 MiB + offset).
+  virtual uint64_t alloc(const AllocRequest& r) = 0;
+  // Frees the live object of this slot.
+  virtual void free(uint32_t slot, uint64_t now) = 0;
+  // Time advances to `now` (LLAMA: deadlines expire).  Monotone.
+  virtual void advance(uint64_t now) { (void)now; }
+  virtual uint64_t live_huge_pages() const = 0;
+  virtual Counters counters() const = 0;
+  // Address and size of a live slot (for the checker).
+  virtual std::pair<uint64_t, uint64_t> where(uint32_t slot) const = 0;
+  // Invariants: the huge page `hp` agrees with the shadow heap (and its own bookkeeping);
+  // check_all checks every live huge page and the global counters.
+  virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;
+  virtual void check_all(const ShadowHeap& shadow) const = 0;
+  // Writes the live huge pages (sorted by id) as a JSON array.
+  virtual void snapshot(JsonWriter& j) const = 0;
+};
+
+}  // namespace sim

@@ -1,0 +1,373 @@
+#include "baseline.h"
+
+#include <algorithm>
+
+#include "json.h"
+
+namespace sim {
+
+namespace {
+// TCMalloc's classic size classes for 8 KiB pages, up to 256 KiB.
+const uint32_t kClassSizes[] = {
+    8,      16,     32,     48,     64,     80,     96,     112,    128,    144,    160,    176,
+    192,    208,    224,    240,    256,    272,    288,    304,    320,    336,    352,    368,
+    384,    400,    416,    448,    480,    512,    576,    640,    704,    768,    896,    1024,
+    1152,   1280,   1408,   1536,   1792,   2048,   2304,   2688,   2816,   3200,   3456,   3584,
+    4096,   4736,   5376,   6144,   6528,   7168,   8192,   9472,   10240,  12288,  13568,  14336,
+    16384,  20480,  24576,  28672,  32768,  40960,  49152,  57344,  65536,  73728,  81920,  90112,
+    98304,  106496, 114688, 131072, 139264, 147456, 155648, 163840, 172032, 180224, 188416, 196608,
+    204800, 212992, 221184, 229376, 237568, 245760, 253952, 262144};
+
+int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
+}  // namespace
+
+TcmallocBaseline::TcmallocBaseline(std::string name) : name_(std::move(name)) {
+  build_size_classes();
+  filler_head_.assign(size_t(kPagesPerHuge) * kPagesPerHuge, kNone);
+  filler_used_.resize(kPagesPerHuge);
+}
+
+void TcmallocBaseline::build_size_classes() {
+  classes_.push_back({0, 0, 0});
+  for (uint32_t size : kClassSizes) {
+    // The fewest pages whose tail waste is at most 1/8 of the span (TCMalloc's rule).
+    uint32_t pages = uint32_t((size + kPageBytes - 1) / kPageBytes);
+    while ((pages * kPageBytes) % size > (pages * kPageBytes) / 8) ++pages;
+    classes_.push_back({size, pages, uint32_t(pages * kPageBytes / size)});
+  }
+  class_by_8_.assign(kMaxSmall / 8 + 1, 0);
+  uint32_t c = 1;
+  for (uint32_t i = 0; i <= kMaxSmall / 8; ++i) {
+    while (c < classes_.size() && classes_[c].size < i * 8) ++c;
+    class_by_8_[i] = uint8_t(c);
+  }
+}
+
+uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {
+  if (size > kMaxSmall || align > kPageBytes) return 0;
+  uint32_t c = class_by_8_[(size + 7) / 8];
+  if (align > 8)
+    while (c < classes_.size() && classes_[c].size % align != 0) ++c;
+  return c < classes_.size() ? c : 0;
+}
+
+uint32_t TcmallocBaseline::new_span() {
+  uint32_t id;
+  if (!free_span_ids_.empty()) {
+    id = free_span_ids_.back();
+    free_span_ids_.pop_back();
+    spans_[id] = Span();
+  } else {
+    id = uint32_t(spans_.size());
+    spans_.emplace_back();
+  }
+  ++c_spans_created_;
+  return id;
+}
+
+uint64_t TcmallocBaseline::new_huge_page(bool bump) {
+  uint64_t id;
+  if (!bump && !free_hp_ids_.empty()) {
+    id = free_hp_ids_.back();
+    free_hp_ids_.pop_back();
+  } else {
+    id = hps_.size();
+    hps_.emplace_back();
+  }
+  HugePage& h = hps_[id];
+  h = HugePage();
+  h.span_at.fill(kNone);
+  h.live = true;
+  ++live_hps_;
+  ++c_hp_acquired_;
+  return id;
+}
+
+void TcmallocBaseline::release_huge_page(uint64_t hp) {
+  HugePage& h = hps_[hp];
+  if (h.in_filler) filler_remove(hp);
+  h.live = false;
+  h.whole = false;
+  --live_hps_;
+  ++c_hp_released_;
+  free_hp_ids_.push_back(hp);
+}
+
+void TcmallocBaseline::filler_insert(uint64_t hp) {
+  HugePage& h = hps_[hp];
+  h.lfr = longest_free_run(h.used);
+  h.in_filler = true;
+  h.prev = h.next = kNone;
+  if (h.lfr == 0) return;  // full: not findable
+  size_t b = size_t(h.lfr - 1) * kPagesPerHuge + h.nused;
+  h.next = filler_head_[b];
+  if (h.next != kNone) hps_[h.next].prev = uint32_t(hp);
+  filler_head_[b] = uint32_t(hp);
+  filler_lfr_.set(h.lfr - 1);
+  filler_used_[h.lfr - 1].set(h.nused);
+}
+
+void TcmallocBaseline::filler_remove(uint64_t hp) {
+  HugePage& h = hps_[hp];
+  h.in_filler = false;
+  if (h.lfr == 0) return;
+  size_t b = size_t(h.lfr - 1) * kPagesPerHuge + h.nused;
+  if (h.prev != kNone) hps_[h.prev].next = h.next;
+  else filler_head_[b] = h.next;
+  if (h.next != kNone) hps_[h.next].prev = h.prev;
+  if (filler_head_[b] == kNone) {
+    filler_used_[h.lfr - 1].clear(h.nused);
+    if (!filler_used_[h.lfr - 1].any()) filler_lfr_.clear(h.lfr - 1);
+  }
+  h.prev = h.next = kNone;
+}
+
+// HugePageFiller: the huge page with the smallest longest-free-range that fits, and among
+// those the most used one; within it the best-fitting free range.  A new huge page if none.
+void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
+  s.npages = npages;
+  if (npages > kPagesPerHuge || (npages == kPagesPerHuge)) {
+    // Whole huge pages, contiguous (fresh ids); the tail of the last one is donated to the filler.
+    uint32_t k = (npages + kPagesPerHuge - 1) / kPagesPerHuge;
+    uint64_t first = hps_.size();
+    for (uint32_t i = 0; i < k; ++i) new_huge_page(/*bump=*/true);
+    for (uint32_t i = 0; i + 1 < k; ++i) {
+      HugePage& h = hps_[first + i];
+      h.whole = true;
+      h.used.set_range(0, kPagesPerHuge);
+      h.nused = kPagesPerHuge;
+    }
+    uint32_t tail = npages - (k - 1) * kPagesPerHuge;
+    HugePage& last = hps_[first + k - 1];
+    last.used.set_range(0, tail);
+    last.nused = tail;
+    if (tail == kPagesPerHuge) last.whole = true;
+    else filler_insert(first + k - 1);
+    s.hp = first;
+    s.first_page = 0;
+    if (k > 1) ++c_multi_hp_allocs_;
+    return;
+  }
+  int lfr_idx = filler_lfr_.first_set_from(npages - 1);
+  uint64_t hp;
+  if (lfr_idx < 0) {
+    hp = new_huge_page(false);
+  } else {
+    int nused = filler_used_[lfr_idx].last_set();
+    hp = filler_head_[size_t(lfr_idx) * kPagesPerHuge + unsigned(nused)];
+    filler_remove(hp);
+  }
+  HugePage& h = hps_[hp];
+  int at = best_fit(h.used, npages);
+  SIM_CHECK(at >= 0, name_ + ": filler chose a huge page without room");
+  h.used.set_range(unsigned(at), npages);
+  h.nused += npages;
+  filler_insert(hp);
+  s.hp = hp;
+  s.first_page = unsigned(at);
+}
+
+void TcmallocBaseline::pageheap_free(uint64_t hp, uint32_t first, uint32_t n) {
+  HugePage& h = hps_[hp];
+  filler_remove(hp);
+  h.used.clear_range(first, n);
+  h.nused -= n;
+  if (h.nused == 0) release_huge_page(hp);
+  else filler_insert(hp);
+}
+
+void TcmallocBaseline::central_link(uint32_t sid) {
+  Span& s = spans_[sid];
+  int b = std::min(bit_width(s.nlive), kCentralBuckets - 1);
+  s.bucket = b;
+  s.prev = kNone;
+  s.next = central_head_[s.cls][b];
+  if (s.next != kNone) spans_[s.next].prev = sid;
+  central_head_[s.cls][b] = sid;
+  central_mask_[s.cls] |= 1u << b;
+}
+
+void TcmallocBaseline::central_unlink(uint32_t sid) {
+  Span& s = spans_[sid];
+  if (s.bucket < 0) return;
+  if (s.prev != kNone) spans_[s.prev].next = s.next;
+  else central_head_[s.cls][s.bucket] = s.next;
+  if (s.next != kNone) spans_[s.next].prev = s.prev;
+  if (central_head_[s.cls][s.bucket] == kNone) central_mask_[s.cls] &= ~(1u << s.bucket);
+  s.bucket = -1;
+  s.prev = s.next = kNone;
+}
+
+uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
+  if (central_head_.empty()) {
+    central_head_.resize(classes_.size());
+    for (auto& a : central_head_) a.fill(kNone);
+    central_mask_.assign(classes_.size(), 0);
+  }
+  if (handles_.size() <= r.slot) handles_.resize(r.slot + 1 + handles_.size() / 2);
+  live_bytes_ += r.size;
+  uint32_t cls = size_class(r.size, r.align);
+  if (cls == 0) {
+    // A large object: its own span of whole pages (padded for alignment beyond a page).
+    uint64_t bytes = r.size + (r.align > kPageBytes ? r.align - kPageBytes : 0);
+    uint32_t npages = uint32_t((bytes + kPageBytes - 1) / kPageBytes);
+    uint32_t sid = new_span();
+    pageheap_alloc(npages, spans_[sid]);
+    Span& s = spans_[sid];
+    s.cls = 0;
+    s.nobjs = s.nlive = 1;
+    hps_[s.hp].span_at[s.first_page] = sid;
+    handles_[r.slot] = {sid, 0, r.size};
+    ++c_large_allocs_;
+    uint64_t base = s.hp * kHugePageBytes + s.first_page * kPageBytes;
+    return (base + r.align - 1) & ~uint64_t(r.align - 1);
+  }
+  // Central free list: the span with the most live objects among those not full.
+  uint32_t sid;
+  if (central_mask_[cls]) {
+    int b = 31 - __builtin_clz(central_mask_[cls]);
+    sid = central_head_[cls][b];
+    central_unlink(sid);
+  } else {
+    sid = new_span();
+    pageheap_alloc(classes_[cls].pages, spans_[sid]);
+    Span& s = spans_[sid];
+    s.cls = cls;
+    s.nobjs = classes_[cls].objs;
+    s.free_slots.resize(s.nobjs);
+    for (uint32_t i = 0; i < s.nobjs; ++i) s.free_slots[i] = uint16_t(s.nobjs - 1 - i);
+    hps_[s.hp].span_at[s.first_page] = sid;
+  }
+  Span& s = spans_[sid];
+  uint32_t idx = s.free_slots.back();
+  s.free_slots.pop_back();
+  ++s.nlive;
+  if (s.nlive < s.nobjs) central_link(sid);
+  handles_[r.slot] = {sid, idx, r.size};
+  return s.hp * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
+}
+
+void TcmallocBaseline::free(uint32_t slot, uint64_t) {
+  Handle hd = handles_[slot];
+  Span& s = spans_[hd.span];
+  live_bytes_ -= hd.size;
+  if (s.cls == 0) {
+    uint64_t hp = s.hp;
+    uint32_t n = s.npages;
+    if (n >= kPagesPerHuge) {
+      uint32_t k = (n + kPagesPerHuge - 1) / kPagesPerHuge;
+      for (uint32_t i = 0; i + 1 < k; ++i) release_huge_page(hp + i);
+      uint32_t tail = n - (k - 1) * kPagesPerHuge;
+      if (tail == kPagesPerHuge) release_huge_page(hp + k - 1);
+      else pageheap_free(hp + k - 1, 0, tail);
+    } else {
+      hps_[hp].span_at[s.first_page] = kNone;
+      pageheap_free(hp, s.first_page, n);
+    }
+    if (n >= kPagesPerHuge) hps_[hp].span_at[0] = kNone;
+    free_span_ids_.push_back(hd.span);
+    ++c_spans_released_;
+    return;
+  }
+  central_unlink(hd.span);
+  s.free_slots.push_back(uint16_t(hd.slot_idx));
+  --s.nlive;
+  if (s.nlive == 0) {
+    hps_[s.hp].span_at[s.first_page] = kNone;
+    pageheap_free(s.hp, s.first_page, s.npages);
+    std::vector<uint16_t>().swap(s.free_slots);
+    free_span_ids_.push_back(hd.span);
+    ++c_spans_released_;
+  } else {
+    central_link(hd.span);
+  }
+}
+
+std::pair<uint64_t, uint64_t> TcmallocBaseline::where(uint32_t slot) const {
+  Handle hd = handles_[slot];
+  const Span& s = spans_[hd.span];
+  uint64_t base = s.hp * kHugePageBytes + s.first_page * kPageBytes;
+  if (s.cls == 0) return {base, uint64_t(s.npages) * kPageBytes};
+  return {base + uint64_t(hd.slot_idx) * classes_[s.cls].size, classes_[s.cls].size};
+}
+
+Counters TcmallocBaseline::counters() const {
+  return {{"huge_pages_acquired", c_hp_acquired_}, {"huge_pages_released", c_hp_released_},
+          {"spans_created", c_spans_created_},     {"spans_released", c_spans_released_},
+          {"large_allocs", c_large_allocs_},       {"multi_huge_page_allocs", c_multi_hp_allocs_}};
+}
+
+void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
+  const std::string where = name_ + ": huge page " + std::to_string(hp) + ": ";
+  uint64_t lo = hp * kHugePageBytes, hi = lo + kHugePageBytes;
+  if (hp >= hps_.size() || !hps_[hp].live) {
+    bool any = false;
+    shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj&) { any = true; });
+    SIM_CHECK(!any, where + "released but holds live objects");
+    return;
+  }
+  const HugePage& h = hps_[hp];
+  if (h.whole) {
+    SIM_CHECK(h.nused == kPagesPerHuge && !h.in_filler, where + "whole page state");
+    bool any = false;
+    shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj&) { any = true; });
+    SIM_CHECK(any, where + "whole page of a large object with no live object");
+    return;
+  }
+  // Pages used = spans starting here + a multi-huge-page span's tail (pages [0, t)).
+  Bits256 expect;
+  shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
+    if (a < lo) {  // a multi-huge-page object ending here: its span's tail pages
+      const Span& s = spans_[handles_[o.slot].span];
+      SIM_CHECK(s.cls == 0 && s.npages > kPagesPerHuge, where + "object straddles huge pages");
+      expect.set_range(0, s.npages % kPagesPerHuge);
+    }
+  });
+  for (unsigned p = 0; p < kPagesPerHuge; ++p) {
+    uint32_t sid = h.span_at[p];
+    if (sid == kNone) continue;
+    const Span& s = spans_[sid];
+    SIM_CHECK(s.hp == hp && s.first_page == p && s.npages < kPagesPerHuge, where + "span index");
+    expect.set_range(p, s.npages);
+    uint64_t sb = lo + uint64_t(p) * kPageBytes, se = sb + uint64_t(s.npages) * kPageBytes;
+    uint32_t n = 0;
+    shadow.for_range(sb, se, [&](uint64_t a, const ShadowHeap::Obj& o) {
+      SIM_CHECK(a >= sb && o.end <= se, where + "object straddles a span boundary");
+      ++n;
+    });
+    SIM_CHECK(n == s.nlive && n > 0, where + "span live count disagrees with its objects");
+    SIM_CHECK(s.cls == 0 || s.free_slots.size() + s.nlive == s.nobjs, where + "span slot accounting");
+    SIM_CHECK((s.nlive < s.nobjs) == (s.bucket >= 0) || s.cls == 0, where + "central list membership");
+  }
+  SIM_CHECK(expect == h.used, where + "used pages disagree with its spans");
+  SIM_CHECK(h.nused == h.used.count() && h.nused > 0, where + "used page count");
+  SIM_CHECK(h.in_filler && h.lfr == longest_free_run(h.used), where + "filler bucket");
+}
+
+void TcmallocBaseline::check_all(const ShadowHeap& shadow) const {
+  uint64_t live = 0;
+  for (uint64_t hp = 0; hp < hps_.size(); ++hp) {
+    if (hps_[hp].live) ++live;
+    check_page(hp, shadow);
+  }
+  SIM_CHECK(live == live_hps_, name_ + ": live huge page count");
+  SIM_CHECK(shadow.bytes() == live_bytes_, name_ + ": bytes not conserved");
+  SIM_CHECK(live_bytes_ <= live_hps_ * kHugePageBytes, name_ + ": more live bytes than huge pages hold");
+}
+
+void TcmallocBaseline::snapshot(JsonWriter& j) const {
+  j.begin_array();
+  for (uint64_t hp = 0; hp < hps_.size(); ++hp) {
+    const HugePage& h = hps_[hp];
+    if (!h.live) continue;
+    j.begin_object();
+    j.kv("id", hp);
+    std::string pages(kPagesPerHuge, '.');
+    for (unsigned p = 0; p < kPagesPerHuge; ++p) if (h.used.test(p)) pages[p] = '#';
+    j.kv("pages", pages);
+    j.end_object();
+  }
+  j.end_array();
+}
+
+}  // namespace sim

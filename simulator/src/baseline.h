@@ -1,0 +1,88 @@
+// The baseline: a size-class allocator after TCMalloc with huge-page awareness, in
+// the paper's optimistic form (a span goes back to the page heap as soon as all its
+// objects are free, a huge page to the OS as soon as none of its pages is used).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "allocator.h"
+
+namespace sim {
+
+class TcmallocBaseline final : public HeapAllocator {
+ public:
+  static constexpr uint64_t kPageBytes = 8192;
+  static constexpr unsigned kPagesPerHuge = 256;
+  static constexpr uint64_t kMaxSmall = 256 * 1024;
+
+  explicit TcmallocBaseline(std::string name);
+  uint64_t alloc(const AllocRequest& r) override;
+  void free(uint32_t slot, uint64_t now) override;
+  uint64_t live_huge_pages() const override { return live_hps_; }
+  Counters counters() const override;
+  std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
+  void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
+  void check_all(const ShadowHeap& shadow) const override;
+  void snapshot(JsonWriter& j) const override;
+
+  struct SizeClass { uint32_t size, pages, objs; };
+  const std::vector<SizeClass>& size_classes() const { return classes_; }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr int kCentralBuckets = 12;
+  struct Span {
+    uint64_t hp = 0;          // (first) huge page
+    uint32_t first_page = 0;  // page within hp
+    uint32_t npages = 0;      // may exceed 256 for multi-huge-page spans
+    uint32_t cls = 0;         // 0: one large object
+    uint32_t nlive = 0, nobjs = 0;
+    uint32_t prev = kNone, next = kNone;  // central free list links
+    int bucket = -1;
+    std::vector<uint16_t> free_slots;
+  };
+  struct HugePage {
+    Bits256 used;
+    uint32_t nused = 0, lfr = 0;
+    uint32_t prev = kNone, next = kNone;  // filler bucket links
+    bool live = false, whole = false, in_filler = false;
+    std::array<uint32_t, kPagesPerHuge> span_at;  // span starting at each page (kNone)
+  };
+  struct Handle { uint32_t span; uint32_t slot_idx; uint64_t size; };
+
+  void build_size_classes();
+  uint32_t size_class(uint64_t size, uint32_t align) const;
+  uint32_t new_span();
+  uint64_t new_huge_page(bool bump);
+  void release_huge_page(uint64_t hp);
+  // Page heap.
+  void pageheap_alloc(uint32_t npages, Span& s);
+  void pageheap_free(uint64_t hp, uint32_t first, uint32_t n);
+  void filler_insert(uint64_t hp);
+  void filler_remove(uint64_t hp);
+  // Central free lists.
+  void central_link(uint32_t sid);
+  void central_unlink(uint32_t sid);
+
+  std::string name_;
+  std::vector<SizeClass> classes_;       // [0] unused
+  std::vector<uint8_t> class_by_8_;      // (size+7)/8 -> smallest class
+  std::vector<Span> spans_;
+  std::vector<uint32_t> free_span_ids_;
+  std::vector<HugePage> hps_;
+  std::vector<uint64_t> free_hp_ids_;
+  std::vector<uint32_t> filler_head_;    // [(lfr-1)*256 + nused]
+  Bits256 filler_lfr_;                   // bit lfr-1: some page with that lfr
+  std::vector<Bits256> filler_used_;     // per lfr-1: bit nused
+  std::vector<std::array<uint32_t, kCentralBuckets>> central_head_;
+  std::vector<uint32_t> central_mask_;
+  std::vector<Handle> handles_;
+  uint64_t live_hps_ = 0;
+  uint64_t live_bytes_ = 0;
+  uint64_t c_hp_acquired_ = 0, c_hp_released_ = 0, c_spans_created_ = 0, c_spans_released_ = 0,
+           c_large_allocs_ = 0, c_multi_hp_allocs_ = 0;
+};
+
+}  // namespace sim

@@ -1,0 +1,233 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "baseline.h"
+#include "json.h"
+#include "llama.h"
+
+namespace sim {
+
+namespace {
+
+struct FreeEvent {
+  uint64_t t, seq;
+  uint32_t slot;
+  bool operator>(const FreeEvent& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+constexpr uint64_t kMaxSamples = 1000000;
+
+}  // namespace
+
+Results Engine::run(const std::string& trace_path) {
+  auto t_start = std::chrono::steady_clock::now();
+  TraceReader reader(trace_path);
+  Results R;
+  R.trace_path = trace_path;
+  R.header = reader.header();
+  const ClassScheme& classes = R.header.classes;
+
+  // Allocators: the baseline, then one LLAMA per predictor.
+  std::vector<std::unique_ptr<HeapAllocator>> allocs;
+  std::vector<std::unique_ptr<Predictor>> preds;
+  std::set<std::string> names;
+  if (opts_.baseline) {
+    allocs.push_back(std::make_unique<TcmallocBaseline>("baseline"));
+    preds.push_back(nullptr);
+    R.allocators.push_back({});
+    R.allocators.back().name = "baseline";
+    R.allocators.back().kind = "tcmalloc-hugepage";
+    names.insert("baseline");
+  }
+  for (const std::string& spec : opts_.predictors) {
+    auto p = make_predictor(spec, classes, opts_.predictor_options);
+    std::string name = "llama:" + p->label;
+    if (!names.insert(name).second) throw SimError("--predictor " + spec + ": the name " + name + " is used twice (give it a LABEL=)");
+    allocs.push_back(std::make_unique<Llama>(name, classes, opts_.deadline_k));
+    R.allocators.push_back({});
+    R.allocators.back().name = name;
+    R.allocators.back().kind = "llama";
+    R.allocators.back().predictor = p.get();
+    R.allocators.back().predicted_objects.assign(classes.num_classes(), 0);
+    preds.push_back(std::move(p));
+  }
+  if (allocs.empty()) throw SimError("nothing to simulate: no baseline and no --predictor");
+  const size_t A = allocs.size();
+
+  // Time frame.
+  const ObjectRecord* rec = reader.next();
+  const uint64_t end = R.header.end_ns;
+  const uint64_t t0 = rec ? rec->alloc_ns : end;
+  R.start_ns = t0;
+  R.steady_from_ns = t0 + (end - t0) / 2;
+  uint64_t interval = opts_.series_interval_ns;
+  if (interval == 0) interval = std::max<uint64_t>(1, (end - t0 + 999) / 1000);
+  if ((end - t0) / interval + 1 > kMaxSamples)
+    throw SimError("--series-interval: " + std::to_string((end - t0) / interval + 1) +
+                   " samples (at most " + std::to_string(kMaxSamples) + "); give a longer interval");
+  R.interval_ns = interval;
+  const uint64_t nsamples = (end - t0) / interval + 1;
+  std::vector<uint64_t> snaps = opts_.snapshot_at_ns;
+  std::sort(snaps.begin(), snaps.end());
+  size_t next_snap = 0;
+  uint64_t next_sample = 0;
+
+  // State.
+  std::vector<uint64_t> slot_size;
+  std::vector<uint32_t> free_slots;
+  std::vector<FreeEvent> heap;
+  std::vector<unsigned __int128> integral(A, 0);
+  unsigned __int128 live_integral = 0;
+  uint64_t live = 0, last_t = t0, events = 0;
+  std::vector<ShadowHeap> shadows(opts_.check_invariants ? A : 0);
+  std::vector<uint64_t> cur_hp(A, 0);
+
+  auto integrate = [&](uint64_t a, uint64_t b) {  // [a, b) with the current values
+    uint64_t lo = std::max(a, R.steady_from_ns), hi = std::min(b, end);
+    if (hi <= lo) return;
+    for (size_t i = 0; i < A; ++i) integral[i] += (unsigned __int128)cur_hp[i] * (hi - lo);
+    live_integral += (unsigned __int128)live * (hi - lo);
+  };
+  auto emit_until = [&](uint64_t t, bool inclusive) {  // samples and snapshots before t
+    while (next_sample < nsamples && (t0 + next_sample * interval < t || (inclusive && t0 + next_sample * interval == t))) {
+      R.series_t.push_back(t0 + next_sample * interval);
+      R.series_live.push_back(live);
+      for (size_t i = 0; i < A; ++i) R.allocators[i].series_hp.push_back(cur_hp[i]);
+      ++next_sample;
+    }
+    while (next_snap < snaps.size() && (snaps[next_snap] < t || (inclusive && snaps[next_snap] == t))) {
+      Snapshot s{snaps[next_snap], {}};
+      for (auto& a : allocs) {
+        a->advance(snaps[next_snap]);
+        JsonWriter j;
+        a->snapshot(j);
+        s.pages_json.push_back(j.str());
+      }
+      R.snapshots.push_back(std::move(s));
+      ++next_snap;
+    }
+  };
+  auto at_time = [&](uint64_t t) {
+    emit_until(t, false);
+    integrate(last_t, t);
+    last_t = t;
+    for (auto& a : allocs) a->advance(t);
+  };
+  auto after_event = [&](uint64_t t, uint32_t slot, uint64_t size) {
+    ++events;
+    if (live > R.peak_live) { R.peak_live = live; R.peak_live_t = t; }
+    for (size_t i = 0; i < A; ++i) {
+      cur_hp[i] = allocs[i]->live_huge_pages();
+      if (cur_hp[i] > R.allocators[i].peak_hp) { R.allocators[i].peak_hp = cur_hp[i]; R.allocators[i].peak_hp_t = t; }
+    }
+    if (!opts_.check_invariants) return;
+    for (size_t i = 0; i < A; ++i) {
+      SIM_CHECK(shadows[i].bytes() == live, R.allocators[i].name + ": live bytes disagree with the trace");
+      (void)slot;
+      (void)size;
+    }
+    if (events % opts_.full_check_every == 0)
+      for (size_t i = 0; i < A; ++i) allocs[i]->check_all(shadows[i]);
+  };
+  auto check_pages = [&](size_t i, uint64_t addr, uint64_t size) {
+    for (uint64_t hp = addr / kHugePageBytes; hp <= (addr + size - 1) / kHugePageBytes; ++hp)
+      allocs[i]->check_page(hp, shadows[i]);
+  };
+  auto do_free = [&](const FreeEvent& f) {
+    at_time(f.t);
+    uint64_t size = slot_size[f.slot];
+    for (size_t i = 0; i < A; ++i) {
+      if (opts_.check_invariants) {
+        auto [addr, sz] = allocs[i]->where(f.slot);
+        (void)sz;
+        shadows[i].on_free(R.allocators[i].name, addr, f.slot);
+        allocs[i]->free(f.slot, f.t);
+        check_pages(i, addr, size);
+      } else {
+        allocs[i]->free(f.slot, f.t);
+      }
+    }
+    live -= size;
+    free_slots.push_back(f.slot);
+    ++R.frees;
+    after_event(f.t, f.slot, size);
+  };
+
+  for (; rec; rec = reader.next()) {
+    while (!heap.empty() && heap.front().t <= rec->alloc_ns) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<FreeEvent>());
+      FreeEvent f = heap.back();
+      heap.pop_back();
+      do_free(f);
+    }
+    at_time(rec->alloc_ns);
+    uint32_t slot;
+    if (!free_slots.empty()) {
+      slot = free_slots.back();
+      free_slots.pop_back();
+    } else {
+      slot = uint32_t(slot_size.size());
+      slot_size.push_back(0);
+    }
+    slot_size[slot] = rec->size;
+    live += rec->size;
+    int true_cls = -1;
+    for (size_t i = 0; i < A; ++i) {
+      AllocRequest q{slot, rec->size, rec->align, rec->thread_id, 0, rec->alloc_ns};
+      if (preds[i]) {
+        q.cls = preds[i]->predict(*rec);
+        if (q.cls < 0 || q.cls >= classes.num_classes())
+          throw SimError(R.allocators[i].name + ": predicted class " + std::to_string(q.cls) + " out of range");
+        if (true_cls < 0) true_cls = classes.classify(rec->alloc_ns, rec->free_ns);
+        AllocatorResult& ar = R.allocators[i];
+        ++ar.predicted_objects[q.cls];
+        ar.total_bytes += rec->size;
+        if (q.cls == true_cls) { ++ar.correct; ar.correct_bytes += rec->size; }
+        else if (q.cls < true_cls) ++ar.under;
+        else ++ar.over;
+      }
+      uint64_t addr = allocs[i]->alloc(q);
+      if (opts_.check_invariants) {
+        shadows[i].on_alloc(R.allocators[i].name, addr, rec->size, slot);
+        check_pages(i, addr, rec->size);
+      }
+    }
+    ++R.allocs;
+    if (rec->free_ns == kNever) {
+      ++R.never_freed;
+    } else {
+      heap.push_back({rec->free_ns, reader.index() - 1, slot});
+      std::push_heap(heap.begin(), heap.end(), std::greater<FreeEvent>());
+    }
+    after_event(rec->alloc_ns, slot, rec->size);
+  }
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<FreeEvent>());
+    FreeEvent f = heap.back();
+    heap.pop_back();
+    do_free(f);
+  }
+  at_time(end);
+  emit_until(end, true);
+  if (opts_.check_invariants)
+    for (size_t i = 0; i < A; ++i) allocs[i]->check_all(shadows[i]);
+
+  // Results.
+  R.final_live = live;
+  uint64_t span = end - R.steady_from_ns;
+  R.steady_live = span ? double(live_integral) / double(span) : double(live);
+  for (size_t i = 0; i < A; ++i) {
+    AllocatorResult& ar = R.allocators[i];
+    ar.final_hp = cur_hp[i];
+    ar.steady_hp = span ? double(integral[i]) / double(span) : double(cur_hp[i]);
+    ar.counters = allocs[i]->counters();
+  }
+  for (auto& p : preds) if (p) R.predictors.push_back(std::move(p));
+  R.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return R;
+}
+
+}  // namespace sim

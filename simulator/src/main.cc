@@ -1,0 +1,105 @@
+// lifetime_simulate: the command line of the trace-driven heap simulator.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "engine.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: lifetime_simulate TRACE [options]\n"
+    "Replays an object trace (.lttrace) through a TCMalloc-like baseline and one LLAMA\n"
+    "instance per predictor, side by side, and writes a JSON report.\n"
+    "  --predictor SPEC        [LABEL=]oracle | table:FILE | constant:CLASS (repeatable)\n"
+    "  --table-default CLASS   class of stacks missing from a table (default: inf)\n"
+    "  --no-baseline           do not run the baseline allocator\n"
+    "  --deadline-k K          LLAMA deadline = now + K x class bound (default 2)\n"
+    "  --series-interval-ms N  time series sampling interval (default: ~1000 samples)\n"
+    "  --series-interval-ns N  the same in ns\n"
+    "  --snapshot-at-ns T      dump every live huge page after all events <= T (repeatable)\n"
+    "  --check-invariants      check heap invariants after every event (slow)\n"
+    "  --check-every N         events between whole-heap checks (default 1024)\n"
+    "  --json OUT              write the report to OUT (default: stdout)\n"
+    "  --timing                print events/s to stderr\n"
+    "exit status: 0 ok, 2 bad input or usage, 3 invariant violated\n";
+
+uint64_t parse_u64(const std::string& opt, const char* s) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (!*s || *end || errno || s[0] == '-') throw sim::SimError(opt + ": expected a non-negative integer, got '" + s + "'");
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sim::EngineOptions opts;
+  std::string trace, json_out;
+  bool timing = false;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      auto arg = [&]() -> const char* {
+        if (i + 1 >= argc) throw sim::SimError(a + ": missing value");
+        return argv[++i];
+      };
+      if (a == "--help" || a == "-h") { std::fputs(kUsage, stdout); return 0; }
+      else if (a == "--predictor") opts.predictors.push_back(arg());
+      else if (a == "--table-default") opts.predictor_options.table_default = int(parse_u64(a, arg()));
+      else if (a == "--no-baseline") opts.baseline = false;
+      else if (a == "--deadline-k") {
+        opts.deadline_k = unsigned(parse_u64(a, arg()));
+        if (opts.deadline_k == 0) throw sim::SimError("--deadline-k must be >= 1");
+      } else if (a == "--series-interval-ms") {
+        uint64_t v = parse_u64(a, arg());
+        if (v == 0 || v > UINT64_MAX / 1000000) throw sim::SimError(a + ": out of range");
+        opts.series_interval_ns = v * 1000000;
+      } else if (a == "--series-interval-ns") {
+        opts.series_interval_ns = parse_u64(a, arg());
+        if (opts.series_interval_ns == 0) throw sim::SimError(a + ": must be positive");
+      } else if (a == "--snapshot-at-ns") opts.snapshot_at_ns.push_back(parse_u64(a, arg()));
+      else if (a == "--check-invariants") opts.check_invariants = true;
+      else if (a == "--check-every") {
+        opts.full_check_every = parse_u64(a, arg());
+        if (opts.full_check_every == 0) throw sim::SimError("--check-every must be >= 1");
+      } else if (a == "--json") json_out = arg();
+      else if (a == "--timing") timing = true;
+      else if (!a.empty() && a[0] == '-') throw sim::SimError("unknown option " + a + " (see --help)");
+      else if (trace.empty()) trace = a;
+      else throw sim::SimError("more than one trace given: " + trace + ", " + a);
+    }
+    if (trace.empty()) throw sim::SimError("no trace given (see --help)");
+
+    sim::Engine engine(opts);
+    sim::Results r = engine.run(trace);
+    std::string out = sim::report_json(r, opts);
+    if (json_out.empty()) {
+      std::fwrite(out.data(), 1, out.size(), stdout);
+    } else {
+      FILE* f = std::fopen(json_out.c_str(), "wb");
+      if (!f) throw sim::SimError(json_out + ": cannot write: " + std::strerror(errno));
+      bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+      ok = (std::fclose(f) == 0) && ok;
+      if (!ok) throw sim::SimError(json_out + ": write failed");
+    }
+    if (timing) {
+      uint64_t events = r.allocs + r.frees;
+      std::fprintf(stderr, "lifetime_simulate: %llu events, %zu allocators, %.3f s, %.0f events/s\n",
+                   (unsigned long long)events, r.allocators.size(), r.wall_s, r.wall_s > 0 ? events / r.wall_s : 0.0);
+    }
+    return 0;
+  } catch (const sim::SimError& e) {
+    std::fprintf(stderr, "lifetime_simulate: error: %s\n", e.what());
+    return 2;
+  } catch (const sim::InvariantError& e) {
+    std::fprintf(stderr, "lifetime_simulate: invariant violated: %s\n", e.what());
+    return 3;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lifetime_simulate: out of memory\n");
+    return 1;
+  }
+}

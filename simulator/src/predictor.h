@@ -1,0 +1,48 @@
+// Predictors: where each LLAMA instance gets an object's lifetime class.
+//
+//   oracle            the object's true class from its recorded lifetime (never freed = inf)
+//   table:FILE        a stack id -> class table (exact-stack or allocation-site table: which
+//                     stacks map to which class is the caller's business); stacks missing
+//                     from it get the default class (--table-default, default: inf)
+//   constant:C        every object in class C
+//   model:DIR         [later] the exported model through its C API, behind the paper's
+//                     prediction cache (§2.3).  The seam is the Predictor interface: a
+//                     ModelPredictor implements predict() from the record's stack id (the
+//                     trace will then carry the stack's model input, or a side file maps
+//                     stack ids to it) and caches per stack id.
+//
+// A spec may carry a label for the report: LABEL=KIND[:ARG], e.g. exact=table:stacks.tbl.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "trace.h"
+
+namespace sim {
+
+class JsonWriter;
+
+class Predictor {
+ public:
+  virtual ~Predictor() = default;
+  virtual int predict(const ObjectRecord& r) = 0;
+  virtual void describe(JsonWriter& j) const = 0;  // key/value pairs inside an object
+  std::string label;
+};
+
+struct PredictorOptions {
+  int table_default = -1;  // -1: the inf class
+};
+
+// Parses a --predictor spec; SimError on a bad one.
+std::unique_ptr<Predictor> make_predictor(const std::string& spec, const ClassScheme& classes,
+                                          const PredictorOptions& opts);
+
+// Class-table file (text, written by simulator/trace.py): optional comment lines starting
+// with '#'; then one "STACK_ID CLASS" pair per line (decimal or 0x-hex stack id).
+std::unordered_map<uint64_t, int> read_class_table(const std::string& path, int num_classes);
+
+}  // namespace sim

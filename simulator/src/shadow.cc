@@ -1,0 +1,32 @@
+#include "allocator.h"
+
+namespace sim {
+
+void ShadowHeap::on_alloc(const std::string& who, uint64_t addr, uint64_t size, uint32_t slot) {
+  uint64_t end = addr + size;
+  auto it = objs_.lower_bound(addr);
+  if (it != objs_.end() && it->first < end)
+    throw InvariantError(who + ": object of slot " + std::to_string(slot) + " at " + std::to_string(addr) +
+                         "+" + std::to_string(size) + " overlaps live slot " + std::to_string(it->second.slot) +
+                         " at " + std::to_string(it->first));
+  if (it != objs_.begin()) {
+    auto p = std::prev(it);
+    if (p->second.end > addr)
+      throw InvariantError(who + ": object of slot " + std::to_string(slot) + " at " + std::to_string(addr) +
+                           " overlaps live slot " + std::to_string(p->second.slot) + " at " +
+                           std::to_string(p->first));
+  }
+  objs_.emplace_hint(it, addr, Obj{end, slot});
+  bytes_ += size;
+}
+
+void ShadowHeap::on_free(const std::string& who, uint64_t addr, uint32_t slot) {
+  auto it = objs_.find(addr);
+  if (it == objs_.end() || it->second.slot != slot)
+    throw InvariantError(who + ": free of slot " + std::to_string(slot) + " at " + std::to_string(addr) +
+                         " matches no live object");
+  bytes_ -= it->second.end - it->first;
+  objs_.erase(it);
+}
+
+}  // namespace sim
