@@ -47,6 +47,12 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print(f"{result['profiles']} profiles, {result['contexts']} contexts, "
           f"{result['predicted_samples']} predicted samples")
+    skipped, problems = result["skipped_files"], result["problems"]
+    if skipped or problems:
+        print(f"skipped      {len(skipped)} unusable files; {len(problems)} problems in the "
+              "files used (--json lists them all)")
+        for d in (skipped + problems)[:5]:
+            print(f"  {printable(d['file'])}: {printable(d['reason'])}")
     print(f"per context  weighted exact {pct(h['weighted_exact'])}, off-by-one "
           f"{pct(h['weighted_off_by_one'])}, under-prediction {pct(h['weighted_under_prediction'])}"
           f"; unweighted exact {pct(h['unweighted_exact'])}, off-by-one "
@@ -69,16 +75,16 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from profiler_proto import ProfileFormatError, read_profile
-    from profiler_proto.summary import summarize
+    from profiler_proto.summary import summarize_file
 
     status = 0
     for path in args.files:
-        try:
-            print(summarize(read_profile(path), max_samples=args.samples))
-        except ProfileFormatError as e:
-            print(f"lifetime inspect: error: {e}", file=sys.stderr)
-            status = 1
+        text, problems = summarize_file(path, max_samples=args.samples)
+        if text is not None:
+            print(text)
+        for problem in problems:
+            print(f"lifetime inspect: error: {printable(str(problem))}", file=sys.stderr)
+        status = status or int(bool(problems))
         print()
     return status
 

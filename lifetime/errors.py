@@ -21,8 +21,22 @@ class InputError(LifetimeError):
     data).  One bad file among good ones is counted and skipped, not raised."""
 
 
-def printable(text: str) -> str:
-    """Text for a terminal: control characters (and lone surrogates from undecodable
-    file names) escaped, so a program name or path from a profile cannot drive it."""
-    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape",
-                   "backslashreplace").decode("ascii") for c in text)
+def printable(s) -> str:
+    """s with every non-printable character (C0/C1 controls, DEL, line and paragraph
+    separators, format characters such as bidi overrides, unassigned code points)
+    escaped as \\xNN, \\uNNNN or \\UNNNNNNNN; bytes are decoded as UTF-8 first.  For
+    anything a profile or a file name puts on a terminal."""
+    if isinstance(s, bytes):
+        s = s.decode("utf-8", "backslashreplace")
+    s = str(s)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch.isprintable():
+            out.append(ch)
+        else:
+            n = ord(ch)
+            out.append(f"\\x{n:02x}" if n < 0x100 else
+                       f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "".join(out)

@@ -13,31 +13,12 @@ import collections
 import datetime
 import os
 
+from lifetime.errors import printable
 from profiler_proto import profile_pb2
 from profiler_proto.container import (
     Profile, ProfileFormatError, ProfileReader, enum_name)
 
 _NS_PER_MS = 1e6
-
-
-def printable(s) -> str:
-    """s with every non-printable character (C0/C1 controls, DEL, line and paragraph
-    separators, format characters such as bidi overrides, unassigned code points)
-    escaped as \\xNN, \\uNNNN or \\UNNNNNNNN; bytes are decoded as UTF-8 first."""
-    if isinstance(s, bytes):
-        s = s.decode("utf-8", "backslashreplace")
-    s = str(s)
-    if s.isprintable():
-        return s
-    out = []
-    for ch in s:
-        if ch.isprintable():
-            out.append(ch)
-        else:
-            n = ord(ch)
-            out.append(f"\\x{n:02x}" if n < 0x100 else
-                       f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
-    return "".join(out)
 
 
 def lifetime_ms(sample: profile_pb2.Sample) -> float:

@@ -138,7 +138,7 @@ def test_bad_option_values_are_usage_errors(tmp_path, capsys):
 
 
 def test_printable_escapes_control_characters():
-    assert printable("ok é\t\n\x7f\x1b") == "ok é\\t\\n\\x7f\\x1b"
+    assert printable("ok é\t\n\x7f\x1b\u202e") == "ok é\\x09\\x0a\\x7f\\x1b\\u202e"
 
 
 def test_characterize_counts_and_names_bad_files(profiles, tmp_path, capsys):

@@ -69,12 +69,16 @@ def test_every_sample_carries_a_prediction(exported, tmp_path):
     assert misses[len(misses) // 2] > hits[len(hits) // 2]
 
     report = tmp_path / "online.json"
+    broken = tmp_path / "broken.ltprof"  # one bad file is counted, named and skipped
+    broken.write_bytes(b"\x00" * 30)
     proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
-                           *map(str, out.glob("*.ltprof")), "--model", export_dir,
+                           *map(str, out.glob("*.ltprof")), str(broken), "--model", export_dir,
                            "--json", str(report)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "cache        hit rate" in proc.stdout and "per sample" in proc.stdout
+    assert "skipped      1 unusable files" in proc.stdout
+    assert f"{broken}: corrupt" in proc.stdout, proc.stdout
     result = json.loads(report.read_text())
     assert result["predicted_samples"] == len(predicted)
     assert result["cache"]["hit_rate"] > 0.9  # size classes keep the keys few

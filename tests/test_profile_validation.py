@@ -244,7 +244,7 @@ def test_control_characters_never_reach_the_terminal(tmp_path, capsys):
 
 
 def test_printable():
-    from profiler_proto.summary import printable
+    from lifetime.errors import printable
 
     assert printable("plain text/ü") == "plain text/ü"
     assert printable("a\tb\x00\x7f") == "a\\x09b\\x00\\x7f"
