@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from export.exporter import export_model
-    from lifetime.outdir import writable_dir
+    from lifetime.files import writable_dir
 
     flags = {} if args.xla_flags is None else {"xla_flags": args.xla_flags}
     writable_dir(args.out)

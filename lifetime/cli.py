@@ -8,7 +8,7 @@ import os
 import sys
 
 from lifetime.errors import LifetimeError, UsageError, printable
-from lifetime.outdir import writable_dir
+from lifetime.files import writable_dir
 
 
 def _positive_int(text: str) -> int:

@@ -40,7 +40,7 @@ def parse_hparams(values: dict, **overrides) -> HParams:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from lifetime.outdir import writable_dir
+    from lifetime.files import writable_dir
     from model.train import train
 
     values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
@@ -67,7 +67,7 @@ def _print_table(result: dict) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from lifetime.outdir import writable_dir
+    from lifetime.files import writable_dir
     from model import io
     from model.evaluate import evaluate
 
@@ -82,7 +82,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from lifetime.outdir import writable_dir
+    from lifetime.files import writable_dir
     from model.report import write_report
 
     try:

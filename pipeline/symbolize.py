@@ -125,6 +125,7 @@ from elftools.dwarf.ranges import BaseAddressEntry
 from elftools.elf.elffile import ELFFile
 
 from lifetime.errors import UsageError
+from lifetime.files import open_regular
 
 # ---------------------------------------------------------------- module status
 
@@ -341,7 +342,7 @@ class ElfModule:
     def __init__(self, path: str, debug_dirs: Sequence[str] = DEFAULT_DEBUG_DIRS,
                  max_dwarf_bytes: int | None = None, sysroot: str | None = None):
         self.path = path
-        with open(path, "rb") as f:
+        with open_regular(path)[0] as f:  # a mapping may name a fifo: never block on it
             identity = _file_identity(os.fstat(f.fileno()))
             elf = ELFFile(f)
             self.build_id = read_build_id(elf)
@@ -715,7 +716,7 @@ class _DwarfInlines:
         if self._dwarf is not None:
             return self._dwarf
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path)[0] as f:
                 if _file_identity(os.fstat(f.fileno())) != self._identity:
                     raise _DwarfUnusable("the file changed since its symbols were read")
                 elf = ELFFile(f)
@@ -981,7 +982,7 @@ def read_debuglink(elf: ELFFile) -> tuple[str, int] | None:
 def file_crc32(path: str) -> int:
     """The CRC32 that ``.gnu_debuglink`` records (zlib's CRC-32, as GDB computes it)."""
     crc = 0
-    with open(path, "rb") as f:
+    with open_regular(path)[0] as f:
         while chunk := f.read(1 << 20):
             crc = zlib.crc32(chunk, crc)
     return crc
@@ -1066,7 +1067,7 @@ def _debug_candidate(path: str, build_id: bytes, crc: int | None,
                 problems.append(f"{path}: CRC32 {actual:08x}, but .gnu_debuglink records "
                                 f"{crc:08x} (not used)")
                 return None
-        with open(path, "rb") as f:
+        with open_regular(path)[0] as f:
             elf = ELFFile(f)
             theirs = read_build_id(elf)
             if (crc is None or theirs) and build_id and theirs != build_id:

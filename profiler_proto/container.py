@@ -26,15 +26,16 @@ import collections
 import dataclasses
 import hashlib
 import math
+import errno
 import os
-import stat
 import struct
 from typing import BinaryIO, Iterator
 
 import google_crc32c
 
-from profiler_proto import profile_pb2
+from lifetime import files
 from lifetime.errors import LifetimeError
+from profiler_proto import profile_pb2
 
 SUFFIX = ".ltprof"
 _MASK_DELTA = 0xA282EAD8
@@ -95,29 +96,20 @@ def masked_crc32c(data: bytes) -> int:
 
 def open_regular(path: str) -> tuple[BinaryIO, int]:
     """Opens a regular file for reading: (file, size).  A fifo, device or directory is
-    refused without ever blocking on it (opened O_NONBLOCK, checked with fstat)."""
+    refused without ever blocking on it (lifetime.files.open_regular)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return files.open_regular(path)
     except FileNotFoundError:
         raise ProfileFormatError(path, "missing: no such file") from None
     except IsADirectoryError:
         raise ProfileFormatError(path, "not_regular: is a directory, not a profile file") \
             from None
-    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+    except OSError as e:
+        if e.errno == errno.ENODEV:
+            raise ProfileFormatError(path, f"not_regular: {e.strerror}") from None
         raise ProfileFormatError(path, f"unreadable: cannot open ({_oserror(e)})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else
-                    "a fifo" if stat.S_ISFIFO(st.st_mode) else
-                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
-                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise ProfileFormatError(path, f"not_regular: is {kind}, not a profile file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb"), st.st_size
-    except BaseException:
-        os.close(fd)
-        raise
+    except ValueError as e:  # a NUL in the path
+        raise ProfileFormatError(path, f"unreadable: cannot open ({_oserror(e)})") from None
 
 
 def _oserror(e: Exception) -> str:

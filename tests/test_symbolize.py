@@ -1055,3 +1055,18 @@ def test_in_process_symbolizer_uses_separate_debug_files(tmp_path, layout):
     assert {"static_make", "static_loop"} <= named, named
     unnamed = frames("")
     assert not {"static_make", "static_loop"} & unnamed and "<app+?>" in unnamed, unnamed
+
+
+def test_a_mapping_that_names_a_fifo_is_refused_without_blocking(tmp_path):
+    import threading
+
+    fifo = tmp_path / "libfifo.so"
+    os.mkfifo(fifo)
+    result = []
+    reader = threading.Thread(target=lambda: result.append(sym.ModuleCache().get(str(fifo))),
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=30)  # before: open() blocked until a writer came
+    assert result, "the symbolizer blocked on a fifo"
+    status, detail = result[0]
+    assert status == sym.MISSING and "is a fifo, not a regular file" in detail
