@@ -40,7 +40,8 @@
  * flush_lock with lt_lock_try -- never waiting: if another thread is flushing it
  * goes on -- sets in_sampler, writes the encoded chunks with write(2) and restores
  * errno (host_flush).  What a SIGKILL loses: the samples completed since the last
- * flush, i.e. at most those of the last LIFETIME_FLUSH_MS plus the time to the next
+ * flush, i.e. at most those of the last LIFETIME_FLUSH_MS (and, with a sampled free
+ * checking the count, about LT_FLUSH_PENDING of them) plus the time to the next
  * slow path after the deadline (a thread that allocates 64 KiB gets there; a
  * process that stops allocating keeps its completed samples in memory until it
  * allocates again or ends), and the still-live objects (written as censored only at
