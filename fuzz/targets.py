@@ -40,13 +40,18 @@ def profile(data: bytes) -> None:
     container.read_profile(_as_file(data), errors)
 
 
-def inspect(data: bytes) -> None:
-    """`lifetime inspect`'s summary."""
-    from profiler_proto.summary import summarize
+def stream(data: bytes) -> None:
+    """The streaming reader the dataset job and evaluate-online use, lenient."""
+    reader = container.ProfileReader(_as_file(data))
+    for _ in reader.samples():
+        pass
 
-    p = container.read_profile(_as_file(data))
-    if p is not None:
-        summarize(p, max_samples=5)
+
+def inspect(data: bytes) -> None:
+    """`lifetime inspect`'s summary (streamed)."""
+    from profiler_proto.summary import summarize_file
+
+    summarize_file(_as_file(data), max_samples=5)
 
 
 _READ_FN = None
@@ -64,5 +69,5 @@ def read_step(data: bytes) -> None:
         pass
 
 
-TARGETS = {"records": records, "chunk": chunk, "profile": profile, "inspect": inspect,
-           "read_step": read_step}
+TARGETS = {"records": records, "chunk": chunk, "profile": profile, "stream": stream,
+           "inspect": inspect, "read_step": read_step}

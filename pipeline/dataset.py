@@ -479,6 +479,8 @@ def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lin
         "splits": context_summary,
         "files": file_summary,
         "dropped": {"bad_records_or_files": len(dead),
+                    "by_category": dict(sorted(collections.Counter(
+                        d.get("category", "other") for d in dead).items())),
                     "files_with_problems": sorted({d["file"] for d in dead}),
                     "details": "dead_letters.jsonl"},
     }

@@ -65,6 +65,8 @@ def test_empty_directory_and_no_usable_sample_are_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "lifetime build-dataset: error: no usable samples in 1 profile file(s)" in err
     assert "dead_letters.jsonl" in err
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert manifest["dropped"]["by_category"] == {"corrupt": 1}
 
 
 def test_one_file_with_two_labels_is_an_error(profiles, tmp_path, capsys):
