@@ -384,3 +384,10 @@ def test_python_reader_round_trip(tmp_path):
     assert list(it) == recs
     assert tr.true_class(header.boundaries_ns, 0, None) == 7
     assert tr.true_class(header.boundaries_ns, 0, 10 * MS) == 1
+
+
+def test_native_unit_driver():
+    """simulator/tests/unit.cc: the bit-map helpers and the free queue against references."""
+    unit = simulator.engine_path().parent / "lifetime_sim_unit"
+    p = subprocess.run([str(unit)], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

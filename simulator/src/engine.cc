@@ -5,18 +5,13 @@
 #include <set>
 
 #include "baseline.h"
+#include "free_queue.h"
 #include "json.h"
 #include "llama.h"
 
 namespace sim {
 
 namespace {
-
-struct FreeEvent {
-  uint64_t t, seq;
-  uint32_t slot;
-  bool operator>(const FreeEvent& o) const { return t != o.t ? t > o.t : seq > o.seq; }
-};
 
 constexpr uint64_t kMaxSamples = 1000000;
 
@@ -78,7 +73,7 @@ Results Engine::run(const std::string& trace_path) {
   // State.
   std::vector<uint64_t> slot_size;
   std::vector<uint32_t> free_slots;
-  std::vector<FreeEvent> heap;
+  FreeQueue heap;
   std::vector<unsigned __int128> integral(A, 0);
   unsigned __int128 live_integral = 0;
   uint64_t live = 0, last_t = t0, events = 0;
@@ -136,7 +131,7 @@ Results Engine::run(const std::string& trace_path) {
     for (uint64_t hp = addr / kHugePageBytes; hp <= (addr + size - 1) / kHugePageBytes; ++hp)
       allocs[i]->check_page(hp, shadows[i]);
   };
-  auto do_free = [&](const FreeEvent& f) {
+  auto do_free = [&](const FreeQueue::Item& f) {
     at_time(f.t);
     uint64_t size = slot_size[f.slot];
     for (size_t i = 0; i < A; ++i) {
@@ -157,12 +152,8 @@ Results Engine::run(const std::string& trace_path) {
   };
 
   for (; rec; rec = reader.next()) {
-    while (!heap.empty() && heap.front().t <= rec->alloc_ns) {
-      std::pop_heap(heap.begin(), heap.end(), std::greater<FreeEvent>());
-      FreeEvent f = heap.back();
-      heap.pop_back();
-      do_free(f);
-    }
+    FreeQueue::Item f;
+    while (heap.pop_le(rec->alloc_ns, f)) do_free(f);
     at_time(rec->alloc_ns);
     uint32_t slot;
     if (!free_slots.empty()) {
@@ -199,16 +190,14 @@ Results Engine::run(const std::string& trace_path) {
     if (rec->free_ns == kNever) {
       ++R.never_freed;
     } else {
-      heap.push_back({rec->free_ns, reader.index() - 1, slot});
-      std::push_heap(heap.begin(), heap.end(), std::greater<FreeEvent>());
+      heap.push(rec->free_ns, slot);
     }
     after_event(rec->alloc_ns, slot, rec->size);
   }
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<FreeEvent>());
-    FreeEvent f = heap.back();
-    heap.pop_back();
-    do_free(f);
+  {
+    FreeQueue::Item f;
+    while (heap.pop_le(end, f)) do_free(f);
+    if (!heap.empty()) throw InvariantError("free queue: frees left after the trace end");
   }
   at_time(end);
   emit_until(end, true);

@@ -3,6 +3,10 @@
 #include <random>
 
 #include "common.h"
+#include "free_queue.h"
+
+#include <algorithm>
+#include <queue>
 
 using sim::Bits256;
 
@@ -43,6 +47,27 @@ int main() {
     int fs = b.first_set_from(from), ref = -1;
     for (unsigned i = from; i < 256; ++i) if (b.test(i)) { ref = int(i); break; }
     EXPECT(fs == ref);
+  }
+  // FreeQueue pops exactly the times a priority queue would, under monotone limits.
+  for (int round = 0; round < 50; ++round) {
+    sim::FreeQueue q;
+    std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> ref;
+    uint64_t now = rng() % 1000;
+    for (int step = 0; step < 5000; ++step) {
+      now += rng() % (round % 2 ? 1000 : 3);
+      for (int k = int(rng() % 4); k > 0; --k) {
+        uint64_t life = (rng() % 3 == 0) ? rng() % (uint64_t(1) << (rng() % 62)) : rng() % 5;
+        q.push(now + life, uint32_t(step));
+        ref.push(now + life);
+      }
+      sim::FreeQueue::Item it;
+      while (q.pop_le(now, it)) {
+        EXPECT(!ref.empty() && ref.top() == it.t && it.t <= now);
+        if (!ref.empty()) ref.pop();
+      }
+      EXPECT(ref.empty() || ref.top() > now);
+      EXPECT(q.size() == ref.size());
+    }
   }
   std::printf("%s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
