@@ -175,7 +175,7 @@ def test_table_default_class_for_missing_stacks(tmp_path):
 def test_small_objects_share_lines_and_spans(tmp_path):
     """Small objects of one thread and class are bump-allocated into one 16 KiB span
     (128 B lines); the span is returned when it is closed and empty."""
-    # 200 objects of 100 B: 20000 B > one 16 KiB span, so two spans; all die at 5 ms.
+    # 200 objects of 100 B at a 112 B stride: 146 fit one 16 KiB span, so two spans; all die at 5 ms.
     recs = [(i, 5 * MS, 100, 1, 7, 16) for i in range(200)]
     recs.append((6 * MS, None, 100, 1, 7, 16))  # a later object, never freed
     path = simulator.write_trace(tmp_path / "small.lttrace", recs, end_ns=10 * MS)
@@ -186,11 +186,7 @@ def test_small_objects_share_lines_and_spans(tmp_path):
     # The first span was closed when full and released when empty; the second stays open.
     assert c["spans_released"] == 1
     (pg,) = r["snapshots"][0]["huge_pages"]["llama:oracle"]
-    assert pg["blocks"] == R4(4) + "." * 252
-
-
-def R4(k):
-    return "R" * k
+    assert pg["blocks"] == "R" * 4 + "." * 252
 
 
 # ---------------------------------------------------------------- invariants
@@ -391,3 +387,25 @@ def test_native_unit_driver():
     unit = simulator.engine_path().parent / "lifetime_sim_unit"
     p = subprocess.run([str(unit)], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_partially_free_spans_recycled_only_after_deadline(tmp_path):
+    """§3.5: a closed, partially free span is reused only after its huge page's deadline
+    expired.  Everything is predicted class 0 (< 10 ms)."""
+    # 250 objects of 100 B at a 112 B stride (16 B alignment): 146 in span 1, 104 in span 2
+    recs = [(i, 50 * MS if i == 0 else 1 * MS, 100, 1, 1, 16) for i in range(250)]
+    recs.append((300, 2 * MS, 252 * BLOCK, 2, 1, 16))  # fills page 0: active, deadline 300 ns + 20 ms
+    recs.append((10 * MS, 60 * MS, 100, 3, 3, 16))     # before expiry: a fresh span on a new page
+    recs.append((25 * MS, 60 * MS, 100, 3, 2, 16))     # after expiry: span 1 is recycled
+    path = simulator.write_trace(tmp_path / "spans.lttrace", recs, end_ns=60 * MS)
+    r = simulator.simulate(path, ["constant:0"], baseline=False, check_invariants=True, check_every=1,
+                           snapshots_ns=[15 * MS, 30 * MS])
+    a = alloc_by_name(r, "llama:constant:0")
+    c = a["counters"]
+    assert (c["spans_opened"], c["recycled_span_reuses"]) == (3, 1)
+    assert (c["deadline_expiries"], c["class_increases"]) == (1, 1)
+    s15, s30 = (pages(s, "llama:constant:0") for s in r["snapshots"])
+    assert s15[0]["lc"] == 0 and s15[0]["blocks"] == "R" * 4 + "." * 252
+    assert s15[1]["state"] == "open" and s15[1]["blocks"] == "RR" + "." * 254
+    assert s30[0]["lc"] == 1 and s30[0]["deadline_ns"] == 300 + 20 * MS + 200 * MS
+    assert a["final_huge_pages"] == 2  # thread-local spans stay open
