@@ -419,3 +419,16 @@ def test_launcher_errors_are_one_line_lifetime_errors(tmp_path, monkeypatch, lib
     for err in (launch.CommandError, launch.SamplerNotBuiltError):
         assert issubclass(err, LifetimeError)
     assert not profile_files(tmp_path)
+
+
+def test_the_sampler_exports_only_its_hooks():
+    """Nothing else may interpose the host's symbols (libiberty's demangler was once
+    exported, and would have replaced a host's own cplus_demangle*)."""
+    out = subprocess.run(["nm", "-D", "--defined-only", sampler_library()], capture_output=True,
+                         text=True, check=True).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    hooks = {"malloc", "calloc", "realloc", "reallocarray", "free", "posix_memalign",
+             "aligned_alloc", "memalign", "valloc", "pvalloc", "execve", "execv", "execvp",
+             "execvpe", "execl", "execle", "execlp", "fexecve", "execveat", "_exit", "_Exit",
+             "daemon", "setuid", "seteuid", "setreuid", "setresuid"}
+    assert exported == hooks
