@@ -283,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     from export.cli import add_parser as add_export_subcommand  # export
 
     add_export_subcommand(sub)
+
+    from simulator.cli import add_parser as add_simulate_subcommand  # simulate
+
+    add_simulate_subcommand(sub)
     return parser
 
 

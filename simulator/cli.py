@@ -1,0 +1,181 @@
+"""`lifetime simulate PROFILE_OR_TRACE --train DATASET --out DIR` (wired into lifetime/cli.py).
+
+1. A profile (`.ltprof`) is converted into OUT/trace.lttrace and its stack side file
+   OUT/trace.stacks.json (simulator/convert.py), on the training dataset's label scheme;
+   a trace (`.lttrace`, recognized by its magic) is used as it is, with the side file
+   next to it.
+2. The exact-context and site tables are fit on the training dataset and written as
+   the engine's class tables (OUT/tables/, simulator/tables.py).
+3. The engine runs once: the baseline and LLAMA x {oracle, exact table, site table,
+   one class}; its JSON is OUT/simulation.json.
+4. OUT/report.{md,html,json} and PNGs (simulator/report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from lifetime.errors import LifetimeError, UsageError
+
+
+class SimulateError(LifetimeError):
+    """A problem `lifetime simulate` can name: its input, the engine, the dataset."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "simulate", help="replay a profile's objects through a TCMalloc-like allocator and LLAMA",
+        description="Converts PROFILE (a .ltprof, ideally a full trace) into an object trace, "
+                    "fits the exact-context and site tables on the training dataset, runs the "
+                    "heap simulator (baseline + LLAMA with the oracle, each table and one class "
+                    "for all) and writes report.md/.html/.json with the Table-3 row and the "
+                    "Figure-8 plot into --out.  A .lttrace written by an earlier run (with its "
+                    ".stacks.json next to it) is taken as it is.")
+    p.add_argument("input", metavar="PROFILE_OR_TRACE")
+    p.add_argument("--train", required=True, metavar="DATASET",
+                   help="training dataset (`lifetime build-dataset`): context definition, label "
+                        "scheme and the contexts the tables are fit on")
+    p.add_argument("--model", metavar="EXPORT_DIR",
+                   help="a `lifetime export` directory for a model predictor (not available yet)")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--series-interval-ms", type=int, default=None, metavar="N",
+                   help="time-series interval of the memory plot (default: 1/1000 of the trace)")
+    p.add_argument("--deadline-k", type=int, default=None, metavar="K",
+                   help="LLAMA deadline = now + K x class bound (default: the engine's, 2)")
+    p.add_argument("--check-invariants", action="store_true",
+                   help="check the heap invariants after every event (slow)")
+    p.add_argument("--run-records", type=int, default=None, metavar="N",
+                   help="records per sorted run when converting (memory: 48 bytes each; "
+                        "default 1M)")
+    p.add_argument("--debug-dir", action="append", metavar="DIR",
+                   help="directory of separate debug files for symbolizing; repeatable")
+    p.add_argument("--sysroot", metavar="DIR", help="read the profiled binaries from under DIR first")
+    p.set_defaults(func=run)
+
+
+def _say(msg: str) -> None:
+    print(f"lifetime simulate: {msg}", file=sys.stderr, flush=True)
+
+
+def _is_trace(path: str) -> bool:
+    from simulator.trace import MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except FileNotFoundError:
+        raise SimulateError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SimulateError(f"{path}: is a directory, not a profile or trace file") from None
+    except OSError as e:
+        raise SimulateError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _label_scheme(dataset: str):
+    """The training dataset's label scheme, from its manifest (no TensorFlow needed)."""
+    from pipeline.dataset import dataset_context
+    from pipeline.lifetimes import LabelScheme
+
+    if not os.path.isdir(dataset):
+        raise SimulateError(f"--train {dataset}: no such dataset directory")
+    try:
+        dataset_context(dataset)  # fails early: a dataset with no context definition
+    except LifetimeError as e:
+        raise SimulateError(f"--train {dataset}: {e}") from e
+    manifest = os.path.join(dataset, "manifest.json")
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            labels = json.load(f)["config"]["labels"]
+        scheme = LabelScheme(clock=labels["clock"], boundaries=tuple(labels["boundaries"]))
+    except (OSError, ValueError, KeyError, TypeError, LifetimeError) as e:
+        raise SimulateError(f"{manifest}: no usable label scheme ({e})") from e
+    if scheme.clock != "wall":
+        raise SimulateError(f"--train {dataset}: labels on the {scheme.clock!r} clock; the "
+                            "simulator replays wall-clock time (build the dataset with --clock wall)")
+    return scheme
+
+
+def _engine() -> str:
+    import simulator
+
+    try:
+        return str(simulator.engine_path())
+    except FileNotFoundError as e:
+        raise SimulateError(f"{e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import simulator
+    from lifetime.files import writable_dir
+    from simulator import convert, report, tables
+
+    if args.model:
+        raise UsageError(f"--model {args.model}: the model predictor is not available yet in "
+                         "the simulator (oracle, exact-context table, site table and one class "
+                         "are); run without --model")
+    if args.series_interval_ms is not None and args.series_interval_ms <= 0:
+        raise UsageError(f"--series-interval-ms {args.series_interval_ms}: must be positive")
+    if args.deadline_k is not None and args.deadline_k <= 0:
+        raise UsageError(f"--deadline-k {args.deadline_k}: must be positive")
+    engine = _engine()
+    scheme = _label_scheme(args.train)
+    writable_dir(args.out)
+    started = time.monotonic()
+
+    if _is_trace(args.input):
+        trace_path = args.input
+        side = convert.load_stacks(convert.stacks_path(trace_path))
+        _say(f"trace {trace_path}: {side['counts']['records']:,} objects (side file "
+             f"{convert.stacks_path(trace_path)})")
+    else:
+        trace_path = os.path.join(args.out, "trace.lttrace")
+        kwargs = {"run_records": args.run_records} if args.run_records else {}
+        result = convert.convert_profile(args.input, trace_path, scheme, progress=_say, **kwargs)
+        side = convert.load_stacks(result.stacks)
+    if side["source"].get("sampled"):
+        _say(f"warning: {side['source']['profile']} was Poisson-sampled (interval "
+             f"{side['source']['sampling_interval_bytes']:,} bytes): the simulation is of the "
+             "sampled objects only and underestimates the heap (nothing is scaled up)")
+
+    tbl = tables.build_tables(args.train, side, os.path.join(args.out, "tables"),
+                              debug_dirs=args.debug_dir, sysroot=args.sysroot, progress=_say)
+    specs = ["oracle", f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
+             f"one_class=constant:{tbl.majority}"]
+    sim_json = os.path.join(args.out, "simulation.json")
+    n = side["counts"]["records"]
+    _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, exact, site, one class}}"
+         + (" with invariant checks" if args.check_invariants else ""))
+    t0 = time.monotonic()
+    try:
+        sim = simulator.simulate(trace_path, specs, table_default=tbl.majority,
+                                 series_interval_ms=args.series_interval_ms,
+                                 deadline_k=args.deadline_k,
+                                 check_invariants=args.check_invariants, json_out=sim_json)
+    except simulator.SimulationError as e:
+        if e.returncode == 2:  # the engine refused its input: a user-facing problem
+            raise SimulateError(str(e).removeprefix("lifetime_simulate: error: ")) from None
+        raise  # an invariant violation or a crash is a bug: keep the traceback
+    _say(f"simulated in {time.monotonic() - t0:.1f} s")
+    workload = side["source"]["program"] + (f" ({side['source']['version_label']})"
+                                            if side["source"].get("version_label") else "")
+    rep = report.write_report(sim, side, tbl, args.out, workload=workload, simulation_json=sim_json,
+                              settings={"engine": engine, "predictor_specs": specs,
+                                        "check_invariants": args.check_invariants})
+    print(f"report: {os.path.join(args.out, 'report.md')} (.html, .json, memory_over_time.png); "
+          f"{time.monotonic() - started:.1f} s")
+    if rep["sampled"]:
+        print("note: sampled profile: the simulated heap holds the sampled objects only")
+    print(f"{'predictor':<20} {'acc(alloc)':>10} {'acc(bytes)':>10} {'baseline MiB':>12} "
+          f"{'LLAMA MiB':>10} {'live MiB':>9} {'frag. red.':>10}")
+    for r in rep["table3"]:
+        pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+        mib = lambda x: "n/a" if x is None else f"{x / report.MB:.1f}"  # noqa: E731
+        print(f"{r['predictor']:<20} {pct(r['accuracy_by_allocations']):>10} "
+              f"{pct(r['accuracy_by_bytes']):>10} {mib(r['baseline_steady_state_bytes']):>12} "
+              f"{mib(r['llama_steady_state_bytes']):>10} {mib(r['live_steady_state_bytes']):>9} "
+              f"{pct(r['fragmentation_reduction']):>10}")
+    return 0

@@ -1,0 +1,325 @@
+"""The `lifetime simulate` report: report.md, report.html, report.json and PNG plots.
+
+Per workload (one trace), a Table-3 row for every LLAMA variant (llama-paper Table 3):
+prediction accuracy weighted by allocations and by bytes (and per context, the
+paper's "unweighted"), steady-state memory of the baseline and of LLAMA, live bytes,
+and the fragmentation reduction 1 - (LLAMA - live) / (baseline - live); then peak and
+final memory, the page counters (pages reclassified down, deadlines hit, class
+increases, recycled blocks), each table's coverage of the trace, and the Figure-8
+plot: huge-page-backed memory over time for every allocator, with live bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+MB = 1 << 20
+FORMAT = "lifetime-simulate-report-v1"
+
+#: LLAMA variants in report order: engine label -> (short name, what it is).
+VARIANTS = {
+    "oracle": ("oracle", "each object's own class from its recorded lifetime (upper bound)"),
+    "exact": ("exact-context table", "exact-context lookup table fit on the training dataset"),
+    "site": ("site table", "allocation-site (first frame) lookup table fit on the training dataset"),
+    "one_class": ("one class", "the training set's majority class for every object"),
+    "model": ("model", "the exported model"),
+}
+
+
+def _pct(x, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _mb(x) -> str:
+    return "n/a" if x is None else f"{x / MB:.1f}"
+
+
+def _reduction(llama: float, base: float, live: float) -> float | None:
+    """Table 3's fragmentation reduction: 1 - (LLAMA - live) / (baseline - live)."""
+    if base - live <= 0:
+        return None
+    return 1.0 - (llama - live) / (base - live)
+
+
+def build_report(sim: dict, side: dict, tables, *, workload: str, simulation_json: str,
+                 settings: dict) -> dict:
+    """The report's JSON (everything the Markdown says, and more)."""
+    live = sim["live"]
+    allocs = {a["name"]: a for a in sim["allocators"]}
+    base = allocs.get("baseline")
+    source = side["source"]
+    counts = side["counts"]
+    sampled = bool(source.get("sampled"))
+    warning = None
+    if sampled:
+        cov = source.get("coverage")
+        warning = (f"The profile was Poisson-sampled (one sample per "
+                   f"{source['sampling_interval_bytes']:,} bytes on average"
+                   + (f"; {_pct(cov)} of its {source['total_allocations']:,} allocations were "
+                      "recorded" if cov is not None else "")
+                   + "): the trace holds the sampled objects only, so the simulated heap is "
+                   "a thinned one and underestimates the real heap. Nothing is scaled up. "
+                   "Profile with a full trace for the real heap.")
+    rows, pages, variants = [], {}, {}
+    for name, a in allocs.items():
+        if a["kind"] != "llama":
+            continue
+        label = name.split(":", 1)[1]
+        short, what = VARIANTS.get(label, (label, ""))
+        p = a["predictor"] or {}
+        per_ctx = (tables.per_context.get(label) if tables is not None else None) or {}
+        row = {
+            "workload": workload, "allocator": name, "predictor": short,
+            "accuracy_by_allocations": p.get("accuracy"),
+            "accuracy_by_bytes": p.get("accuracy_by_bytes"),
+            "accuracy_per_context": per_ctx.get("accuracy"),
+            "under_predicted_share": (p["under_predicted"] / p["objects"]) if p.get("objects") else None,
+            "baseline_steady_state_bytes": base["steady_state_bytes"] if base else None,
+            "llama_steady_state_bytes": a["steady_state_bytes"],
+            "live_steady_state_bytes": live["steady_state_bytes"],
+            "fragmentation_reduction": (_reduction(a["steady_state_bytes"], base["steady_state_bytes"],
+                                                   live["steady_state_bytes"]) if base else None),
+            "engine_fragmentation_reduction": a.get("fragmentation_reduction_vs_baseline"),
+            "baseline_peak_bytes": base["peak_bytes"] if base else None,
+            "llama_peak_bytes": a["peak_bytes"], "live_peak_bytes": live["peak_bytes"],
+            "peak_fragmentation_reduction": (_reduction(a["peak_bytes"], base["peak_bytes"],
+                                                        live["peak_bytes"]) if base else None),
+            "baseline_final_bytes": base["final_bytes"] if base else None,
+            "llama_final_bytes": a["final_bytes"], "live_final_bytes": live["final_bytes"],
+        }
+        rows.append(row)
+        c = a["counters"]
+        pages[name] = {k: c.get(k) for k in (
+            "huge_pages_acquired", "huge_pages_released", "open_to_active", "reclassifications_down",
+            "deadline_expiries", "class_increases", "recycled_block_allocs", "recycled_blocks",
+            "recycled_span_reuses", "small_allocs", "large_allocs", "multi_huge_page_allocs")}
+        variants[name] = {"label": label, "name": short, "what": what,
+                          "predictor": p, "per_context": per_ctx or None}
+    rep = {
+        "format": FORMAT, "workload": workload, "source": source,
+        "trace": {"file": sim["trace"]["file"], "records": sim["trace"]["records"],
+                  "start_ns": sim["trace"]["start_ns"], "end_ns": sim["trace"]["end_ns"],
+                  "seconds": (sim["trace"]["end_ns"] - sim["trace"]["start_ns"]) / 1e9,
+                  "classes": sim["trace"]["classes"], "stacks": counts.get("stacks"),
+                  "censored": counts.get("censored"), "conversion": counts},
+        "sampled": sampled, "sampled_warning": warning,
+        "events": sim["events"], "live": live, "settings": {**sim["settings"], **settings},
+        "table3": rows, "variants": variants, "pages": pages,
+        "baseline": ({k: base[k] for k in ("steady_state_bytes", "peak_bytes", "final_bytes",
+                                           "steady_state_huge_pages", "peak_huge_pages",
+                                           "counters")} if base else None),
+        "simulation_json": os.path.basename(simulation_json),
+    }
+    if tables is not None:
+        rep["training"] = tables.training
+        rep["table_default"] = {"class": tables.majority,
+                                "name": tables.class_names[tables.majority],
+                                "rule": "a context missing from a table gets the training "
+                                        "set's majority class (model/baselines.py)"}
+        rep["coverage"] = tables.coverage
+    return rep
+
+
+def figure8_png(sim: dict, path: str, title: str) -> str:
+    """Huge-page-backed memory over time per allocator, and live bytes (Figure 8)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = sim["series"]
+    t0 = sim["trace"]["start_ns"]
+    t = [(x - t0) / 1e9 for x in s["t_ns"]]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for name, ys in s["huge_page_bytes"].items():
+        label = name if name == "baseline" else name.replace("llama:", "LLAMA ")
+        ax.step(t, [y / MB for y in ys], where="post", label=label,
+                linewidth=2 if name == "baseline" else 1.3)
+    ax.step(t, [y / MB for y in s["live_bytes"]], where="post", label="live", color="black",
+            linestyle="--", linewidth=1.2)
+    steady = (sim["settings"]["steady_state_from_ns"] - t0) / 1e9
+    ax.axvline(steady, color="grey", linewidth=0.8, linestyle=":")
+    ax.text(steady, ax.get_ylim()[1] * 0.98, " steady state", va="top", fontsize=8, color="grey")
+    ax.set_xlabel("time since the first allocation (s)")
+    ax.set_ylabel("huge-page-backed memory (MiB)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def memory_bars_png(rep: dict, path: str) -> str:
+    """Steady-state and peak memory per allocator, with live, as bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names, steady, peak = [], [], []
+    if rep["baseline"]:
+        names.append("baseline")
+        steady.append(rep["baseline"]["steady_state_bytes"] / MB)
+        peak.append(rep["baseline"]["peak_bytes"] / MB)
+    for r in rep["table3"]:
+        names.append("LLAMA " + r["predictor"])
+        steady.append(r["llama_steady_state_bytes"] / MB)
+        peak.append(r["llama_peak_bytes"] / MB)
+    names.append("live")
+    steady.append(rep["live"]["steady_state_bytes"] / MB)
+    peak.append(rep["live"]["peak_bytes"] / MB)
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    ax.bar(x - 0.2, steady, 0.4, label="steady state")
+    ax.bar(x + 0.2, peak, 0.4, label="peak")
+    ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("MiB")
+    ax.set_title(f"{rep['workload']}: memory per allocator", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def markdown_report(rep: dict, figs: dict) -> str:
+    src, tr = rep["source"], rep["trace"]
+    L = [f"# Heap simulation: {_md(rep['workload'])}", ""]
+    if rep["sampled_warning"]:
+        L += [f"**Sampled trace.** {rep['sampled_warning']}", ""]
+    L += [f"Trace {_md(os.path.basename(tr['file']))} from profile {_md(src['profile'])} "
+          f"(program {_md(src['program'])}, version label {_md(src['version_label'] or '-')}): "
+          f"{tr['records']:,} objects ({tr['censored']:,} never freed), {tr['stacks']:,} stacks, "
+          f"{tr['seconds']:.2f} s; "
+          + ("full trace" if src.get("full_trace") else
+             f"sampling interval {src['sampling_interval_bytes']:,} bytes")
+          + (f", {_pct(src['coverage'])} of the process's allocations recorded"
+             if src.get("coverage") is not None else "") + ".", ""]
+    if "training" in rep:
+        t = rep["training"]
+        L += [f"Tables fit on {_md(t['dataset'])} ({t['contexts']:,} contexts, {t['samples']:,.0f} "
+              f"samples, {t['splits']}; programs: {_md(', '.join(t['programs']))}); "
+              f"{t['exact_keys']:,} exact contexts, {t['site_keys']:,} sites. A context missing "
+              f"from a table gets the training majority class, `{rep['table_default']['name']}` "
+              f"(class {rep['table_default']['class']}), which is also the one-class predictor.", ""]
+    L += ["## Table 3 (llama-paper): accuracy and steady-state memory", "",
+          "Accuracy against each object's true class (its recorded lifetime; never freed = inf), "
+          "weighted by allocations and by bytes; per context: share of the trace's contexts "
+          "whose predicted class is the T95 class of their objects in the trace. Memory: "
+          "huge-page-backed memory (live huge pages x 2 MiB), time-weighted mean over the "
+          "second half of the trace. Fragmentation reduction = 1 - (LLAMA - live) / "
+          "(baseline - live); negative: LLAMA holds more memory than the baseline.", "",
+          "| workload | predictor | accuracy (allocations) | accuracy (bytes) | accuracy (per context) "
+          "| baseline MiB | LLAMA MiB | live MiB | fragmentation reduction |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in rep["table3"]:
+        L.append(f"| {_md(rep['workload'])} | {r['predictor']} | {_pct(r['accuracy_by_allocations'])} | "
+                 f"{_pct(r['accuracy_by_bytes'])} | {_pct(r['accuracy_per_context'])} | "
+                 f"{_mb(r['baseline_steady_state_bytes'])} | {_mb(r['llama_steady_state_bytes'])} | "
+                 f"{_mb(r['live_steady_state_bytes'])} | {_pct(r['fragmentation_reduction'])} |")
+    L += ["", "## Peak and final memory", "",
+          "| allocator | peak MiB | final MiB | peak fragmentation reduction | under-predicted objects |",
+          "|---|---|---|---|---|"]
+    if rep["baseline"]:
+        L.append(f"| baseline (TCMalloc-like, optimistic) | {_mb(rep['baseline']['peak_bytes'])} | "
+                 f"{_mb(rep['table3'][0]['baseline_final_bytes'] if rep['table3'] else None)} | | |")
+    for r in rep["table3"]:
+        L.append(f"| LLAMA {r['predictor']} | {_mb(r['llama_peak_bytes'])} | {_mb(r['llama_final_bytes'])} | "
+                 f"{_pct(r['peak_fragmentation_reduction'])} | {_pct(r['under_predicted_share'])} |")
+    L.append(f"| live | {_mb(rep['live']['peak_bytes'])} | {_mb(rep['live']['final_bytes'])} | | |")
+    L += ["", f"![memory over time (Figure 8)]({figs['figure8']})", "",
+          f"![memory per allocator]({figs['bars']})", "",
+          "## LLAMA pages", "",
+          "Pages reclassified down (§3.3: last residual block freed), deadlines hit (§3.4) and "
+          "the class increases they caused, blocks recycled from longer-class pages.", "",
+          "| allocator | huge pages acquired | reclassified down | deadlines hit | class increases "
+          "| recycled block allocations | recycled span reuses | small / large objects |",
+          "|---|---|---|---|---|---|---|---|"]
+    for name, c in rep["pages"].items():
+        L.append(f"| {name} | {c['huge_pages_acquired']:,} | {c['reclassifications_down']:,} | "
+                 f"{c['deadline_expiries']:,} | {c['class_increases']:,} | {c['recycled_block_allocs']:,} | "
+                 f"{c['recycled_span_reuses']:,} | {c['small_allocs']:,} / {c['large_allocs']:,} |")
+    if rep.get("coverage"):
+        L += ["", "## Table coverage of the trace", "",
+              "Stacks, objects and bytes of the trace whose context is in the table "
+              "(the rest get the fallback class).", "",
+              "| table | stacks | objects | bytes |", "|---|---|---|---|"]
+        for name, c in rep["coverage"].items():
+            frac = lambda a, b: _pct(a / b if b else None)  # noqa: E731
+            L.append(f"| {VARIANTS.get(name, (name,))[0]} | {c['stacks']:,} / {c['stacks_total']:,} | "
+                     f"{frac(c['objects'], c['objects_total'])} | {frac(c['bytes'], c['bytes_total'])} |")
+    L += ["", "## Predicted classes", "", "| predictor | " + " | ".join(rep["trace"]["classes"]) + " |",
+          "|---|" + "---|" * len(rep["trace"]["classes"])]
+    for name, v in rep["variants"].items():
+        per = v["predictor"].get("predicted_per_class") or []
+        L.append(f"| {v['name']} | " + " | ".join(f"{x:,}" for x in per) + " |")
+    s = rep["settings"]
+    L += ["", "## Settings", "",
+          f"- engine: `{s.get('engine', 'lifetime_simulate')}`; predictors: "
+          + ", ".join(f"`{p}`" for p in s.get("predictor_specs", [])),
+          f"- LLAMA deadline = now + {s['deadline_k']} x class bound; huge page "
+          f"{s['huge_page_bytes'] // 1024} KiB, block {s['llama_block_bytes'] // 1024} KiB, "
+          f"line {s['llama_line_bytes']} B; baseline page {s['baseline_page_bytes'] // 1024} KiB",
+          f"- series interval {s['series_interval_ns'] / 1e6:.3f} ms; steady state: {s['steady_state']}",
+          f"- invariant checks: {'on' if s.get('check_invariants') else 'off'}",
+          f"- the engine's full report: {_md(rep['simulation_json'])}",
+          "- simplifications: simulator/README.md (no metadata or model memory counted, "
+          "the baseline is TCMalloc's optimistic form: free spans and huge pages go back at once)"]
+    problems = rep["trace"]["conversion"].get("problems") or []
+    skipped = rep["trace"]["conversion"].get("skipped") or {}
+    if problems or skipped:
+        L += ["", "## Problems in the profile", ""]
+        L += [f"- {_md(p)}" for p in problems[:20]]
+        L += [f"- {k}: {v:,} samples" for k, v in skipped.items()]
+    return "\n".join(L) + "\n"
+
+
+def write_report(sim: dict, side: dict, tables, out_dir: str, *, workload: str,
+                 simulation_json: str, settings: dict) -> dict:
+    """Writes report.json, report.md, report.html and the PNGs into out_dir."""
+    import markdown
+
+    rep = build_report(sim, side, tables, workload=workload, simulation_json=simulation_json,
+                       settings=settings)
+    figs = {"figure8": os.path.basename(figure8_png(
+                sim, os.path.join(out_dir, "memory_over_time.png"),
+                f"{workload}: huge-page memory over time"
+                + (" (sampled objects only)" if rep["sampled"] else ""))),
+            "bars": os.path.basename(memory_bars_png(rep, os.path.join(out_dir, "memory_bars.png")))}
+    rep["figures"] = figs
+    md = markdown_report(rep, figs)
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    body = markdown.markdown(md, extensions=["tables"])
+    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as f:
+        f.write("<!doctype html><html><head><meta charset='utf-8'>"
+                f"<title>Heap simulation: {_esc(workload)}</title>"
+                "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+                "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+                "</style></head><body>\n" + body + "\n</body></html>\n")
+    with open(os.path.join(out_dir, "report.json"), "w", encoding="utf-8") as f:
+        json.dump(rep, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return rep
+
+
+def _md(s) -> str:
+    """Text from a profile or a path, safe in Markdown and in the HTML made from it:
+    control characters escaped (lifetime.errors.printable), HTML's <, >, & as entities,
+    Markdown's punctuation backslash-escaped."""
+    from lifetime.errors import printable
+
+    s = printable(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]|#!])", r"\\\1", s)
+
+
+def _esc(s: str) -> str:
+    import html
+
+    return html.escape(s)
