@@ -1,0 +1,274 @@
+"""`lifetime simulate`: the profile -> trace converter, the table predictors, the report.
+
+Real data throughout: the proxy workload profiled by the real sampler (every
+allocation recorded: interval 1 byte) is simulated against a dataset built by
+`lifetime build-dataset` from another run of it; the converter's ordering is checked on
+a hand-built profile whose samples complete out of allocation order.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from lifetime import cli
+from profiler_proto import profile_pb2, write_profile
+from simulator import NEVER, read_trace
+from simulator.convert import ConvertError, convert_profile, load_stacks, stacks_path
+from tests.conftest import proxy_binary
+
+MS = 1_000_000
+
+
+# -- the converter on a hand-built profile ------------------------------------------------
+
+def _hand_profile(path: str, interval: int = 4096) -> list[tuple]:
+    """A profile whose samples come in completion order (as the sampler writes them),
+    spread over three chunks, censored ones in the last; returns the expected trace
+    records (alloc, free, size, stack, thread, align) in allocation order."""
+    # (alloc ns, free ns or None, size, stack, thread, alignment) in *file* order
+    samples = [
+        (5_000 * MS, 5_001 * MS, 100, 1, 11, 0),       # short-lived, completes first
+        (1_000 * MS, 5_500 * MS, 200, 2, 12, 0),       # allocated earlier, freed later
+        (3_000 * MS, 5_600 * MS, 300, 1, 11, 64),
+        (3_000 * MS, 5_700 * MS, 301, 2, 13, 0),       # same alloc time: file order kept
+        (4_000 * MS, 5_800 * MS, 400, 3, 11, 24),      # alignment 24 -> 32
+        (2_000 * MS, 6_000 * MS, 500, 3, 12, 0),
+        (500 * MS, None, 600, 2, 11, 0),               # censored: never freed
+        (3_000 * MS, None, 700, 1, 14, 16),
+    ]
+    chunks = [profile_pb2.ProfileChunk() for _ in range(3)]
+    h = chunks[0].header
+    h.schema_version = profile_pb2.SCHEMA_VERSION
+    h.program, h.version_label, h.pid = "handmade", "v0", 7
+    h.sampling_interval_bytes = interval
+    h.start_monotonic_ns = 400 * MS
+    chunks[0].mappings.add(id=1, start=0x400000, limit=0x500000, file_offset=0,
+                           path="/nonexistent/handmade", build_id=b"\x12\x34")
+    for sid in (1, 2, 3):
+        chunks[0].stacks.add(id=sid, addresses=[0x400100 + sid, 0x400200])
+    for i, (a, f, size, stack, tid, align) in enumerate(samples):
+        chunk = chunks[0] if i < 3 else chunks[1] if f is not None else chunks[2]
+        s = chunk.samples.add(stack_id=stack, size=size, alignment=align, alloc_monotonic_ns=a,
+                              alloc_thread=tid, weight=1.0, alloc_function=profile_pb2.MALLOC)
+        if f is None:
+            s.censored, s.observed_age_ns = True, 7_000 * MS - a
+        else:
+            s.free_monotonic_ns, s.free_function = f, profile_pb2.FREE
+            s.alloc_allocated_bytes, s.free_allocated_bytes = 1, 2
+    t = chunks[2].trailer
+    t.end_reason, t.end_monotonic_ns = profile_pb2.END_EXIT, 7_000 * MS
+    t.total_allocations, t.samples, t.censored_samples = 80, len(samples), 2
+    write_profile(path, chunks)
+    order = sorted(range(len(samples)), key=lambda i: (samples[i][0], i))
+    return [(samples[i][0], NEVER if samples[i][1] is None else samples[i][1], samples[i][2],
+             samples[i][3], samples[i][4], 32 if samples[i][5] == 24 else samples[i][5])
+            for i in order]
+
+
+def _records(trace: str) -> list[tuple]:
+    header, it = read_trace(trace)
+    return header, [(r.alloc_ns, NEVER if r.free_ns is None else r.free_ns, r.size, r.stack_id,
+                     r.thread_id, r.align) for r in it]
+
+
+def test_converter_sorts_out_of_order_completions_with_bounded_runs(tmp_path):
+    prof = str(tmp_path / "hand.ltprof")
+    expected = _hand_profile(prof)
+    one = convert_profile(prof, tmp_path / "one.lttrace")
+    many = convert_profile(prof, tmp_path / "many.lttrace", run_records=2)  # 4 runs, merged
+    assert many.meta["counts"]["runs"] == 4 and one.meta["counts"]["runs"] == 1
+    assert (tmp_path / "one.lttrace").read_bytes() == (tmp_path / "many.lttrace").read_bytes()
+    header, records = _records(one.trace)
+    assert records == expected
+    assert header.end_ns == 7_000 * MS
+    assert header.boundaries_ns == (10 * MS, 100 * MS, 1000 * MS, 10_000 * MS, 100_000 * MS,
+                                    1_000_000 * MS)
+    assert not list(tmp_path.glob(".lttrace-runs-*"))  # temporary runs are gone
+
+    side = load_stacks(stacks_path(one.trace))
+    assert side["trace"] == "one.lttrace"
+    assert side["mappings"] == [{"id": 1, "start": 0x400000, "limit": 0x500000, "file_offset": 0,
+                                 "path": "/nonexistent/handmade", "build_id": "1234"}]
+    stacks = {s["id"]: s for s in side["stacks"]}
+    assert stacks[2]["addresses"] == [0x400102, 0x400200]
+    # stack 1: 1 ms (<10ms), 2.6 s (<10s), never freed (inf)
+    assert stacks[1]["objects"] == [1, 0, 0, 1, 0, 0, 0, 1]
+    assert stacks[1]["bytes"] == [100, 0, 0, 300, 0, 0, 0, 700]
+    src = side["source"]
+    assert src["sampled"] and not src["full_trace"] and src["sampling_interval_bytes"] == 4096
+    assert src["coverage"] == pytest.approx(8 / 80)
+    assert side["counts"]["censored"] == 2
+    assert side["counts"]["skipped"] == {"alignment_rounded_up (kept)": 1}
+
+
+def test_converter_full_trace_when_every_allocation_is_recorded(tmp_path):
+    prof = str(tmp_path / "hand.ltprof")
+    _hand_profile(prof, interval=1)
+    side = convert_profile(prof, tmp_path / "t.lttrace").meta
+    assert side["source"]["full_trace"] and not side["source"]["sampled"]
+
+
+def test_corrupt_and_empty_profiles_are_convert_errors(tmp_path):
+    bad = tmp_path / "bad.ltprof"
+    bad.write_bytes(os.urandom(300))
+    with pytest.raises(ConvertError, match=f"^{bad}: "):
+        convert_profile(str(bad), tmp_path / "bad.lttrace")
+    empty = tmp_path / "empty.ltprof"
+    chunk = profile_pb2.ProfileChunk()
+    chunk.header.schema_version = profile_pb2.SCHEMA_VERSION
+    chunk.header.sampling_interval_bytes = 1
+    write_profile(str(empty), [chunk])
+    with pytest.raises(ConvertError, match="empty: the profile holds no usable samples"):
+        convert_profile(str(empty), tmp_path / "empty.lttrace")
+
+
+# -- the real thing: the proxy, profiled in full, against a dataset of another run ------
+
+@pytest.fixture(scope="module")
+def full_profile(tmp_path_factory):
+    """proxy_server_v1 for 3 s with every allocation recorded (interval 1 byte)."""
+    from profiler import launch
+
+    out = tmp_path_factory.mktemp("proxy-full")
+    rc = launch.run_profiled([str(proxy_binary("v1")), "--seconds", "3"], out_dir=str(out),
+                             interval=1, version_label="v1")
+    assert rc == 0
+    (path,) = glob.glob(str(out / "*.ltprof"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def train_dataset(proxy_profile, tmp_path_factory):
+    """`lifetime build-dataset` on another (sampled) run of proxy v1."""
+    out = tmp_path_factory.mktemp("train-ds")
+    assert cli.main(["build-dataset", "--profiles", proxy_profile("v1"), "--out", str(out)]) == 0
+    return str(out)
+
+
+def test_simulate_full_proxy_profile_writes_table3_report(full_profile, train_dataset, tmp_path,
+                                                          capsys):
+    out = tmp_path / "sim"
+    assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", str(out),
+                     "--series-interval-ms", "20", "--check-invariants"]) == 0
+    captured = capsys.readouterr()
+    assert "report: " in captured.out and "converted " in captured.err
+    for name in ("report.md", "report.html", "report.json", "memory_over_time.png",
+                 "memory_bars.png", "simulation.json", "trace.lttrace", "trace.stacks.json",
+                 "tables/exact.tbl", "tables/site.tbl"):
+        assert (out / name).is_file(), name
+    assert (out / "memory_over_time.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rep = json.loads((out / "report.json").read_text())
+    sim = json.loads((out / "simulation.json").read_text())
+
+    assert not rep["sampled"] and rep["source"]["full_trace"]
+    assert rep["source"]["coverage"] > 0.99  # nearly every allocation is in the trace
+    assert sim["settings"]["check_invariants"] and sim["settings"]["series_interval_ns"] == 20 * MS
+    rows = {r["predictor"]: r for r in rep["table3"]}
+    assert list(rows) == ["oracle", "exact-context table", "site table", "one class"]
+    live = sim["live"]["steady_state_bytes"]
+    base = next(a for a in sim["allocators"] if a["name"] == "baseline")["steady_state_bytes"]
+    for r in rows.values():
+        assert r["baseline_steady_state_bytes"] == base and r["live_steady_state_bytes"] == live
+        assert r["fragmentation_reduction"] == pytest.approx(
+            1 - (r["llama_steady_state_bytes"] - live) / (base - live))
+        assert r["fragmentation_reduction"] == pytest.approx(r["engine_fragmentation_reduction"],
+                                                             abs=1e-5)
+    assert rows["oracle"]["accuracy_by_allocations"] == 1.0
+    # Same binary, same context definition: the trace's stacks are cut into the dataset's
+    # contexts, so the exact table knows nearly all of them and predicts well.
+    assert rep["coverage"]["exact"]["objects"] > 0.95 * rep["coverage"]["exact"]["objects_total"]
+    assert rows["exact-context table"]["accuracy_by_allocations"] > 0.8
+    assert rows["one class"]["accuracy_by_allocations"] < rows["exact-context table"]["accuracy_by_allocations"]
+    one = next(a for a in sim["allocators"] if a["name"] == "llama:one_class")
+    assert one["predictor"]["class"] == rep["training"]["majority_class"] == rep["table_default"]["class"]
+    for name, pages in rep["pages"].items():
+        assert {"reclassifications_down", "deadline_expiries"} <= set(pages)
+
+    md = (out / "report.md").read_text()
+    assert "## Table 3" in md and "| proxy\\_server\\_v1 (v1) | exact-context table |" in md
+    assert "![memory over time (Figure 8)](memory_over_time.png)" in md
+    assert "Sampled trace" not in md
+    html = (out / "report.html").read_text()
+    assert "<table>" in html and '<img alt="memory over time (Figure 8)" src="memory_over_time.png"' in html
+
+    # The trace is reusable: given again, it is not converted and gives the same figures.
+    again = tmp_path / "again"
+    assert cli.main(["simulate", str(out / "trace.lttrace"), "--train", train_dataset, "--out",
+                     str(again), "--series-interval-ms", "20"]) == 0
+    assert not (again / "trace.lttrace").exists()
+    rep2 = json.loads((again / "report.json").read_text())
+    assert rep2["table3"] == rep["table3"]
+
+
+def test_simulate_sampled_profile_says_it_is_sampled(proxy_profile, train_dataset, tmp_path,
+                                                     capsys):
+    out = tmp_path / "sim"
+    assert cli.main(["simulate", proxy_profile("v1"), "--train", train_dataset, "--out",
+                     str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Poisson-sampled" in captured.err and "sampled objects only" in captured.out
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["sampled"] and rep["source"]["sampling_interval_bytes"] == 512 * 1024
+    assert rep["source"]["coverage"] < 0.5
+    assert "**Sampled trace.**" in (out / "report.md").read_text()
+
+
+# -- bad inputs: one line each ------------------------------------------------------------
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in err if line.startswith("lifetime simulate: error:")]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_bad_inputs_give_one_clear_line(train_dataset, full_profile, tmp_path, capsys,
+                                        monkeypatch):
+    out = str(tmp_path / "out")
+    corrupt = tmp_path / "corrupt.ltprof"
+    corrupt.write_bytes(b"\x00" * 7 + os.urandom(200))
+    assert cli.main(["simulate", str(corrupt), "--train", train_dataset, "--out", out]) == 1
+    line = _one_error_line(capsys)
+    assert f"error: {corrupt}: " in line and ("corrupt" in line or "truncated" in line)
+
+    missing = tmp_path / "nope.ltprof"
+    assert cli.main(["simulate", str(missing), "--train", train_dataset, "--out", out]) == 1
+    assert f"{missing}: no such file" in _one_error_line(capsys)
+
+    no_context = tmp_path / "no-context"
+    shutil.copytree(train_dataset, no_context)
+    manifest = json.loads((no_context / "manifest.json").read_text())
+    del manifest["context"]
+    (no_context / "manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["simulate", full_profile, "--train", str(no_context), "--out", out]) == 1
+    line = _one_error_line(capsys)
+    assert f"--train {no_context}" in line and "no context definition" in line
+
+    assert cli.main(["simulate", full_profile, "--train", str(tmp_path / "nodir"), "--out",
+                     out]) == 1
+    assert "no such dataset directory" in _one_error_line(capsys)
+
+    assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
+                     "--model", str(tmp_path)]) == 1
+    assert "not available yet" in _one_error_line(capsys)
+
+    # A trace without its side file, and a trace the engine refuses.
+    trace = tmp_path / "t.lttrace"
+    trace.write_bytes(b"LTTRACE\0" + b"\x01" * 7)
+    assert cli.main(["simulate", str(trace), "--train", train_dataset, "--out", out]) == 1
+    assert f"{tmp_path / 't.stacks.json'}: no such file" in _one_error_line(capsys)
+    prof = str(tmp_path / "hand.ltprof")
+    _hand_profile(prof)
+    convert_profile(prof, tmp_path / "good.lttrace")
+    shutil.copy(tmp_path / "good.stacks.json", tmp_path / "t.stacks.json")
+    assert cli.main(["simulate", str(trace), "--train", train_dataset, "--out", out]) == 1
+    assert f"{trace}: truncated header" in _one_error_line(capsys)
+
+    monkeypatch.setenv("LIFETIME_SIMULATE", str(tmp_path / "no-engine"))
+    assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out]) == 1
+    assert f"{tmp_path / 'no-engine'} is not built" in _one_error_line(capsys)
