@@ -3,6 +3,7 @@ broke the readers, and, when the sampler is built, a real profile of a real prog
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
 import struct
@@ -35,14 +36,11 @@ def valid_chunks(samples: int = 3) -> list[profile_pb2.ProfileChunk]:
     return [first, last]
 
 
-def _record(data: bytes) -> bytes:
-    length = struct.pack("<Q", len(data))
-    return (length + struct.pack("<I", container.masked_crc32c(length)) + data
-            + struct.pack("<I", container.masked_crc32c(data)))
-
-
 def _file(chunks: list[profile_pb2.ProfileChunk]) -> bytes:
-    return b"".join(_record(c.SerializeToString(deterministic=True)) for c in chunks)
+    buf = io.BytesIO()
+    for c in chunks:
+        container.write_record(buf, c.SerializeToString(deterministic=True))
+    return buf.getvalue()
 
 
 def mutants() -> dict[str, bytes]:

@@ -26,6 +26,14 @@ def proxy_binary(version: str) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def sites(tmp_path_factory):
+    """(binary, {function: address}) of tests/native/sites.c (tests/synthetic.py)."""
+    from tests.synthetic import build_sites
+
+    return build_sites(tmp_path_factory.mktemp("sites-bin"))
+
+
+@pytest.fixture(scope="session")
 def proxy_profile(tmp_path_factory):
     """proxy_profile(version) -> path of one profile of proxy_server_<version> (run once)."""
     from profiler import launch

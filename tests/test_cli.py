@@ -7,14 +7,9 @@ import pytest
 
 from lifetime import cli
 from lifetime.errors import LifetimeError, UsageError, printable
-from tests.synthetic import build_sites, make_profile
+from tests.synthetic import make_profile
 
 SAMPLES = [("parse_request", 3.0, False)] * 10 + [("cache_insert", 300.0, False)] * 10
-
-
-@pytest.fixture(scope="module")
-def sites(tmp_path_factory):
-    return build_sites(tmp_path_factory.mktemp("bin"))
 
 
 @pytest.fixture

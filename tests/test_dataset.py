@@ -11,18 +11,13 @@ from lifetime.errors import LifetimeError
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
 from pipeline.tokenizer import Vocabulary
-from tests.synthetic import build_sites, make_profile
+from tests.synthetic import make_profile
 
 CONFIG = DatasetConfig(eval_percent=0)
 SAMPLES_A = ([("parse_request", 3.0, False)] * 20 + [("cache_insert", 300.0, False)] * 20
              + [("registry_add", 5000.0, True)] * 10)
 SAMPLES_B = [("session_open", 3000.0, False)] * 19 + [("session_open", 10.0, True)]
 EXPECTED_LABELS = {"parse_request": 0, "cache_insert": 2, "session_open": 3, "registry_add": 7}
-
-
-@pytest.fixture(scope="module")
-def sites(tmp_path_factory):
-    return build_sites(tmp_path_factory.mktemp("bin"))
 
 
 @pytest.fixture
