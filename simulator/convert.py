@@ -207,6 +207,7 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
     max_time = 0
     censored_end = 0
     seq = 0
+    os.makedirs(os.path.dirname(os.path.abspath(trace_path)), exist_ok=True)
     tmp = tempfile.TemporaryDirectory(prefix=".lttrace-runs-",
                                       dir=os.path.dirname(os.path.abspath(trace_path)))
 
@@ -285,7 +286,6 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
         end_ns = max(max_time, censored_end, trailer.end_monotonic_ns if trailer is not None else 0)
         if len(runs) > 1:
             say(f"converting {path}: merging {len(runs)} sorted runs of {seq:,} records")
-        os.makedirs(os.path.dirname(os.path.abspath(trace_path)), exist_ok=True)
         with open(trace_path, "wb") as out:
             out.write(_header(bounds, seq, end_ns))
             if len(runs) == 1:

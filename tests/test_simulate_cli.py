@@ -272,3 +272,16 @@ def test_bad_inputs_give_one_clear_line(train_dataset, full_profile, tmp_path, c
     monkeypatch.setenv("LIFETIME_SIMULATE", str(tmp_path / "no-engine"))
     assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out]) == 1
     assert f"{tmp_path / 'no-engine'} is not built" in _one_error_line(capsys)
+
+
+def test_truncated_profile_converts_what_was_flushed_and_says_so(tmp_path):
+    prof = tmp_path / "hand.ltprof"
+    _hand_profile(str(prof))
+    data = prof.read_bytes()
+    prof.write_bytes(data[:-10])  # the last chunk (trailer, censored samples) is cut
+    res = convert_profile(str(prof), tmp_path / "t.lttrace", run_records=3)
+    assert res.records == 6  # the six freed samples of the first two chunks
+    assert any(p.startswith("truncated") for p in res.meta["counts"]["problems"])
+    assert not res.meta["source"]["complete"] and res.meta["source"]["coverage"] is None
+    _, records = _records(res.trace)
+    assert [r[0] for r in records] == sorted(r[0] for r in records)
