@@ -18,6 +18,8 @@ import os
 import struct
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
+from lifetime.errors import LifetimeError
+
 MAGIC = b"LTTRACE\0"
 VERSION = 1
 RECORD = struct.Struct("<QQQQII")
@@ -27,7 +29,7 @@ MS = 1_000_000
 DEFAULT_BOUNDARIES_NS = (10 * MS, 100 * MS, 1000 * MS, 10_000 * MS, 100_000 * MS, 1_000_000 * MS)
 
 
-class TraceError(ValueError):
+class TraceError(LifetimeError, ValueError):
     """A trace file that cannot be read (names the file and the problem)."""
 
 

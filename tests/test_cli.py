@@ -145,3 +145,25 @@ def test_characterize_counts_and_names_bad_files(profiles, tmp_path, capsys):
     assert "1 bad records or files in 1 files (see dead_letters.jsonl)" in capsys.readouterr().out
     dead = (tmp_path / "r" / "dead_letters.jsonl").read_text()
     assert "broken.ltprof" in dead
+
+
+def test_every_public_exception_class_is_a_lifetime_error():
+    """One base for user-facing errors: the CLI catches LifetimeError once, so an error
+    class outside it would surface as a traceback (private helpers excepted)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = {}
+    for package in ("lifetime", "pipeline", "model", "export", "profiler", "profiler_proto",
+                    "simulator"):
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__, package + "."):
+            module = importlib.import_module(info.name)
+            for name, obj in vars(module).items():
+                if (inspect.isclass(obj) and issubclass(obj, Exception)
+                        and obj.__module__ == info.name and not name.startswith("_")):
+                    found[f"{info.name}.{name}"] = obj
+    assert len(found) >= 10
+    outside = sorted(name for name, cls in found.items() if not issubclass(cls, LifetimeError))
+    assert outside == []
