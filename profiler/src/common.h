@@ -28,23 +28,34 @@
 #define LT_FOLD_BYTES (64 * 1024)  /* per-thread bytes folded into the global clock */
 
 /* Live sampled objects: 2^18 entries (64 B each: 16 MiB virtual), 2^18 hash buckets
- * (1 MiB), a 2^19-bit pre-filter (64 KiB) read by every free(), 64 lock stripes. */
+ * (1 MiB), a 2^19-bit pre-filter (64 KiB) read by every free(), 64 lock stripes.
+ * Full-trace mode (LIFETIME_FULL_TRACE=1) sizes the table from
+ * LIFETIME_FULL_TRACE_CAPACITY instead (lt_live_cap; buckets: the next power of two),
+ * see live.c. */
 #define LT_LIVE_BITS 18
 #define LT_LIVE_CAP (1u << LT_LIVE_BITS)
 #define LT_LIVE_BUCKETS (1u << LT_LIVE_BITS)
 #define LT_FILTER_BITS 19
 #define LT_STRIPES 64
+#define LT_FULL_DEFAULT_CAPACITY (1u << 22) /* live objects of a full trace: 4,194,304 */
+#define LT_FULL_MAX_CAPACITY (1u << 28)
 
-/* Distinct stacks: 2^17 stacks, 2^22 frames (32 MiB virtual), 2^18 index slots. */
+/* Distinct stacks: 2^17 stacks, 2^22 frames (32 MiB virtual), 2^18 index slots; a
+ * full trace (every allocation's stack) gets 2^20 stacks and 2^25 frames (256 MiB
+ * virtual, touched as used).  The caps in use are lt_stack_cap / lt_frame_cap. */
 #define LT_STACK_CAP (1u << 17)
 #define LT_FRAME_CAP (1u << 22)
-#define LT_STACK_INDEX (1u << 18)
+#define LT_FULL_STACK_CAP (1u << 20)
+#define LT_FULL_FRAME_CAP (1u << 25)
 
-/* Completed samples waiting for the next flush: two buffers of 2^16 records.  A
- * host thread that completes a sample flushes (if no other thread is flushing) once
- * LT_FLUSH_PENDING of them are waiting, whatever the time, so the buffer never fills
- * in a steady state and one inline flush encodes a bounded amount (~0.5 MiB). */
+/* Completed samples waiting for the next flush: two buffers of 2^16 records (2^17 in
+ * a full trace).  A host thread that completes a sample flushes (if no other thread
+ * is flushing) once LT_FLUSH_PENDING of them are waiting, whatever the time, so the
+ * buffer never fills in a steady state and one inline flush encodes a bounded amount
+ * (~0.5 MiB).  In a full trace a thread that finds the buffer full waits for the
+ * flush lock and flushes itself (back-pressure) rather than dropping the record. */
 #define LT_DONE_CAP (1u << 16)
+#define LT_FULL_DONE_CAP (1u << 17)
 #define LT_FLUSH_PENDING 4096u
 
 /* One chunk is encoded into a 4 MiB buffer; bigger flushes write several chunks. */
@@ -133,6 +144,8 @@ struct lt_global {
   int have_seed;
   uint64_t seed;
   int unwinder;             /* LT_UNWIND_* */
+  int full_trace;           /* LIFETIME_FULL_TRACE=1: every allocation is a sample */
+  uint64_t live_capacity;   /* entries of the live table (Header.live_capacity) */
   char out_dir[4096];
   char version_label[1024];
 
@@ -177,14 +190,14 @@ LT_HIDDEN size_t lt_strlcpy(char *dst, const char *src, size_t cap);
 LT_HIDDEN char *lt_utoa(uint64_t v, char *buf); /* returns pointer to digits in buf[24] */
 
 /* ---- stacks.c ---- */
-LT_HIDDEN int lt_stacks_init(void);
+LT_HIDDEN int lt_stacks_init(void); /* sized by lt_g.full_trace */
 LT_HIDDEN uint32_t lt_stack_intern(const uintptr_t *frames, int depth, int truncated);
 LT_HIDDEN int lt_stack_get(uint32_t id, const uintptr_t **frames, int *depth, int *truncated,
                            uint32_t **emitted_gen);
 LT_HIDDEN extern lt_lock lt_stack_lock;
 
 /* ---- live.c ---- */
-LT_HIDDEN int lt_live_init(void);
+LT_HIDDEN int lt_live_init(void); /* sized by lt_g.full_trace, lt_g.live_capacity */
 LT_HIDDEN void lt_live_reset_child(void);
 LT_HIDDEN int lt_live_insert(const struct lt_live *e); /* 0 full, 1 ok, 2 replaced stale */
 LT_HIDDEN int lt_live_remove(uint64_t addr, struct lt_live *out);
@@ -223,7 +236,8 @@ LT_HIDDEN void lt_live_for_each_stripe(int stripe, lt_live_fn fn, void *ctx);
 
 /* ---- done buffer (live.c) ---- */
 LT_HIDDEN extern lt_lock lt_done_lock;
-LT_HIDDEN int lt_done_append(const struct lt_done *d); /* returns fill count, -1 if full */
+/* Returns the fill count, or -1 if the buffer is full (the caller counts the drop). */
+LT_HIDDEN int lt_done_append(const struct lt_done *d);
 LT_HIDDEN size_t lt_done_swap(struct lt_done **out);  /* takes done_lock itself */
 LT_HIDDEN void lt_done_reset_child(void);
 

@@ -124,12 +124,14 @@ static void encode_header(void) {
     lt_pb_string(&pb, 16, lt_model_path);
     lt_pb_string(&pb, 17, lt_model_id);
   }
+  lt_pb_bool(&pb, 18, lt_g.full_trace);       /* Header.full_trace */
+  lt_pb_uint(&pb, 19, lt_g.live_capacity);    /* Header.live_capacity */
   lt_pb_end(&pb);
   chunk_has_data = 1;
 }
 
 static double weight(uint64_t size) {
-  if (size == 0) return 1.0;
+  if (size == 0 || lt_g.full_trace) return 1.0; /* a full trace: each sample is itself */
   double p = -expm1(-(double)size / (double)lt_g.interval);
   return p > 0 ? 1.0 / p : 1.0;
 }

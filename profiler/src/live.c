@@ -19,6 +19,15 @@
  * Visibility argument for the lock-free filter read in free(): the entry for p is
  * inserted (and its bit set) before malloc returns p, and whoever frees p got p through
  * the program's own synchronisation, so the bit store happens-before the free's load.
+ *
+ * Full-trace mode (lt_g.full_trace): every allocation is in the table, so the
+ * pre-filter would pass (nearly) every free anyway; it is set to all ones once and
+ * never touched (every free looks the address up), and the table is sized for a whole
+ * heap: lt_g.live_capacity entries (LIFETIME_FULL_TRACE_CAPACITY, default 2^22),
+ * buckets the next power of two >= that (chains of ~1), bucket = the top bits of the
+ * pointer hash, stripe = the top 6 bucket bits.  All of it mmap'd MAP_NORESERVE and
+ * touched as used: ~64 bytes of RSS per live object plus the bucket array.  A full
+ * table is counted (dropped_samples), never grown.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -39,16 +48,38 @@ _Atomic uint8_t lt_summary[(1u << LT_SUMMARY_BITS) / 8] __attribute__((aligned(6
 static uint32_t scount[1u << LT_SUMMARY_BITS]; /* live entries per summary bit */
 static struct stripe stripes[LT_STRIPES] __attribute__((aligned(64)));
 
+static uint32_t live_cap = LT_LIVE_CAP;     /* entries */
+static uint32_t bucket_bits = LT_LIVE_BITS; /* log2 of the number of buckets */
+static int full;                            /* lt_g.full_trace, read on every op */
+
 static struct lt_done *done_buf[2];
+static uint32_t done_cap = LT_DONE_CAP;
 static uint32_t done_count;
 static int done_cur;
 lt_lock lt_done_lock;
 
+static void filter_fill_full(void) {
+  memset((void *)lt_filter, 0xff, sizeof lt_filter);
+  memset((void *)lt_summary, 0xff, sizeof lt_summary);
+}
+
 int lt_live_init(void) {
-  entries = lt_map(sizeof(struct lt_live) * LT_LIVE_CAP);
-  buckets = lt_map(sizeof(uint32_t) * LT_LIVE_BUCKETS);
-  done_buf[0] = lt_map(sizeof(struct lt_done) * LT_DONE_CAP);
-  done_buf[1] = lt_map(sizeof(struct lt_done) * LT_DONE_CAP);
+  if (lt_g.full_trace) {
+    full = 1;
+    uint64_t cap = lt_g.live_capacity;
+    if (cap < 1) cap = 1;
+    if (cap > LT_FULL_MAX_CAPACITY) cap = LT_FULL_MAX_CAPACITY;
+    live_cap = (uint32_t)cap;
+    bucket_bits = 12; /* at least 64 buckets per stripe */
+    while ((1ull << bucket_bits) < cap) bucket_bits++;
+    done_cap = LT_FULL_DONE_CAP;
+    filter_fill_full();
+  }
+  lt_g.live_capacity = live_cap;
+  entries = lt_map(sizeof(struct lt_live) * live_cap);
+  buckets = lt_map(sizeof(uint32_t) << bucket_bits);
+  done_buf[0] = lt_map(sizeof(struct lt_done) * done_cap);
+  done_buf[1] = lt_map(sizeof(struct lt_done) * done_cap);
   return entries && buckets && done_buf[0] && done_buf[1];
 }
 
@@ -60,11 +91,15 @@ static void remap_zero(void *p, size_t bytes) {
 }
 
 void lt_live_reset_child(void) {
-  remap_zero(entries, sizeof(struct lt_live) * LT_LIVE_CAP);
-  remap_zero(buckets, sizeof(uint32_t) * LT_LIVE_BUCKETS);
-  memset((void *)lt_filter, 0, sizeof lt_filter);
-  memset((void *)lt_summary, 0, sizeof lt_summary);
-  memset(scount, 0, sizeof scount);
+  remap_zero(entries, sizeof(struct lt_live) * live_cap);
+  remap_zero(buckets, sizeof(uint32_t) << bucket_bits);
+  if (full) {
+    filter_fill_full();
+  } else {
+    memset((void *)lt_filter, 0, sizeof lt_filter);
+    memset((void *)lt_summary, 0, sizeof lt_summary);
+    memset(scount, 0, sizeof scount);
+  }
   for (int s = 0; s < LT_STRIPES; s++) stripes[s].free_head = 0;
   atomic_store(&pool_used, 0);
 }
@@ -82,14 +117,21 @@ void lt_live_reset_locks(void) {
 
 #define BUCKET_BITS (LT_FILTER_BITS - 1)
 _Static_assert(LT_LIVE_BUCKETS == 1u << BUCKET_BITS, "one bucket per two filter bits");
-_Static_assert(LT_STRIPES == 64, "STRIPE_SHIFT assumes 64 stripes");
-#define STRIPE_SHIFT (BUCKET_BITS - 6) /* LT_STRIPES == 64: the top 6 bucket bits */
+_Static_assert(LT_STRIPES == 64, "stripe = the top 6 bucket bits");
 #define SUMMARY_SHIFT (LT_FILTER_BITS - LT_SUMMARY_BITS)
 
+/* Sampled mode: bucket = filter bit / 2 (BUCKET_BITS); full trace: the top
+ * bucket_bits of the pointer hash (fbit unused).  Stripe: the top 6 bucket bits. */
 static inline void where(uint64_t addr, uint32_t *fbit, uint32_t *bucket, uint32_t *stripe) {
+  if (full) {
+    *fbit = 0;
+    *bucket = (uint32_t)(lt_ptr_hash(addr) >> (64 - bucket_bits));
+    *stripe = *bucket >> (bucket_bits - 6);
+    return;
+  }
   *fbit = lt_filter_bit(addr, lt_summary_bit(addr));
   *bucket = *fbit >> 1;
-  *stripe = *bucket >> STRIPE_SHIFT;
+  *stripe = *bucket >> (BUCKET_BITS - 6);
 }
 
 /* Called with the stripe of f locked.  Sets the filter bit before the summary bit, so
@@ -135,17 +177,17 @@ int lt_live_insert(const struct lt_live *e) {
     idx = st->free_head - 1;
     st->free_head = entries[idx].next;
   } else if ((idx = atomic_fetch_add_explicit(&pool_used, 1, memory_order_relaxed)) <
-             LT_LIVE_CAP) {
+             live_cap) {
     /* a fresh entry from the shared pool */
   } else {
-    atomic_store_explicit(&pool_used, LT_LIVE_CAP, memory_order_relaxed);
+    atomic_store_explicit(&pool_used, live_cap, memory_order_relaxed);
     lt_lock_release(&st->lock);
     return 0;
   }
   entries[idx] = *e;
   entries[idx].next = buckets[b];
   buckets[b] = idx + 1;
-  filter_set(f);
+  if (!full) filter_set(f);
   lt_lock_release(&st->lock);
   (void)result;
   return 1;
@@ -168,7 +210,7 @@ int lt_live_remove(uint64_t addr, struct lt_live *out) {
     found = 1;
     break;
   }
-  if (found) {
+  if (found && !full) {
     int still = 0;
     for (uint32_t i = buckets[b]; i && !still; i = entries[i - 1].next) {
       uint32_t f2, b2, s2;
@@ -188,7 +230,8 @@ void lt_live_reinsert(const struct lt_live *e) {
 void lt_live_for_each_stripe(int s, lt_live_fn fn, void *ctx) {
   struct stripe *st = &stripes[s];
   lt_lock_acquire(&st->lock);
-  uint32_t first = (uint32_t)s << STRIPE_SHIFT, end = first + (1u << STRIPE_SHIFT);
+  uint32_t shift = (full ? bucket_bits : BUCKET_BITS) - 6;
+  uint32_t first = (uint32_t)s << shift, end = first + (1u << shift);
   for (uint32_t b = first; b < end; b++)
     for (uint32_t i = buckets[b]; i; i = entries[i - 1].next) fn(&entries[i - 1], ctx);
   lt_lock_release(&st->lock);
@@ -196,9 +239,8 @@ void lt_live_for_each_stripe(int s, lt_live_fn fn, void *ctx) {
 
 int lt_done_append(const struct lt_done *d) {
   lt_lock_acquire(&lt_done_lock);
-  if (done_count >= LT_DONE_CAP) {
+  if (done_count >= done_cap) {
     lt_lock_release(&lt_done_lock);
-    atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
     return -1;
   }
   done_buf[done_cur][done_count++] = *d;

@@ -17,6 +17,10 @@
  *   LIFETIME_UNWINDER        builtin (default) | glibc | libunwind (for comparisons) |
  *                            check (builtin, verified against backtrace(); prints a
  *                            summary line at exit)
+ *   LIFETIME_FULL_TRACE      1: record every allocation (full trace, below); 0 or unset:
+ *                            Poisson sampling
+ *   LIFETIME_FULL_TRACE_CAPACITY  live objects the full trace's table holds (default
+ *                            LT_FULL_DEFAULT_CAPACITY = 4,194,304; 1..2^28)
  * A bad value or an unusable directory prints one "lifetime-sampler: ..." line on
  * stderr and disables sampling; the program then runs exactly as without us.
  *
@@ -55,6 +59,20 @@
  * A root process that changes its effective uid (setuid, seteuid, setreuid,
  * setresuid: hooked) first gives its file to the new uid, so that it can still
  * append to it.
+ *
+ * Full trace (LIFETIME_FULL_TRACE=1).  Every allocation is a sample with its stack,
+ * weight 1, and every free completes its record: the thread's countdown stays 0, so
+ * every allocation takes the slow path and account() says "sample"; the free()
+ * pre-filter is all ones, so every free looks its address up; the live table, the
+ * done buffers and the stack table are sized for a whole heap (common.h, live.c).
+ * The header says so (Header.full_trace, sampling_interval_bytes = 1,
+ * live_capacity).  Nothing is dropped silently: a full live or stack table is
+ * counted in Trailer.dropped_samples / dropped_stacks; a full done buffer makes the
+ * completing thread wait for flush_lock and flush itself (back-pressure: it holds no
+ * sampler lock then), except in a vfork child or with the in-process symbolizer or a
+ * model loaded (a flush may take the loader lock there), where the record is
+ * dropped and counted.  Flushes stay inline and bounded as in sampled mode (every
+ * LT_FLUSH_PENDING completed records, ~4096 * 70 bytes).
  *
  * The real allocator is glibc's, called through its exported __libc_* entry points
  * (no dlsym bootstrap).  posix_memalign, aligned_alloc (an alias of memalign in glibc
@@ -335,6 +353,14 @@ static int account(struct lt_thread *t, size_t n, uint64_t *clock) {
     return 0;
   }
   uint64_t nn = n > (1ull << 48) ? (1ull << 48) : n;
+  if (lt_g.full_trace) { /* every allocation; the clock is folded at each one */
+    sync_pending(t);
+    t->pending_bytes += nn;
+    t->allocs++;
+    *clock = fold(t);
+    t->countdown = t->seg = 0;
+    return 1;
+  }
   sync_pending(t);
   t->pending_bytes += nn;
   t->sample_rem -= (int64_t)nn;
@@ -397,6 +423,27 @@ static LT_NOINLINE void record_alloc(struct lt_thread *t, void *p, size_t size, 
   errno = e;
 }
 
+/* Full trace, done buffer full: wait for flush_lock and flush here (in_sampler is
+ * set and no sampler lock is held: nothing we wait for can wait for us).  Not in a
+ * vfork child (our memory, another pid: never touches the file) nor when a flush may
+ * take the loader lock (symbolizer, model: the waiting thread may be inside the
+ * loader); the caller then counts the record as dropped. */
+static LT_NOINLINE int full_trace_wait_flush(struct lt_thread *t) {
+  if (lt_symbolize_stacks || lt_online_enabled() || lt_getpid() != lt_g.pid) return 0;
+  uint64_t saved = t->countdown;
+  t->countdown = 0;
+  lt_lock_acquire(&lt_g.flush_lock);
+  int flushed = 0;
+  if (atomic_load_explicit(&lt_g.state, memory_order_acquire) == LT_ACTIVE) {
+    atomic_store_explicit(&lt_g.next_flush_ns, next_deadline(lt_mono_ns()), memory_order_relaxed);
+    lt_flush(LT_FLUSH_PERIODIC, 0);
+    flushed = 1;
+  }
+  lt_lock_release(&lt_g.flush_lock);
+  t->countdown = saved;
+  return flushed;
+}
+
 /* The object's life ended: a finished sample for the next flush.  in_sampler is set. */
 static void complete(struct lt_thread *t, const struct lt_live *e, int free_fn) {
   if (!t->initialized) thread_init(t);
@@ -408,6 +455,15 @@ static void complete(struct lt_thread *t, const struct lt_live *e, int free_fn) 
                       .free_ns = lt_mono_ns(), .free_bytes = fold(t),
                       .free_tid = t->tid ? t->tid : lt_gettid(), .free_fn = (uint8_t)free_fn};
   int fill = lt_done_append(&d);
+  if (LT_UNLIKELY(fill < 0)) {
+    int e = errno;
+    if (lt_g.full_trace && full_trace_wait_flush(t)) fill = lt_done_append(&d);
+    errno = e;
+    if (fill < 0) {
+      atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
+      return;
+    }
+  }
   if (LT_UNLIKELY((fill > 0 && (uint32_t)fill >= LT_FLUSH_PENDING) || flush_due(d.free_ns)))
     host_flush(t);
 }
@@ -1188,10 +1244,15 @@ static void global_init(struct lt_thread *t) {
     return;
   }
   uint64_t interval = LT_DEFAULT_INTERVAL, frames = LT_MAX_FRAMES, flush_ms = 1000, seed = 0;
+  uint64_t full_trace = 0, capacity = LT_FULL_DEFAULT_CAPACITY;
   if (!env_u64("LIFETIME_INTERVAL_BYTES", 1, 1ull << 40, &interval, "a positive integer (bytes)"))
     return;
   if (!env_u64("LIFETIME_MAX_FRAMES", 1, LT_MAX_FRAMES, &frames, "an integer in 1..128")) return;
   if (!env_u64("LIFETIME_FLUSH_MS", 0, 86400000, &flush_ms, "an integer in 0..86400000 (ms)"))
+    return;
+  if (!env_u64("LIFETIME_FULL_TRACE", 0, 1, &full_trace, "0 or 1")) return;
+  if (!env_u64("LIFETIME_FULL_TRACE_CAPACITY", 1, LT_FULL_MAX_CAPACITY, &capacity,
+               "an integer in 1..268435456 (live objects)"))
     return;
   const char *seed_s = getenv("LIFETIME_SEED");
   if (seed_s && !env_u64("LIFETIME_SEED", 0, UINT64_MAX, &seed, "an unsigned integer")) return;
@@ -1249,11 +1310,13 @@ static void global_init(struct lt_thread *t) {
   close(fd);
   unlink(probe);
 
+  lt_g.full_trace = (int)full_trace;
+  lt_g.live_capacity = full_trace ? capacity : LT_LIVE_CAP;
   if (!lt_stacks_init() || !lt_live_init() || !lt_flush_init() || !lt_unwind_prepare()) {
     disable("cannot map the sampler's tables; sampling disabled", NULL, NULL);
     return;
   }
-  lt_g.interval = interval;
+  lt_g.interval = full_trace ? 1 : interval; /* a full trace: every byte a sample point */
   lt_g.max_frames = (int)frames;
   lt_g.flush_ms = flush_ms;
   lt_g.have_seed = seed_s != NULL;

@@ -1,7 +1,7 @@
 /* Distinct call stacks, each stored once and named by a small id.
  *
  * Records and frames live in append-only mmap'd arenas (LT_STACK_CAP stacks,
- * LT_FRAME_CAP frames).  Lookups are lock-free: an index slot is published with a
+ * LT_FRAME_CAP frames; LT_FULL_STACK_CAP / LT_FULL_FRAME_CAP in a full trace).  Lookups are lock-free: an index slot is published with a
  * release store after its record and frames are written, and records never change
  * afterwards (except `emitted_gen`, which only a flush touches, under flush_lock).
  * Inserts take lt_stack_lock.  When an arena is full the stack is not stored and the
@@ -26,12 +26,19 @@ static uintptr_t *frames;
 static _Atomic uint32_t *slots; /* stack index + 1, 0 = empty */
 static uint32_t nstacks;        /* guarded by lt_stack_lock */
 static uint32_t nframes;        /* guarded by lt_stack_lock */
+static uint32_t stack_cap = LT_STACK_CAP, frame_cap = LT_FRAME_CAP;
+static uint32_t index_size = 2 * LT_STACK_CAP; /* open addressing, at most half full */
 lt_lock lt_stack_lock;
 
 int lt_stacks_init(void) {
-  recs = lt_map(sizeof(struct stack_rec) * LT_STACK_CAP);
-  frames = lt_map(sizeof(uintptr_t) * LT_FRAME_CAP);
-  slots = lt_map(sizeof(uint32_t) * LT_STACK_INDEX);
+  if (lt_g.full_trace) {
+    stack_cap = LT_FULL_STACK_CAP;
+    frame_cap = LT_FULL_FRAME_CAP;
+    index_size = 2 * LT_FULL_STACK_CAP;
+  }
+  recs = lt_map(sizeof(struct stack_rec) * stack_cap);
+  frames = lt_map(sizeof(uintptr_t) * frame_cap);
+  slots = lt_map(sizeof(uint32_t) * index_size);
   return recs && frames && slots;
 }
 
@@ -55,10 +62,10 @@ static int matches(uint32_t idx, uint64_t h, const uintptr_t *f, int depth, int 
 }
 
 uint32_t lt_stack_intern(const uintptr_t *f, int depth, int truncated) {
-  const uint32_t mask = LT_STACK_INDEX - 1;
+  const uint32_t mask = index_size - 1;
   uint64_t h = stack_hash(f, depth, truncated);
   uint32_t i = (uint32_t)h & mask;
-  for (uint32_t probe = 0; probe < LT_STACK_INDEX; probe++, i = (i + 1) & mask) {
+  for (uint32_t probe = 0; probe < index_size; probe++, i = (i + 1) & mask) {
     uint32_t v = atomic_load_explicit(&slots[i], memory_order_acquire);
     if (v == 0) break;
     if (matches(v - 1, h, f, depth, truncated)) return v;
@@ -66,7 +73,7 @@ uint32_t lt_stack_intern(const uintptr_t *f, int depth, int truncated) {
   lt_lock_acquire(&lt_stack_lock);
   uint32_t id = 0;
   i = (uint32_t)h & mask;
-  for (uint32_t probe = 0; probe < LT_STACK_INDEX; probe++, i = (i + 1) & mask) {
+  for (uint32_t probe = 0; probe < index_size; probe++, i = (i + 1) & mask) {
     uint32_t v = atomic_load_explicit(&slots[i], memory_order_relaxed);
     if (v != 0) {
       if (matches(v - 1, h, f, depth, truncated)) {
@@ -75,8 +82,8 @@ uint32_t lt_stack_intern(const uintptr_t *f, int depth, int truncated) {
       }
       continue;
     }
-    /* Keep the open-addressed index at most half full (LT_STACK_CAP = INDEX / 2). */
-    if (nstacks >= LT_STACK_CAP || nframes + (uint32_t)depth > LT_FRAME_CAP) break;
+    /* Keep the open-addressed index at most half full (stack_cap = index_size / 2). */
+    if (nstacks >= stack_cap || nframes + (uint32_t)depth > frame_cap) break;
     uint32_t idx = nstacks++;
     struct stack_rec *r = &recs[idx];
     memcpy(&frames[nframes], f, sizeof(uintptr_t) * (size_t)depth);
@@ -97,7 +104,7 @@ uint32_t lt_stack_intern(const uintptr_t *f, int depth, int truncated) {
 
 int lt_stack_get(uint32_t id, const uintptr_t **f, int *depth, int *truncated,
                  uint32_t **emitted_gen) {
-  if (id == 0 || id > LT_STACK_CAP) return 0;
+  if (id == 0 || id > stack_cap) return 0;
   struct stack_rec *r = &recs[id - 1];
   *f = &frames[r->off];
   *depth = r->depth;
