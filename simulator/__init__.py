@@ -40,10 +40,14 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
              table_default: int | None = None, series_interval_ms: int | None = None,
              series_interval_ns: int | None = None, snapshots_ns: Sequence[int] = (),
              deadline_k: int | None = None, check_invariants: bool = False, check_every: int | None = None,
-             json_out: str | os.PathLike | None = None, timeout: float | None = None) -> dict:
+             json_out: str | os.PathLike | None = None, timeout: float | None = None,
+             model_revalidate_every: int | None = None,
+             model_served: str | os.PathLike | None = None) -> dict:
     """Runs the engine on `trace` and returns its report (see simulator/README.md).
 
-    predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE"."""
+    predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE",
+    "model=model:CONTEXTS" (simulator/model.py writes CONTEXTS); model_served: where the
+    engine writes the model predictors' classes per stack (`--model-served`)."""
     args = [str(engine_path()), os.fspath(trace)]
     for p in predictors:
         args += ["--predictor", p]
@@ -63,6 +67,10 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
         args.append("--check-invariants")
     if check_every is not None:
         args += ["--check-every", str(check_every)]
+    if model_revalidate_every is not None:
+        args += ["--model-revalidate-every", str(model_revalidate_every)]
+    if model_served is not None:
+        args += ["--model-served", os.fspath(model_served)]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.fspath(json_out) if json_out is not None else os.path.join(tmp, "report.json")
         proc = subprocess.run(args + ["--json", out], capture_output=True, text=True, timeout=timeout)

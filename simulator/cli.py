@@ -6,9 +6,12 @@
    next to it.
 2. The exact-context and site tables are fit on the training dataset and written as
    the engine's class tables (OUT/tables/, simulator/tables.py).
-3. The engine runs once: the baseline and LLAMA x {oracle, exact table, site table,
-   one class}; its JSON is OUT/simulation.json.
-4. OUT/report.{md,html,json} and PNGs (simulator/report.py).
+3. With --model EXPORT_DIR: the export's plugin is built (profiler.launch.model_plugin)
+   and OUT/model/contexts.txt written: each stack's context frames under the model's own
+   context definition (simulator/model.py).
+4. The engine runs once: the baseline and LLAMA x {oracle, exact table, site table,
+   one class[, model]}; its JSON is OUT/simulation.json (and OUT/model/served.txt).
+5. OUT/report.{md,html,json} and PNGs (simulator/report.py).
 """
 
 from __future__ import annotations
@@ -40,7 +43,11 @@ def add_parser(sub) -> None:
                    help="training dataset (`lifetime build-dataset`): context definition, label "
                         "scheme and the contexts the tables are fit on")
     p.add_argument("--model", metavar="EXPORT_DIR",
-                   help="a `lifetime export` directory for a model predictor (not available yet)")
+                   help="a `lifetime export` directory: adds LLAMA + the exported model, called "
+                        "through its C API and its prediction cache (§2.3)")
+    p.add_argument("--model-revalidate-every", type=int, default=None, metavar="N",
+                   help="model cache: rerun the model every N hits of an entry (0: never; "
+                        "default: the model library's, 1000)")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--series-interval-ms", type=int, default=None, metavar="N",
                    help="time-series interval of the memory plot (default: 1/1000 of the trace)")
@@ -113,10 +120,12 @@ def run(args: argparse.Namespace) -> int:
     from lifetime.files import writable_dir
     from simulator import convert, report, tables
 
+    from simulator import model as model_input
+
+    if getattr(args, "model_revalidate_every", None) is not None and args.model_revalidate_every < 0:
+        raise UsageError(f"--model-revalidate-every {args.model_revalidate_every}: must be >= 0")
     if args.model:
-        raise UsageError(f"--model {args.model}: the model predictor is not available yet in "
-                         "the simulator (oracle, exact-context table, site table and one class "
-                         "are); run without --model")
+        model_input.load_export(args.model)  # a bad --model fails before any work
     if args.series_interval_ms is not None and args.series_interval_ms <= 0:
         raise UsageError(f"--series-interval-ms {args.series_interval_ms}: must be positive")
     if args.deadline_k is not None and args.deadline_k <= 0:
@@ -145,26 +154,49 @@ def run(args: argparse.Namespace) -> int:
                               debug_dirs=args.debug_dir, sysroot=args.sysroot, progress=_say)
     specs = ["oracle", f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
              f"one_class=constant:{tbl.majority}"]
+    mi, served_path = None, None
+    if args.model:
+        try:
+            mi = model_input.prepare(args.model, side, os.path.join(args.out, "model"),
+                                     class_names=tbl.class_names,
+                                     reuse=(tbl.context, tbl.stack_context),
+                                     debug_dirs=args.debug_dir, sysroot=args.sysroot, progress=_say)
+        except model_input.ModelInputError as e:
+            raise SimulateError(str(e)) from None
+        specs.append(f"model=model:{mi.contexts_file}")
+        served_path = os.path.join(args.out, "model", "served.txt")
     sim_json = os.path.join(args.out, "simulation.json")
     n = side["counts"]["records"]
-    _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, exact, site, one class}}"
+    _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, exact, site, one class"
+         + (", model" if mi else "") + "}"
          + (" with invariant checks" if args.check_invariants else ""))
     t0 = time.monotonic()
     try:
         sim = simulator.simulate(trace_path, specs, table_default=tbl.majority,
                                  series_interval_ms=args.series_interval_ms,
                                  deadline_k=args.deadline_k,
-                                 check_invariants=args.check_invariants, json_out=sim_json)
+                                 check_invariants=args.check_invariants, json_out=sim_json,
+                                 model_revalidate_every=getattr(args, "model_revalidate_every", None),
+                                 model_served=served_path)
     except simulator.SimulationError as e:
         if e.returncode == 2:  # the engine refused its input: a user-facing problem
             raise SimulateError(str(e).removeprefix("lifetime_simulate: error: ")) from None
         raise  # an invariant violation or a crash is a bug: keep the traceback
     _say(f"simulated in {time.monotonic() - t0:.1f} s")
+    if mi is not None:
+        served = model_input.read_served(served_path).get("model", {})
+        tbl.per_context["model"] = model_input.per_context_accuracy(served, mi.stack_context, side)
     workload = side["source"]["program"] + (f" ({side['source']['version_label']})"
                                             if side["source"].get("version_label") else "")
+    settings = {"engine": engine, "predictor_specs": specs,
+                "check_invariants": args.check_invariants}
+    if mi is not None:
+        settings["model"] = {"export_dir": mi.export_dir, "plugin": mi.plugin,
+                             "contexts_file": mi.contexts_file, "served_file": served_path,
+                             "model_id": mi.model_id, "graph": mi.manifest.get("graph"),
+                             "context": mi.context.to_json()}
     rep = report.write_report(sim, side, tbl, args.out, workload=workload, simulation_json=sim_json,
-                              settings={"engine": engine, "predictor_specs": specs,
-                                        "check_invariants": args.check_invariants})
+                              settings=settings)
     print(f"report: {os.path.join(args.out, 'report.md')} (.html, .json, memory_over_time.png); "
           f"{time.monotonic() - started:.1f} s")
     if rep["sampled"]:
@@ -178,4 +210,10 @@ def run(args: argparse.Namespace) -> int:
               f"{pct(r['accuracy_by_bytes']):>10} {mib(r['baseline_steady_state_bytes']):>12} "
               f"{mib(r['llama_steady_state_bytes']):>10} {mib(r['live_steady_state_bytes']):>9} "
               f"{pct(r['fragmentation_reduction']):>10}")
+    if rep.get("model"):
+        m = rep["model"]
+        print(f"model: {m['cache']['hits']:,} cache hits, {m['cache']['misses']:,} misses, "
+              f"{m['model_runs']:,} model runs; per call: hit {m['timing_ns']['cache_hit']['mean']:.0f} ns "
+              f"mean, model call {m['timing_ns']['model_call']['mean']:.0f} ns mean "
+              f"(p50 {m['timing_ns']['model_call']['p50']:.0f}, p99 {m['timing_ns']['model_call']['p99']:.0f})")
     return 0

@@ -24,7 +24,7 @@ VARIANTS = {
     "exact": ("exact-context table", "exact-context lookup table fit on the training dataset"),
     "site": ("site table", "allocation-site (first frame) lookup table fit on the training dataset"),
     "one_class": ("one class", "the training set's majority class for every object"),
-    "model": ("model", "the exported model"),
+    "model": ("model", "the exported model through its C API and its §2.3 prediction cache"),
 }
 
 
@@ -112,6 +112,14 @@ def build_report(sim: dict, side: dict, tables, *, workload: str, simulation_jso
                                            "counters")} if base else None),
         "simulation_json": os.path.basename(simulation_json),
     }
+    for name, a in allocs.items():
+        p = a.get("predictor") or {}
+        if p.get("kind") == "model":
+            rep["model"] = {"allocator": name, **{k: p.get(k) for k in (
+                "model_id", "plugin", "contexts_file", "context_version", "max_frames", "stacks",
+                "distinct_contexts", "cache_key", "cache", "model_runs", "timing_ns")},
+                **(settings.get("model") or {})}
+            break
     if tables is not None:
         rep["training"] = tables.training
         rep["table_default"] = {"class": tables.majority,
@@ -254,6 +262,31 @@ def markdown_report(rep: dict, figs: dict) -> str:
             frac = lambda a, b: _pct(a / b if b else None)  # noqa: E731
             L.append(f"| {VARIANTS.get(name, (name,))[0]} | {c['stacks']:,} / {c['stacks_total']:,} | "
                      f"{frac(c['objects'], c['objects_total'])} | {frac(c['bytes'], c['bytes_total'])} |")
+    if rep.get("model"):
+        m, c = rep["model"], rep["model"]["cache"]
+        t = m["timing_ns"]
+        L += ["", "## Model predictor", "",
+              f"Exported model {_md(m.get('export_dir', ''))} (id `{(m['model_id'] or '')[:16]}`, "
+              f"graph {_md(m.get('graph') or '?')}), loaded by the engine from its plugin "
+              f"{_md(m['plugin'])} and called through the C API (`lifetime_cache_predict`). "
+              f"Each of the trace's {m['stacks']:,} stacks ({m['distinct_contexts']:,} distinct "
+              f"contexts) was symbolized offline with the model's own context definition "
+              f"({_md(m['context_version'])}, {m['max_frames']} frames): "
+              f"{_md(os.path.basename(m['contexts_file']))}.", "",
+              f"Cache key: {_md(m['cache_key'])}; {c['entries']:,} entries, direct-mapped; the "
+              f"model reruns every {c['revalidate_every']:,} hits of an entry (0: never).", "",
+              "| lookups | hits | misses | hit rate | revalidations | disagreements | evictions | model runs |",
+              "|---|---|---|---|---|---|---|---|",
+              f"| {c['lookups']:,} | {c['hits']:,} | {c['misses']:,} | {_pct(c['hit_rate'], 2)} | "
+              f"{c['revalidations']:,} | {c['disagreements']:,} | {c['evictions']:,} | {m['model_runs']:,} |",
+              "", "Time per prediction (wall clock of `lifetime_cache_predict` in the engine, ns; "
+              "not part of the deterministic report):", "",
+              "| call | calls | mean | p50 | p99 | total s |", "|---|---|---|---|---|---|"]
+        for k, what in (("cache_hit", "cache hit (no model run)"),
+                        ("model_call", "model call (miss or revalidation)")):
+            x = t[k]
+            L.append(f"| {what} | {x['calls']:,} | {x['mean']:.0f} | {x['p50']:.0f} | "
+                     f"{x['p99']:.0f} | {x['total_s']:.3f} |")
     L += ["", "## Predicted classes", "", "| predictor | " + " | ".join(rep["trace"]["classes"]) + " |",
           "|---|" + "---|" * len(rep["trace"]["classes"])]
     for name, v in rep["variants"].items():

@@ -13,8 +13,13 @@ const char kUsage[] =
     "usage: lifetime_simulate TRACE [options]\n"
     "Replays an object trace (.lttrace) through a TCMalloc-like baseline and one LLAMA\n"
     "instance per predictor, side by side, and writes a JSON report.\n"
-    "  --predictor SPEC        [LABEL=]oracle | table:FILE | constant:CLASS (repeatable)\n"
+    "  --predictor SPEC        [LABEL=]oracle | table:FILE | constant:CLASS | model:CONTEXTS\n"
+    "                          (repeatable)\n"
     "  --table-default CLASS   class of stacks missing from a table (default: inf)\n"
+    "  --model-revalidate-every N  model cache: rerun the model every N hits of an entry\n"
+    "                          (0: never; default: the model library's, 1000)\n"
+    "  --model-served OUT      per model predictor and stack, the classes it was given\n"
+    "                          (\"LABEL STACK_ID CLASS OBJECTS\" lines)\n"
     "  --no-baseline           do not run the baseline allocator\n"
     "  --deadline-k K          LLAMA deadline = now + K x class bound (default 2)\n"
     "  --series-interval-ms N  time series sampling interval (default: ~1000 samples)\n"
@@ -38,7 +43,7 @@ uint64_t parse_u64(const std::string& opt, const char* s) {
 
 int main(int argc, char** argv) {
   sim::EngineOptions opts;
-  std::string trace, json_out;
+  std::string trace, json_out, served_out;
   bool timing = false;
   try {
     for (int i = 1; i < argc; ++i) {
@@ -50,6 +55,11 @@ int main(int argc, char** argv) {
       if (a == "--help" || a == "-h") { std::fputs(kUsage, stdout); return 0; }
       else if (a == "--predictor") opts.predictors.push_back(arg());
       else if (a == "--table-default") opts.predictor_options.table_default = int(parse_u64(a, arg()));
+      else if (a == "--model-revalidate-every") {
+        uint64_t v = parse_u64(a, arg());
+        if (v > UINT32_MAX) throw sim::SimError(a + ": out of range");
+        opts.predictor_options.model_revalidate_every = long(v);
+      } else if (a == "--model-served") served_out = arg();
       else if (a == "--no-baseline") opts.baseline = false;
       else if (a == "--deadline-k") {
         opts.deadline_k = unsigned(parse_u64(a, arg()));
@@ -85,6 +95,13 @@ int main(int argc, char** argv) {
       bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
       ok = (std::fclose(f) == 0) && ok;
       if (!ok) throw sim::SimError(json_out + ": write failed");
+    }
+    if (!served_out.empty()) {
+      FILE* f = std::fopen(served_out.c_str(), "wb");
+      if (!f) throw sim::SimError(served_out + ": cannot write: " + std::strerror(errno));
+      std::fputs("# LABEL STACK_ID CLASS OBJECTS: classes each model predictor gave each stack\n", f);
+      for (const auto& p : r.predictors) p->write_served(f);
+      if (std::fclose(f) != 0) throw sim::SimError(served_out + ": write failed");
     }
     if (timing) {
       uint64_t events = r.allocs + r.frees;

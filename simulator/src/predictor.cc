@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "json.h"
+#include "model_predictor.h"
 
 namespace sim {
 
@@ -129,10 +130,10 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, const ClassSc
       throw SimError("--table-default " + std::to_string(def) + ": the trace has " +
                      std::to_string(classes.num_classes()) + " classes");
     p = std::make_unique<TablePredictor>(arg, read_class_table(arg, classes.num_classes()), def);
-  } else if (kind == "model") {
-    throw SimError("--predictor " + spec + ": the model predictor is not available yet");
+  } else if (kind == "model" && !arg.empty()) {
+    p = make_model_predictor(arg, classes, opts);
   } else {
-    throw SimError("--predictor " + spec + ": expected oracle, table:FILE, constant:CLASS (optionally LABEL=...)");
+    throw SimError("--predictor " + spec + ": expected oracle, table:FILE, constant:CLASS, model:CONTEXTS (optionally LABEL=...)");
   }
   if (label.empty()) {
     label = kind;

@@ -5,15 +5,14 @@
 //                     stacks map to which class is the caller's business); stacks missing
 //                     from it get the default class (--table-default, default: inf)
 //   constant:C        every object in class C
-//   model:DIR         [later] the exported model through its C API, behind the paper's
-//                     prediction cache (§2.3).  The seam is the Predictor interface: a
-//                     ModelPredictor implements predict() from the record's stack id (the
-//                     trace will then carry the stack's model input, or a side file maps
-//                     stack ids to it) and caches per stack id.
+//   model:CONTEXTS    the exported model through its C API, behind the paper's
+//                     prediction cache (§2.3); CONTEXTS names the model plugin and holds
+//                     each stack's context frames (model_predictor.h)
 //
 // A spec may carry a label for the report: LABEL=KIND[:ARG], e.g. exact=table:stacks.tbl.
 #pragma once
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -30,11 +29,15 @@ class Predictor {
   virtual ~Predictor() = default;
   virtual int predict(const ObjectRecord& r) = 0;
   virtual void describe(JsonWriter& j) const = 0;  // key/value pairs inside an object
+  // Per stack, the classes it was given ("LABEL STACK_ID CLASS OBJECTS" lines), for the
+  // predictors that keep them (the model predictor); returns false if it keeps none.
+  virtual bool write_served(std::FILE*) const { return false; }
   std::string label;
 };
 
 struct PredictorOptions {
   int table_default = -1;  // -1: the inf class
+  long model_revalidate_every = -1;  // -1: the model library's default (1000)
 };
 
 // Parses a --predictor spec; SimError on a bad one.
