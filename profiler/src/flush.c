@@ -163,33 +163,48 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
     lt_pb_end(&pb);
     *gen = lt_g.mark_gen;
   }
-  lt_pb_begin(&pb, 4);
-  lt_pb_uint(&pb, 1, d->stack_id);
-  lt_pb_uint(&pb, 2, d->size);
-  lt_pb_uint(&pb, 3, d->align);
-  lt_pb_uint(&pb, 4, d->fn);
-  lt_pb_uint(&pb, 5, d->addr);
-  lt_pb_uint(&pb, 6, d->alloc_ns);
-  lt_pb_uint(&pb, 7, d->alloc_bytes);
-  lt_pb_uint(&pb, 8, d->tid);
+  /* The Sample, encoded inline into a scratch buffer (the hottest message: one per
+   * allocation in a full trace); the bytes lt_pb_begin/uint/.../end would give. */
+  uint8_t body[SAMPLE_MAX];
+  size_t n = 0;
+  n += lt_field_uint_into(body + n, 1, d->stack_id);
+  n += lt_field_uint_into(body + n, 2, d->size);
+  n += lt_field_uint_into(body + n, 3, d->align);
+  n += lt_field_uint_into(body + n, 4, d->fn);
+  n += lt_field_uint_into(body + n, 5, d->addr);
+  n += lt_field_uint_into(body + n, 6, d->alloc_ns);
+  n += lt_field_uint_into(body + n, 7, d->alloc_bytes);
+  n += lt_field_uint_into(body + n, 8, d->tid);
   if (censored) {
-    lt_pb_bool(&pb, 13, 1);
-    lt_pb_uint(&pb, 14, end_ns > d->alloc_ns ? end_ns - d->alloc_ns : 0);
-    lt_pb_uint(&pb, 15, end_bytes > d->alloc_bytes ? end_bytes - d->alloc_bytes : 0);
+    n += lt_field_uint_into(body + n, 13, 1);
+    n += lt_field_uint_into(body + n, 14, end_ns > d->alloc_ns ? end_ns - d->alloc_ns : 0);
+    n += lt_field_uint_into(body + n, 15,
+                            end_bytes > d->alloc_bytes ? end_bytes - d->alloc_bytes : 0);
   } else {
-    lt_pb_uint(&pb, 9, d->free_ns);
-    lt_pb_uint(&pb, 10, d->free_bytes);
-    lt_pb_uint(&pb, 11, d->free_tid);
-    lt_pb_uint(&pb, 12, d->free_fn);
+    n += lt_field_uint_into(body + n, 9, d->free_ns);
+    n += lt_field_uint_into(body + n, 10, d->free_bytes);
+    n += lt_field_uint_into(body + n, 11, d->free_tid);
+    n += lt_field_uint_into(body + n, 12, d->free_fn);
   }
-  lt_pb_double(&pb, 16, weight(d->size));
+  double w = weight(d->size);
+  if (w != 0.0) {
+    uint64_t bits;
+    memcpy(&bits, &w, 8);
+    body[n++] = (uint8_t)((16 << 3) | LT_WT_I64);
+    body[n++] = (uint8_t)((16 << 3) >> 7);
+    for (int i = 0; i < 8; i++) body[n++] = (uint8_t)(bits >> (8 * i));
+  }
   if (d->pred >= 0) {
-    lt_pb_bool(&pb, 17, 1);
-    lt_pb_uint(&pb, 18, (uint64_t)d->pred);
-    lt_pb_bool(&pb, 19, d->pred_hit);
-    lt_pb_uint(&pb, 20, d->pred_ns);
+    n += lt_field_uint_into(body + n, 17, 1);
+    n += lt_field_uint_into(body + n, 18, (uint64_t)d->pred);
+    n += lt_field_uint_into(body + n, 19, d->pred_hit);
+    n += lt_field_uint_into(body + n, 20, d->pred_ns);
   }
-  lt_pb_end(&pb);
+  uint8_t head[12];
+  size_t h = lt_varint_into(head, (4u << 3) | LT_WT_LEN); /* ProfileChunk.samples */
+  h += lt_varint_into(head + h, n);
+  lt_pb_raw(&pb, head, h);
+  lt_pb_raw(&pb, body, n);
   lt_g.samples_written++;
   if (censored) lt_g.censored_written++;
 }

@@ -33,6 +33,13 @@ void lt_pb_raw_varint(struct lt_pb *pb, uint64_t v) {
   if (need(pb, 10)) pb->len += varint_into(pb->buf + pb->len, v);
 }
 
+void lt_pb_raw(struct lt_pb *pb, const void *p, size_t n) {
+  if (need(pb, n)) {
+    if (n) memcpy(pb->buf + pb->len, p, n);
+    pb->len += n;
+  }
+}
+
 void lt_pb_tag(struct lt_pb *pb, uint32_t field, int wiretype) {
   lt_pb_raw_varint(pb, ((uint64_t)field << 3) | (uint64_t)wiretype);
 }

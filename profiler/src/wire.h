@@ -49,6 +49,26 @@ LT_HIDDEN void lt_pb_packed_u64(struct lt_pb *pb, uint32_t field, const uint64_t
 LT_HIDDEN void lt_pb_begin(struct lt_pb *pb, uint32_t field);
 LT_HIDDEN void lt_pb_end(struct lt_pb *pb);
 
+/* Raw bytes (an already-encoded field or message body). */
+LT_HIDDEN void lt_pb_raw(struct lt_pb *pb, const void *p, size_t n);
+/* Encoding into a caller's scratch buffer (no bounds checks: the caller sizes it,
+ * at most 10 bytes a varint), for hot messages encoded field by field inline. */
+static inline size_t lt_varint_into(uint8_t *out, uint64_t v) {
+  size_t i = 0;
+  while (v >= 0x80) {
+    out[i++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  out[i++] = (uint8_t)v;
+  return i;
+}
+/* A varint field, skipped when 0 (proto3 default), as lt_pb_uint. */
+static inline size_t lt_field_uint_into(uint8_t *out, uint32_t field, uint64_t v) {
+  if (v == 0) return 0;
+  size_t n = lt_varint_into(out, (uint64_t)field << 3);
+  return n + lt_varint_into(out + n, v);
+}
+
 LT_HIDDEN void lt_crc32c_init(void);
 LT_HIDDEN uint32_t lt_crc32c(const void *data, size_t n);
 LT_HIDDEN uint32_t lt_masked_crc32c(const void *data, size_t n);
