@@ -28,12 +28,18 @@ def _writable_parent(path: str) -> None:
 def _cmd_profile(args: argparse.Namespace) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
-        raise UsageError("no command given (usage: lifetime profile [--interval BYTES] "
-                         "[--out DIR] -- CMD ARGS...)")
+        raise UsageError("no command given (usage: lifetime profile [--interval BYTES | "
+                         "--full-trace] [--out DIR] -- CMD ARGS...)")
+    if args.full_trace and args.interval is not None:
+        raise UsageError("--full-trace records every allocation: it takes no --interval")
+    if args.full_trace_capacity is not None and not args.full_trace:
+        raise UsageError("--full-trace-capacity is an option of --full-trace")
     from profiler import launch
 
     return launch.run_profiled(cmd, out_dir=args.out, interval=args.interval,
-                               version_label=args.version_label, model=args.model)
+                               version_label=args.version_label, model=args.model,
+                               full_trace=args.full_trace,
+                               full_trace_capacity=args.full_trace_capacity)
 
 
 def _cmd_evaluate_online(args: argparse.Namespace) -> int:
@@ -235,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="EXPORT_DIR",
                    help="a `lifetime export` directory: predict each sampled allocation's "
                         "lifetime class online (recorded, not acted on)")
+    p.add_argument("--full-trace", action="store_true",
+                   help="record every allocation and free with its stack, not samples "
+                        "(the header says full_trace; much slower, ~65 bytes/allocation)")
+    p.add_argument("--full-trace-capacity", type=_positive_int, default=None, metavar="OBJECTS",
+                   help="with --full-trace: the most objects live at once it follows; more "
+                        "are dropped and counted (default: 4194304)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     p.set_defaults(func=_cmd_profile)
 

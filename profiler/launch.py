@@ -10,6 +10,10 @@ configured through the environment; this module sets it:
     LIFETIME_VERSION_LABEL   free-form label stored in every header
     LIFETIME_MODEL_LIB       with `model`: a shared build of an exported model
                              (`model_plugin`), for online, counterfactual predictions
+    LIFETIME_FULL_TRACE      with `full_trace`: 1, record every allocation and free
+                             (no sampling; Header.full_trace is set)
+    LIFETIME_FULL_TRACE_CAPACITY  with `full_trace_capacity`: live objects the full
+                             trace's table holds (default 4,194,304)
 Other knobs (LIFETIME_MAX_FRAMES, LIFETIME_FLUSH_MS, LIFETIME_SEED, LIFETIME_UNWINDER,
 LIFETIME_SYMBOLIZE) can be passed through `extra_env`.
 
@@ -122,10 +126,12 @@ def model_plugin(export_dir: str) -> str:
 def profiled_env(out_dir: str, interval: int | None = None, version_label: str | None = None,
                  extra_env: Mapping[str, str] | None = None,
                  base: Mapping[str, str] | None = None,
-                 model_lib: str | None = None) -> dict[str, str]:
+                 model_lib: str | None = None, full_trace: bool = False,
+                 full_trace_capacity: int | None = None) -> dict[str, str]:
     """The environment run_profiled gives the command (exposed for tools and tests)."""
     env = dict(os.environ if base is None else base)
-    for key in ("LIFETIME_INTERVAL_BYTES", "LIFETIME_VERSION_LABEL", "LIFETIME_MODEL_LIB"):
+    for key in ("LIFETIME_INTERVAL_BYTES", "LIFETIME_VERSION_LABEL", "LIFETIME_MODEL_LIB",
+                "LIFETIME_FULL_TRACE", "LIFETIME_FULL_TRACE_CAPACITY"):
         env.pop(key, None)  # only what the caller asks for, never a stale outer setting
     library = sampler_library_path()
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p != library]
@@ -139,6 +145,17 @@ def profiled_env(out_dir: str, interval: int | None = None, version_label: str |
         env["LIFETIME_VERSION_LABEL"] = version_label
     if model_lib is not None:
         env["LIFETIME_MODEL_LIB"] = model_lib
+    if full_trace:
+        if interval is not None:
+            raise ValueError("a full trace records every allocation: no interval with it")
+        env["LIFETIME_FULL_TRACE"] = "1"
+    if full_trace_capacity is not None:
+        if not full_trace:
+            raise ValueError("full_trace_capacity is for a full trace (full_trace=True)")
+        if not 1 <= int(full_trace_capacity) <= 1 << 28:
+            raise ValueError(f"full_trace_capacity must be in 1..{1 << 28} live objects, "
+                             f"not {full_trace_capacity!r}")
+        env["LIFETIME_FULL_TRACE_CAPACITY"] = str(int(full_trace_capacity))
     if extra_env:
         env.update({k: str(v) for k, v in extra_env.items()})
     return env
@@ -297,8 +314,14 @@ def report_unprofiled_execs(out_dir: str, since_ns: int) -> list[str]:
 
 def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
                  version_label: str | None = None,
-                 extra_env: Mapping[str, str] | None = None, model: str | None = None) -> int:
+                 extra_env: Mapping[str, str] | None = None, model: str | None = None,
+                 full_trace: bool = False, full_trace_capacity: int | None = None) -> int:
     """Runs `cmd` with the sampler preloaded and returns its exit code.
+
+    `full_trace`: record every allocation and free with its stack instead of sampling
+    (LIFETIME_FULL_TRACE=1; `interval` must then be None); `full_trace_capacity`: the
+    most objects live at once it can follow (more are dropped and counted in
+    Trailer.dropped_samples; default 4,194,304, ~64 bytes of memory each when used).
 
     `model`: a `lifetime export` directory; each sampled allocation then also gets
     the model's predicted class (online, counterfactual: the allocation is untouched).
@@ -315,7 +338,11 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
     if not cmd:
         raise UsageError("no command given to profile")
     model_lib = model_plugin(model) if model else None
-    env = profiled_env(out_dir, interval, version_label, extra_env, model_lib=model_lib)
+    try:
+        env = profiled_env(out_dir, interval, version_label, extra_env, model_lib=model_lib,
+                           full_trace=full_trace, full_trace_capacity=full_trace_capacity)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     program = resolve_command(cmd[0], env)
     why = preload_problem(program)
     if why:
