@@ -255,7 +255,11 @@ def test_bad_inputs_give_one_clear_line(train_dataset, full_profile, tmp_path, c
 
     assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
                      "--model", str(tmp_path)]) == 1
-    assert "not available yet" in _one_error_line(capsys)
+    line = _one_error_line(capsys)
+    assert f"--model {tmp_path}: not a `lifetime export` output" in line
+    assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
+                     "--model", str(tmp_path / "nodir")]) == 1
+    assert "no such model export directory" in _one_error_line(capsys)
 
     # A trace without its side file, and a trace the engine refuses.
     trace = tmp_path / "t.lttrace"
@@ -285,3 +289,97 @@ def test_truncated_profile_converts_what_was_flushed_and_says_so(tmp_path):
     assert not res.meta["source"]["complete"] and res.meta["source"]["coverage"] is None
     _, records = _records(res.trace)
     assert [r[0] for r in records] == sorted(r[0] for r in records)
+
+
+# -- the model predictor: the exported model through its C API and §2.3 cache ----------
+
+@pytest.fixture(scope="module")
+def model_run(exported_model, tmp_path_factory):
+    """`lifetime simulate` of the session model's own synthetic profile, against its
+    training dataset, with --model: (model dir, export dir, out dir, report)."""
+    from tests.export_support import training_dataset
+
+    model_dir, export_dir = exported_model
+    dataset = training_dataset(model_dir)
+    profile = dataset.parent / "dataset-inputs" / "profiles" / "synthetic.ltprof"
+    out = tmp_path_factory.mktemp("sim-model")
+    assert cli.main(["simulate", str(profile), "--train", str(dataset), "--model",
+                     str(export_dir), "--out", str(out)]) == 0
+    return model_dir, export_dir, out, json.loads((out / "report.json").read_text())
+
+
+def test_model_predictor_serves_the_model_its_training_contexts(model_run):
+    """Per stack, the class the engine got through the plugin's C API and cache is the
+    trained Keras model's argmax for that stack's context frames (the frames symbolized
+    independently here with the model's context definition)."""
+    import numpy as np
+
+    from pipeline.context import ContextDefinition
+    from simulator.model import read_served
+    from simulator.tables import symbolize_stacks
+    from tests.export_support import keras_probabilities
+
+    model_dir, export_dir, out, rep = model_run
+    side = load_stacks(str(out / "trace.stacks.json"))
+    definition = ContextDefinition.load(str(export_dir / "export_manifest.json"))
+    contexts = symbolize_stacks(side, definition)
+    served = read_served(str(out / "model" / "served.txt"))["model"]
+    assert set(served) == set(contexts)  # every stack of the trace allocated
+    ids = sorted(served)
+    _, probs = keras_probabilities(model_dir, [list(contexts[i]) for i in ids])
+    top2 = np.sort(probs, axis=1)[:, -2:]
+    checked = 0
+    for i, p, (second, first) in zip(ids, probs, top2):
+        assert len(served[i]) == 1, (i, served[i])  # one class per stack (the model is pure)
+        if first - second < 1e-4:  # a near tie: float rounding may pick either
+            continue
+        assert next(iter(served[i])) == int(np.argmax(p)), (i, contexts[i])
+        checked += 1
+    assert checked >= 0.95 * len(ids)
+    # The objects per class the engine reports are the served classes' objects.
+    v = rep["variants"]["llama:model"]["predictor"]
+    per_class = [0] * len(v["predicted_per_class"])
+    for classes in served.values():
+        for c, n in classes.items():
+            per_class[c] += n
+    assert per_class == v["predicted_per_class"]
+
+
+def test_model_predictor_reports_cache_and_cost(model_run):
+    _, export_dir, out, rep = model_run
+    m = rep["model"]
+    c = m["cache"]
+    objects = rep["trace"]["records"]
+    assert c["lookups"] == c["hits"] + c["misses"] == objects
+    assert m["model_runs"] == c["misses"] + c["revalidations"] > 0
+    assert c["hits"] > 0  # stacks allocate several objects of one size class
+    # Distinct keys: at least one miss each (one context and size class per stack here).
+    assert c["misses"] >= m["distinct_contexts"]
+    t = m["timing_ns"]
+    assert t["model_call"]["calls"] == m["model_runs"]
+    assert t["cache_hit"]["calls"] == objects - m["model_runs"]
+    assert t["model_call"]["mean"] > t["cache_hit"]["mean"] > 0
+    assert t["model_call"]["p99"] >= t["model_call"]["p50"] > 0
+    manifest = json.loads((export_dir / "export_manifest.json").read_text())
+    assert m["model_id"] == manifest["model_id"]
+    row = next(r for r in rep["table3"] if r["predictor"] == "model")
+    assert row["accuracy_by_allocations"] > 0.5 and row["accuracy_per_context"] is not None
+    md = (out / "report.md").read_text()
+    assert "## Model predictor" in md and "model call (miss or revalidation)" in md
+
+
+def test_model_with_another_context_definition_is_refused(model_run, tmp_path, capsys):
+    from tests.export_support import training_dataset
+
+    model_dir, export_dir, out, _ = model_run
+    other = tmp_path / "export"
+    shutil.copytree(export_dir, other)
+    manifest = json.loads((other / "export_manifest.json").read_text())
+    manifest["context"]["version"] = "lifetime-context-v1"
+    (other / "export_manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["simulate", str(out / "trace.lttrace"), "--train",
+                     str(training_dataset(model_dir)), "--model", str(other), "--out",
+                     str(tmp_path / "out")]) == 1
+    line = _one_error_line(capsys)
+    assert f"--model {other}" in line and "lifetime-context-v1" in line
+    assert "cannot give the model the contexts it was trained on" in line

@@ -4,6 +4,7 @@ engine binary through simulator.simulate()."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 import subprocess
@@ -409,3 +410,114 @@ def test_partially_free_spans_recycled_only_after_deadline(tmp_path):
     assert s15[1]["state"] == "open" and s15[1]["blocks"] == "RR" + "." * 254
     assert s30[0]["lc"] == 1 and s30[0]["deadline_ns"] == 300 + 20 * MS + 200 * MS
     assert a["final_huge_pages"] == 2  # thread-local spans stay open
+
+
+# ---------------------------------------------------------------- model predictor
+
+@pytest.fixture(scope="module")
+def model_served(exported_model):
+    """(export dir, plugin, context definition, model id) of the session's exported model."""
+    import json
+
+    from pipeline.context import ContextDefinition
+    from profiler import launch
+
+    _, export_dir = exported_model
+    manifest = json.loads((export_dir / "export_manifest.json").read_text())
+    definition = ContextDefinition.load(str(export_dir / "export_manifest.json"))
+    return export_dir, launch.model_plugin(str(export_dir)), definition, manifest["model_id"]
+
+
+def _c_api_classes(plugin: str, stacks: list[list[str]]) -> list[int]:
+    """The model's class for each stack through the plugin's lifetime_predict_frames."""
+    import ctypes
+
+    lib = ctypes.CDLL(plugin)
+    lib.lifetime_predictor_create.restype = ctypes.c_void_p
+    lib.lifetime_predict_frames.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+                                            ctypes.POINTER(ctypes.c_size_t), ctypes.c_int,
+                                            ctypes.c_void_p]
+    lib.lifetime_predictor_destroy.argtypes = [ctypes.c_void_p]
+    p = lib.lifetime_predictor_create()
+    out = []
+    for s in stacks:
+        raw = [f.encode("utf-8", "surrogateescape") for f in s]
+        frames = (ctypes.c_char_p * max(1, len(raw)))(*raw)
+        lengths = (ctypes.c_size_t * max(1, len(raw)))(*map(len, raw))
+        out.append(lib.lifetime_predict_frames(p, frames, lengths, len(raw), None))
+    lib.lifetime_predictor_destroy(p)
+    return out
+
+
+def test_model_predictor_serves_each_stack_the_model_class(model_served, exported_model, tmp_path):
+    """Stacks (the model's eval contexts and odd inputs: an empty frame, a frame with a
+    line break, deep stacks) in several size classes, revalidating every 2 hits: every
+    object of a stack gets the class the C API gives its frames, and the cache counts add up."""
+    from simulator.model import read_served, write_contexts
+    from tests.export_support import edge_stacks, eval_stacks
+
+    export_dir, plugin, definition, model_id = model_served
+    model_dir, _ = exported_model
+    stacks = eval_stacks(model_dir)[:120] + edge_stacks(eval_stacks(model_dir))[:30]
+    stacks.append(["proxy::Odd::Frame(char)\nwith a line break"] + stacks[0])
+    stacks.append([])
+    contexts = {1000 + i: tuple(s) for i, s in enumerate(stacks)}
+    write_contexts(str(tmp_path / "contexts.txt"), plugin=plugin, model_id=model_id,
+                   definition=definition, stack_context=contexts)
+    records, t = [], 0
+    for rep in range(3):
+        for sid in contexts:
+            for size in (24, 40, 5000):  # size classes 32, 64, 8192
+                records.append((t, t + 5 * MS if rep else None, size, sid, 1))
+                t += 1000
+    path = simulator.write_trace(tmp_path / "t.lttrace", records)
+    served = tmp_path / "served.txt"
+    r = simulator.simulate(path, ["oracle", f"m=model:{tmp_path / 'contexts.txt'}"],
+                           model_revalidate_every=2, model_served=served, check_invariants=True)
+    expected = dict(zip(contexts, _c_api_classes(plugin, [list(s) for s in stacks])))
+    got = read_served(str(served))["m"]
+    assert {sid: set(c) for sid, c in got.items()} == {sid: {c} for sid, c in expected.items()}
+    assert all(sum(c.values()) == 9 for c in got.values())
+    p = alloc_by_name(r, "llama:m")["predictor"]
+    c = p["cache"]
+    assert p["kind"] == "model" and p["model_id"] == model_id and p["stacks"] == len(stacks)
+    assert c["lookups"] == c["hits"] + c["misses"] == len(records)
+    assert c["revalidate_every"] == 2 and c["revalidations"] > 0 and c["disagreements"] == 0
+    assert p["model_runs"] == c["misses"] + c["revalidations"]
+    assert c["misses"] >= 3 * p["distinct_contexts"]  # one key per context and size class
+    assert p["timing_ns"]["model_call"]["calls"] == p["model_runs"]
+
+
+def test_model_predictor_refuses_what_it_cannot_serve(model_served, tmp_path):
+    from simulator.model import write_contexts
+
+    export_dir, plugin, definition, model_id = model_served
+    path = simulator.write_trace(tmp_path / "t.lttrace", [(0, 5, 100, 7), (3, None, 200, 8)])
+    ctx = {7: ("proxy::Parse::Read(char)",), 8: ()}
+
+    def refused(name, *words, contexts=ctx, **kw):
+        f = tmp_path / name
+        args = dict(plugin=plugin, model_id=model_id, definition=definition, stack_context=contexts)
+        write_contexts(str(f), **{**args, **kw})
+        p = run_engine(path, "--predictor", f"model:{f}")
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("lifetime_simulate: error: "), lines
+        for w in words:
+            assert w in lines[0], lines[0]
+
+    refused("id.txt", "expected 0000", "not made for this model", model_id="0000")
+    refused("wrappers.txt", "context definition (wrappers, max_frames) differs",
+            definition=dataclasses.replace(definition, wrappers=definition.wrappers[1:]))
+    refused("frames.txt", "differs", definition=dataclasses.replace(definition, max_frames=3))
+    refused("plugin.txt", "cannot load the model plugin", plugin=str(tmp_path / "nope.so"))
+    refused("missing.txt", "stack id 8 of the trace has no context", contexts={7: ()})
+    (tmp_path / "junk.txt").write_text("something else\n")
+    p = run_engine(path, "--predictor", f"model:{tmp_path / 'junk.txt'}")
+    assert p.returncode == 2 and "expected the format line" in p.stderr
+    ok = tmp_path / "ok.txt"
+    write_contexts(str(ok), plugin=plugin, model_id=model_id, definition=definition,
+                   stack_context=ctx)
+    p = run_engine(path, "--predictor", f"a=model:{ok}", "--predictor", f"b=model:{ok}")
+    assert p.returncode == 2 and "already used by another model predictor" in p.stderr
+    assert run_engine(path, "--predictor", f"model:{ok}").returncode == 0
