@@ -55,7 +55,7 @@
  * (~0.5 MiB).  In a full trace a thread that finds the buffer full waits for the
  * flush lock and flushes itself (back-pressure) rather than dropping the record. */
 #define LT_DONE_CAP (1u << 16)
-#define LT_FULL_DONE_CAP (1u << 17)
+#define LT_FULL_DONE_CAP (1u << 17) /* LIFETIME_FULL_TRACE_BUFFER: 16..2^24 */
 #define LT_FLUSH_PENDING 4096u
 
 /* One chunk is encoded into a 4 MiB buffer; bigger flushes write several chunks. */
@@ -146,6 +146,7 @@ struct lt_global {
   int unwinder;             /* LT_UNWIND_* */
   int full_trace;           /* LIFETIME_FULL_TRACE=1: every allocation is a sample */
   uint64_t live_capacity;   /* entries of the live table (Header.live_capacity) */
+  uint64_t done_capacity;   /* full trace: records per done buffer */
   char out_dir[4096];
   char version_label[1024];
 
@@ -269,6 +270,10 @@ enum {
                            * before an exec; undone (truncated) if the exec fails */
 };
 LT_HIDDEN void lt_flush(int mode, int reason); /* caller holds flush_lock, in_sampler */
+/* Set (under flush_lock) to a completed record that found the done buffer full (full
+ * trace): the next non-tentative lt_flush writes it after the buffered ones and clears
+ * it. */
+LT_HIDDEN extern const struct lt_done *lt_flush_extra;
 LT_HIDDEN void lt_flush_reset_child(void);
 LT_HIDDEN int lt_flush_init(void);
 LT_HIDDEN extern char lt_program[256];

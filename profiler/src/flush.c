@@ -30,6 +30,7 @@
 #define STACK_FRAMES_MAX (LT_MAX_FRAMES * (FRAME_NAME_CAP + 8))
 
 char lt_program[256];
+const struct lt_done *lt_flush_extra;
 char lt_exe[4096];
 
 static uint8_t *chunk; /* LT_TFRECORD_HEAD + LT_CHUNK_CAP + LT_TFRECORD_FOOT */
@@ -235,6 +236,10 @@ void lt_flush(int mode, int reason) {
     size_t n = lt_done_swap(&done);
     if (first || n || mode != LT_FLUSH_PERIODIC) lt_maps_emit(&pb, ensure);
     for (size_t i = 0; i < n; i++) emit_sample(&done[i], 0, 0, 0);
+    if (lt_flush_extra) {
+      emit_sample(lt_flush_extra, 0, 0, 0);
+      lt_flush_extra = NULL;
+    }
   }
   if (final) {
     struct censor_ctx c = {lt_mono_ns(), atomic_load(&lt_g.clock_bytes)};

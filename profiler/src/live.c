@@ -72,7 +72,7 @@ int lt_live_init(void) {
     live_cap = (uint32_t)cap;
     bucket_bits = 12; /* at least 64 buckets per stripe */
     while ((1ull << bucket_bits) < cap) bucket_bits++;
-    done_cap = LT_FULL_DONE_CAP;
+    done_cap = (uint32_t)lt_g.done_capacity;
     filter_fill_full();
   }
   lt_g.live_capacity = live_cap;

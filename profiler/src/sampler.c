@@ -21,6 +21,9 @@
  *                            Poisson sampling
  *   LIFETIME_FULL_TRACE_CAPACITY  live objects the full trace's table holds (default
  *                            LT_FULL_DEFAULT_CAPACITY = 4,194,304; 1..2^28)
+ *   LIFETIME_FULL_TRACE_BUFFER  completed records buffered between flushes in a full
+ *                            trace, per buffer (default LT_FULL_DONE_CAP = 131072;
+ *                            16..2^24; small values exercise the back-pressure)
  * A bad value or an unusable directory prints one "lifetime-sampler: ..." line on
  * stderr and disables sampling; the program then runs exactly as without us.
  *
@@ -423,12 +426,14 @@ static LT_NOINLINE void record_alloc(struct lt_thread *t, void *p, size_t size, 
   errno = e;
 }
 
-/* Full trace, done buffer full: wait for flush_lock and flush here (in_sampler is
- * set and no sampler lock is held: nothing we wait for can wait for us).  Not in a
+/* Full trace, done buffer full: wait for flush_lock and flush here, the record d
+ * written right after the buffered ones (lt_flush_extra: other threads may refill the
+ * buffer while this flush encodes).  in_sampler is set and no sampler lock is held:
+ * nothing we wait for can wait for us.  Returns 1 if d was written.  Not in a
  * vfork child (our memory, another pid: never touches the file) nor when a flush may
  * take the loader lock (symbolizer, model: the waiting thread may be inside the
  * loader); the caller then counts the record as dropped. */
-static LT_NOINLINE int full_trace_wait_flush(struct lt_thread *t) {
+static LT_NOINLINE int full_trace_wait_flush(struct lt_thread *t, const struct lt_done *d) {
   if (lt_symbolize_stacks || lt_online_enabled() || lt_getpid() != lt_g.pid) return 0;
   uint64_t saved = t->countdown;
   t->countdown = 0;
@@ -436,8 +441,10 @@ static LT_NOINLINE int full_trace_wait_flush(struct lt_thread *t) {
   int flushed = 0;
   if (atomic_load_explicit(&lt_g.state, memory_order_acquire) == LT_ACTIVE) {
     atomic_store_explicit(&lt_g.next_flush_ns, next_deadline(lt_mono_ns()), memory_order_relaxed);
+    lt_flush_extra = d;
     lt_flush(LT_FLUSH_PERIODIC, 0);
-    flushed = 1;
+    flushed = lt_flush_extra == NULL && !lt_g.file_failed;
+    lt_flush_extra = NULL;
   }
   lt_lock_release(&lt_g.flush_lock);
   t->countdown = saved;
@@ -457,12 +464,10 @@ static void complete(struct lt_thread *t, const struct lt_live *e, int free_fn) 
   int fill = lt_done_append(&d);
   if (LT_UNLIKELY(fill < 0)) {
     int e = errno;
-    if (lt_g.full_trace && full_trace_wait_flush(t)) fill = lt_done_append(&d);
+    int written = lt_g.full_trace && full_trace_wait_flush(t, &d);
     errno = e;
-    if (fill < 0) {
-      atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
-      return;
-    }
+    if (!written) atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
+    return;
   }
   if (LT_UNLIKELY((fill > 0 && (uint32_t)fill >= LT_FLUSH_PENDING) || flush_due(d.free_ns)))
     host_flush(t);
@@ -1244,7 +1249,7 @@ static void global_init(struct lt_thread *t) {
     return;
   }
   uint64_t interval = LT_DEFAULT_INTERVAL, frames = LT_MAX_FRAMES, flush_ms = 1000, seed = 0;
-  uint64_t full_trace = 0, capacity = LT_FULL_DEFAULT_CAPACITY;
+  uint64_t full_trace = 0, capacity = LT_FULL_DEFAULT_CAPACITY, buffer = LT_FULL_DONE_CAP;
   if (!env_u64("LIFETIME_INTERVAL_BYTES", 1, 1ull << 40, &interval, "a positive integer (bytes)"))
     return;
   if (!env_u64("LIFETIME_MAX_FRAMES", 1, LT_MAX_FRAMES, &frames, "an integer in 1..128")) return;
@@ -1253,6 +1258,9 @@ static void global_init(struct lt_thread *t) {
   if (!env_u64("LIFETIME_FULL_TRACE", 0, 1, &full_trace, "0 or 1")) return;
   if (!env_u64("LIFETIME_FULL_TRACE_CAPACITY", 1, LT_FULL_MAX_CAPACITY, &capacity,
                "an integer in 1..268435456 (live objects)"))
+    return;
+  if (!env_u64("LIFETIME_FULL_TRACE_BUFFER", 16, 1u << 24, &buffer,
+               "an integer in 16..16777216 (records)"))
     return;
   const char *seed_s = getenv("LIFETIME_SEED");
   if (seed_s && !env_u64("LIFETIME_SEED", 0, UINT64_MAX, &seed, "an unsigned integer")) return;
@@ -1312,6 +1320,7 @@ static void global_init(struct lt_thread *t) {
 
   lt_g.full_trace = (int)full_trace;
   lt_g.live_capacity = full_trace ? capacity : LT_LIVE_CAP;
+  lt_g.done_capacity = full_trace ? buffer : LT_DONE_CAP;
   if (!lt_stacks_init() || !lt_live_init() || !lt_flush_init() || !lt_unwind_prepare()) {
     disable("cannot map the sampler's tables; sampling disabled", NULL, NULL);
     return;
