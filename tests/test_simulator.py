@@ -361,7 +361,8 @@ def test_bad_options(tmp_path):
                        (["--predictor", "bogus"], "expected oracle"),
                        (["--predictor", f"table:{tmp_path}/nope.tbl"], "cannot open class table"),
                        (["--predictor", "oracle", "--predictor", "oracle"], "used twice"),
-                       (["--predictor", "model:x"], "not available yet"),
+                       (["--predictor", "model:x"], "cannot open the model contexts file"),
+                       (["--model-revalidate-every", "-1"], "non-negative integer"),
                        (["--series-interval-ms", "0"], "series-interval"),
                        (["--frobnicate"], "unknown option")):
         p = run_engine(good, *args)
