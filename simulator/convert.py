@@ -83,13 +83,10 @@ def boundaries_ns(scheme: LabelScheme) -> tuple[int, ...]:
 
 
 def is_full_trace(header) -> bool:
-    """True when the profile records every allocation: a full-trace flag in the header
-    (the sampler's full-trace mode, whatever the field is called), or interval <= 1."""
-    fields = header.DESCRIPTOR.fields_by_name
-    for name in ("full_trace", "trace_all", "record_all_allocations"):
-        if name in fields and getattr(header, name):
-            return True
-    return header.sampling_interval_bytes <= 1
+    """True when the profile records every allocation: the sampler's full-trace mode
+    (Header.full_trace), or a 1-byte mean interval, where every allocation of 16 bytes
+    or more is sampled with probability 1 - e^-16."""
+    return header.full_trace or header.sampling_interval_bytes <= 1
 
 
 def _true_classes(alloc, free, bounds: np.ndarray) -> np.ndarray:
