@@ -15,7 +15,9 @@ free recorded with its stack), issue 13 item 1.
     seeded load plan of benchmarks.servers.redis for S seconds, baseline and full
     trace in alternation, --redis-runs times each.  Per run: requests completed by
     redis-benchmark, server CPU seconds (/proc, before SHUTDOWN), the server's peak
-    RSS (VmHWM), and for the full trace: allocations recorded (Trailer), samples,
+    RSS (VmHWM) and its RSS beyond INFO used_memory at the end (the runs hold different
+    amounts of data, so that difference is the fairer "memory added"), and for the
+    full trace: allocations recorded (Trailer), samples,
     dropped, file size, bytes/allocation, and the time and peak RSS of `lifetime
     inspect` (streaming reader) on the file.
 
@@ -220,6 +222,7 @@ def redis_run(config, seconds, seed, work, keep_dir):
         for phase, slice_s in R.load_plan(seed, seconds):
             phases.append(R.run_phase(bench, port, phase, slice_s))
         status = _proc_status(proc.pid)
+        used = int(R.info(port).get("used_memory", "0").strip() or 0)
     finally:
         code = R.stop_server(proc, port, timeout=600)
     wall = time.monotonic() - t0
@@ -228,6 +231,8 @@ def redis_run(config, seconds, seed, work, keep_dir):
            "requests_completed": sum(p["requests_completed"] for p in phases),
            "server_cpu_s": status.get("cpu_s"),
            "peak_rss_mib": int(status.get("VmHWM", "0 kB").split()[0]) / 1024,
+           "rss_mib": int(status.get("VmRSS", "0 kB").split()[0]) / 1024,
+           "used_memory_mib": used / 2**20,
            "phases_failed": [p["phase"] for p in phases if p["completed"] == 0]}
     if config != "baseline":
         rec.update(_trailer_totals(out))
@@ -270,6 +275,12 @@ def redis(args, work):
         "peak_rss_baseline_mib": _mean_sd([x["peak_rss_mib"] for x in b]),
         "peak_rss_full_mib": _mean_sd([x["peak_rss_mib"] for x in f]),
         "peak_rss_added_mib": _mean_sd([x["peak_rss_mib"] - base_rss for x in f]),
+        # the runs store different amounts of data (throughput differs): RSS beyond
+        # what Redis itself has allocated (INFO used_memory) is compared instead
+        "rss_beyond_used_memory_baseline_mib": _mean_sd(
+            [x["rss_mib"] - x["used_memory_mib"] for x in b]),
+        "rss_beyond_used_memory_full_mib": _mean_sd(
+            [x["rss_mib"] - x["used_memory_mib"] for x in f]),
         "inspect_s": _mean_sd([x["inspect"]["seconds"] for x in f]),
         "inspect_peak_rss_mib": _mean_sd([x["inspect"]["peak_rss_mib"] for x in f]),
     }

@@ -85,8 +85,8 @@ int lt_live_init(void) {
 
 static void remap_zero(void *p, size_t bytes) {
   /* Fresh zero pages over the old ones: O(touched pages), no memset of the region. */
-  if (mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
-      MAP_FAILED)
+  if (mmap(p, bytes, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
     memset(p, 0, bytes);
 }
 
