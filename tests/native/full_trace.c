@@ -16,20 +16,10 @@
  *                         loop; prints "churn ALLOCS SECONDS".
  *   full_trace threads M  4 threads, each allocates M objects that another thread frees
  *                         (handed over through a mutex-protected ring); prints "threads".
- *   full_trace alarm N    N malloc/free of 1..2000 bytes while a 200 us SIGALRM timer's
- *                         handler mallocs and frees 2000..3999 bytes; prints "alarm ok
- *                         HANDLED".  The heap is grown and every size warmed before the
- *                         timer starts: glibc malloc is not async-signal-safe, and a
- *                         handler that re-enters sysmalloc while the main thread grows
- *                         the heap corrupts it (tests/native/host_safety.c's alarm mode
- *                         has that hazard, which a slow start -- every allocation
- *                         traced -- makes likely).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,41 +191,6 @@ static int threads(long m) {
   return 0;
 }
 
-static volatile sig_atomic_t handled;
-
-static void on_alarm(int sig) {
-  (void)sig;
-  void *volatile p = malloc(2000 + (size_t)(handled % 2000));
-  free(p);
-  handled++;
-}
-
-static int alarm_mode(long n) {
-  for (size_t w = 1; w <= 4000; w++) { /* warm every size, grow the heap once */
-    void *volatile q = malloc(w);
-    free(q);
-  }
-  void *volatile big = malloc(1 << 20);
-  free(big);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 200}, {0, 200}};
-  setitimer(ITIMER_REAL, &it, NULL);
-  unsigned x = 1;
-  for (long i = 0; i < n; i++) {
-    x = x * 1103515245u + 12345u;
-    void *volatile p = malloc(1 + (x >> 16) % 2000);
-    free(p);
-  }
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
-  printf("alarm ok %d\n", handled > 0);
-  return 0;
-}
-
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: full_trace seq N | live M | churn M [T] | threads M\n");
@@ -246,6 +201,5 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "live")) return live(n);
   if (!strcmp(argv[1], "churn")) return churn(n, argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(argv[1], "threads")) return threads(n);
-  if (!strcmp(argv[1], "alarm")) return alarm_mode(n);
   return 2;
 }

@@ -69,6 +69,16 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "none")) return 0;
   if (!strcmp(mode, "alarm")) {
     long n = argc > 2 ? atol(argv[2]) : 2000000;
+    /* Warm every size and grow the heap once before the timer starts: glibc malloc is
+     * not async-signal-safe, and a handler that re-enters sysmalloc while the main
+     * thread grows the heap corrupts it, with or without a sampler (a slow start, as
+     * when every allocation is traced, only makes it likelier). */
+    for (size_t w = 1; w <= 4000; w++) {
+      void *volatile q = malloc(w);
+      free(q);
+    }
+    void *volatile big = malloc(1 << 20);
+    free(big);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;
