@@ -63,7 +63,9 @@ def _render(path, header, trailer, mappings, stacks, chunks, samples, censored, 
         f"host / pid:      {printable(h.hostname)} / {h.pid} (parent {h.parent_pid}"
         + (f", forked from {h.forked_from_pid})" if h.forked_from_pid else ")"),
         f"started:         {_time(h.start_time_unix_ns)}",
-        f"interval:        {h.sampling_interval_bytes} bytes; clocks: {clocks}",
+        (f"recording:       full trace (every allocation; live table of {h.live_capacity}); "
+         f"clocks: {clocks}" if h.full_trace else
+         f"interval:        {h.sampling_interval_bytes} bytes; clocks: {clocks}"),
         f"sampler:         {printable(h.sampler_version)}, max {h.max_stack_depth} frames",
     ]
     if h.model_id:

@@ -178,6 +178,7 @@ def test_drops_from_a_tiny_table_are_counted_and_reported(bins, tmp_path, capsys
     assert cli.main(["inspect", "--samples", "0", profile_files(out)[0]]) == 0
     text = capsys.readouterr().out
     assert f"dropped:         {t.dropped_samples} samples" in text
+    assert "recording:       full trace (every allocation; live table of 1000)" in text
 
 
 def test_threads_with_back_pressure_lose_nothing(bins, tmp_path):
