@@ -89,8 +89,13 @@ def test_malloc_in_a_signal_handler_does_not_hang(host, tmp_path, interval):
     assert prof.trailer.end_reason == pb.END_EXIT and prof.samples
 
 
+# Full trace: every allocation recorded, back-pressure on a 64-record done buffer.
+FULL_TRACE = {"LIFETIME_FULL_TRACE": "1", "LIFETIME_FULL_TRACE_BUFFER": "64"}
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["sampled", "full-trace"])
 @pytest.mark.parametrize("kind", ["", "thread", "address"])
-def test_signal_handler_harness(kind, tmp_path):
+def test_signal_handler_harness(kind, full, tmp_path):
     """The same, with the sampler's sources linked into a driver (LT_HARNESS), with
     and without ThreadSanitizer/AddressSanitizer, flushing every millisecond."""
     if kind:
@@ -108,13 +113,14 @@ def test_signal_handler_harness(kind, tmp_path):
     binary = os.path.join(build, "lifetime_sampler_signals")
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(_plain_env(), LIFETIME_OUT_DIR=str(out), LIFETIME_INTERVAL_BYTES="4096",
-               LIFETIME_FLUSH_MS="1",
+    env = dict(_plain_env(), LIFETIME_OUT_DIR=str(out), LIFETIME_FLUSH_MS="1",
                TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
-               ASAN_OPTIONS="halt_on_error=1 exitcode=67 detect_leaks=0")
+               ASAN_OPTIONS="halt_on_error=1 exitcode=67 detect_leaks=0",
+               **(FULL_TRACE if full else {"LIFETIME_INTERVAL_BYTES": "4096"}))
+    rounds = 100000 if full else 300000
     try:
-        proc = subprocess.run([binary, "300000"], env=env, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run([binary, str(rounds)], env=env, capture_output=True, text=True,
+                              timeout=300)
     except subprocess.TimeoutExpired:
         pytest.fail("the harness hung (malloc in a SIGALRM handler)")
     assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]
@@ -124,7 +130,7 @@ def test_signal_handler_harness(kind, tmp_path):
     assert words[2] == words[3], "the sampler started a thread"
     prof = only_profile(out)
     _complete(prof)
-    assert prof.chunks > 1 and prof.samples
+    assert prof.chunks > 1 and len(prof.samples) >= (rounds if full else 1)
 
 
 def test_no_thread_is_ever_added(host, tmp_path):

@@ -238,42 +238,6 @@ def test_malloc_in_a_signal_handler_does_not_hang(bins, tmp_path):
     assert prof.trailer.end_reason == pb.END_EXIT and len(prof.samples) >= 300000
 
 
-@pytest.mark.parametrize("kind", ["", "thread", "address"])
-def test_signal_handler_harness(kind, tmp_path):
-    """The sampler's sources linked into the SIGALRM driver (LT_HARNESS), with and
-    without ThreadSanitizer/AddressSanitizer, full trace, a tiny done buffer."""
-    if kind:
-        from tests.test_sampler_threads import _sanitizer_harness
-
-        build = os.path.dirname(_sanitizer_harness(kind))
-        subprocess.run(["cmake", "--build", os.path.dirname(build), "-j2", "--target",
-                        "lifetime_sampler_signals"], check=True, capture_output=True)
-    else:
-        sampler_library()
-        subprocess.run(["cmake", "--build", str(REPO / "build"), "-j2", "--target",
-                        "lifetime_sampler_signals"], check=True, capture_output=True)
-        build = str(REPO / "build" / "profiler")
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(_plain_env(), LIFETIME_OUT_DIR=str(out), LIFETIME_FULL_TRACE="1",
-               LIFETIME_FULL_TRACE_BUFFER="64", LIFETIME_FLUSH_MS="1",
-               TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
-               ASAN_OPTIONS="halt_on_error=1 exitcode=67 detect_leaks=0")
-    try:
-        proc = subprocess.run([os.path.join(build, "lifetime_sampler_signals"), "100000"],
-                              env=env, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the harness hung (malloc in a SIGALRM handler)")
-    assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    words = proc.stdout.split()
-    assert words[:2] == ["signals", "ok"] and words[4] == "1"
-    assert words[2] == words[3], "the sampler started a thread"
-    prof = only_profile(out)
-    _complete(prof)
-    assert prof.chunks > 1 and len(prof.samples) >= 100000
-
-
 @pytest.mark.parametrize("kind", ["thread", "address"])
 def test_sanitizer_stress_harness(kind, tmp_path):
     """8 threads freeing each other's objects (tests/native/threads_xfree.c) under

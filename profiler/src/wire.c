@@ -19,18 +19,8 @@ static inline int need(struct lt_pb *pb, size_t n) {
   return 1;
 }
 
-static inline size_t varint_into(uint8_t *out, uint64_t v) {
-  size_t i = 0;
-  while (v >= 0x80) {
-    out[i++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  out[i++] = (uint8_t)v;
-  return i;
-}
-
 void lt_pb_raw_varint(struct lt_pb *pb, uint64_t v) {
-  if (need(pb, 10)) pb->len += varint_into(pb->buf + pb->len, v);
+  if (need(pb, 10)) pb->len += lt_varint_into(pb->buf + pb->len, v);
 }
 
 void lt_pb_raw(struct lt_pb *pb, const void *p, size_t n) {
@@ -87,11 +77,11 @@ void lt_pb_packed_u64(struct lt_pb *pb, uint32_t field, const uint64_t *v, size_
   if (n == 0) return;
   size_t body = 0;
   uint8_t tmp[10];
-  for (size_t i = 0; i < n; i++) body += varint_into(tmp, v[i]);
+  for (size_t i = 0; i < n; i++) body += lt_varint_into(tmp, v[i]);
   lt_pb_tag(pb, field, LT_WT_LEN);
   lt_pb_raw_varint(pb, body);
   if (!need(pb, body)) return;
-  for (size_t i = 0; i < n; i++) pb->len += varint_into(pb->buf + pb->len, v[i]);
+  for (size_t i = 0; i < n; i++) pb->len += lt_varint_into(pb->buf + pb->len, v[i]);
 }
 
 void lt_pb_begin(struct lt_pb *pb, uint32_t field) {
@@ -113,7 +103,7 @@ void lt_pb_end(struct lt_pb *pb) {
   size_t at = pb->open[--pb->depth];
   size_t body = pb->len - at - 5;
   uint8_t tmp[10];
-  size_t k = varint_into(tmp, body);
+  size_t k = lt_varint_into(tmp, body);
   memmove(pb->buf + at + k, pb->buf + at + 5, body);
   memcpy(pb->buf + at, tmp, k);
   pb->len -= 5 - k;
