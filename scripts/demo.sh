@@ -3,6 +3,7 @@
 #   profile proxy v1 (several runs) and v2 -> build-dataset -> train on v1
 #   -> report v1 -> v2 -> characterize -> export -> a C++ consumer via find_package
 #   -> v2 again, with the exported model predicting inside the sampler (online)
+#   -> a full trace of v2 through the LLAMA heap simulator (simulate)
 # Knobs: DEMO_SECONDS (per profiled run, default 12), DEMO_RUNS (v1 runs, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,12 @@ step "online: proxy_server_v2 with the exported model inside the sampler"
 $BIN/lifetime profile --model "$OUT/export" --out "$OUT/profiles/v2-online" --version-label v2 -- \
   "$PROXY/proxy_server_v2" --seconds "$SECONDS_PER_RUN"
 $BIN/lifetime evaluate-online --model "$OUT/model" "$OUT"/profiles/v2-online/*.ltprof --json "$OUT/online.json"
+
+step "simulate: a full trace of proxy_server_v2 (4s) through LLAMA and a TCMalloc-like baseline"
+$BIN/lifetime profile --full-trace --out "$OUT/profiles/v2-full" --version-label v2 -- \
+  "$PROXY/proxy_server_v2" --seconds 4
+$BIN/lifetime simulate "$OUT"/profiles/v2-full/*.ltprof --train "$OUT/datasets/v1" \
+  --model "$OUT/export" --out "$OUT/simulate"
 
 step "done in $(( $(date +%s) - START ))s"
 $BIN/python scripts/demo_summary.py "$OUT"

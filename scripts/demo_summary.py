@@ -24,7 +24,8 @@ print("outputs:")
 for name, path in [("profiles", "profiles"), ("datasets", "datasets"), ("model", "model"),
                    ("report (v1 -> v2)", "report/report.md"),
                    ("characterization", "characterize"), ("exported library", "export"),
-                   ("online evaluation", "online.json")]:
+                   ("online evaluation", "online.json"),
+                   ("simulation", "simulate/report.md")]:
     print(f"  {name:20s} {out / path}")
 if report:
     s = report["summary"]
@@ -45,5 +46,14 @@ if online:
           f"off-by-one {pct(h['weighted_off_by_one'])}, cache hit rate "
           f"{pct(online['cache']['hit_rate'])}, added cost p50 "
           f"{online['cost_ns_per_sampled_allocation']['p50'] / 1e3:.2f} us per sampled allocation")
+simulation = load("simulate/report.json")
+if simulation:
+    mib = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
+    print("simulated heap (v2 full trace; steady-state huge-page memory, Table 3 row):")
+    for row in simulation["table3"]:
+        print(f"  LLAMA + {row['predictor']:19s} {mib(row['llama_steady_state_bytes'])} vs "
+              f"baseline {mib(row['baseline_steady_state_bytes'])}, live "
+              f"{mib(row['live_steady_state_bytes'])}: fragmentation reduction "
+              f"{pct(row['fragmentation_reduction'])}, accuracy {pct(row['accuracy_by_allocations'])}")
 if manifest:
     print(f"exported library: {manifest.get('library', out / 'export/lib')}")
