@@ -28,6 +28,7 @@ from pipeline import lifetimes, symbolize
 from pipeline.contexts import ContextStats
 from pipeline.dataset import _lifetime
 from profiler_proto import ProfileReader
+from profiler_proto.container import dead_letter
 from lifetime.errors import LifetimeError
 
 
@@ -52,10 +53,6 @@ def model_context(path: str) -> context_def.ContextDefinition:
                 raise OnlineEvaluationError(str(e)) from e
     raise OnlineEvaluationError(f"{path}: neither a model directory (config.json) nor an "
                                 "export directory (export_manifest.json)")
-
-
-def _problem(path: str, reason: str) -> dict:
-    return {"file": path, "category": reason.split(":", 1)[0], "reason": reason}
 
 
 def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns_hit,
@@ -88,7 +85,7 @@ def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns
     if not reader.header.model_id:
         return ("no_predictions: no online predictions (profile it with "
                 "`lifetime profile --model DIR`)")
-    problems += [_problem(path, e.reason) for e in reader.problems]
+    problems += [dead_letter(path, e.reason) for e in reader.problems]
     dropped.update(reader.dropped)
     if not by_stack:
         return "empty: the profile holds no usable samples"
@@ -137,7 +134,7 @@ def evaluate_online(paths: list[str], definition: context_def.ContextDefinition,
         used = _read_file(path, definition, scheme, cache, stats, predicted, per_sample,
                           ns_hit, ns_miss, totals, models, problems, dropped)
         if used is not True:
-            skipped.append(_problem(path, used))
+            skipped.append(dead_letter(path, used))
     if len(models) > 1:
         raise OnlineEvaluationError(f"profiles were taken with {len(models)} different models")
     if not per_sample:

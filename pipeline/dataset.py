@@ -32,7 +32,7 @@ from pipeline import contexts, lifetimes, symbolize, tokenizer
 from pipeline.contexts import ContextStats, MergeContextStats
 from pipeline.runner import make_pipeline
 from profiler_proto import ProfileReader
-from profiler_proto.container import SUFFIX
+from profiler_proto.container import SUFFIX, dead_letter
 
 LOG = logging.getLogger(__name__)
 DEAD_LETTER = "dead_letter"
@@ -147,12 +147,6 @@ class ProfileToContextsFn(beam.DoFn):
         modules = {m.path: m.status + (f" ({m.detail})" if m.detail else "")
                    for m in symbolizer.module_status().values()}
         return per_context, total_frames, named_frames, modules
-
-
-def dead_letter(path: str, reason: str) -> dict:
-    """A dead letter: the file, the problem's category (a key of
-    profiler_proto.container.CATEGORIES, for counting) and the full reason."""
-    return {"file": path, "category": reason.split(":", 1)[0], "reason": reason}
 
 
 def _lifetime(sample, clock: str) -> float:

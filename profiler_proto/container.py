@@ -86,7 +86,13 @@ class ProfileFormatError(LifetimeError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
-        self.category = reason.split(":", 1)[0]
+        self.category = dead_letter(path, reason)["category"]
+
+
+def dead_letter(path: str, reason: str) -> dict:
+    """A problem as a record ({"file", "category", "reason"}) for dead-letter files and
+    reports; `reason` is "<category>: <detail>" (category: a key of CATEGORIES)."""
+    return {"file": path, "category": reason.split(":", 1)[0], "reason": reason}
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -176,6 +182,39 @@ def iter_records(path: str) -> Iterator[bytes]:
             if bad:
                 raise bad
             yield data
+
+
+def last_chunk(path: str) -> profile_pb2.ProfileChunk | None:
+    """The file's last complete record, parsed (e.g. its trailer), found by seeking
+    from record header to record header without reading the records between: cheap
+    for a large file.  None if the file cannot be read or has no intact record."""
+    try:
+        f, size = open_regular(path)
+    except ProfileFormatError:
+        return None
+    with f:
+        offset, last = 0, None
+        try:
+            while offset + _FRAMING <= size:
+                f.seek(offset)
+                head = f.read(_HEADER.size)
+                length, length_crc = _HEADER.unpack(head)
+                if masked_crc32c(head[:8]) != length_crc or length > size - offset - _FRAMING:
+                    break
+                last = (offset + _HEADER.size, length)
+                offset += _FRAMING + length
+            if last is None:
+                return None
+            f.seek(last[0])
+            data, foot = f.read(last[1]), f.read(_FOOTER.size)
+        except OSError:
+            return None
+    if masked_crc32c(data) != _FOOTER.unpack(foot)[0]:
+        return None
+    try:
+        return parse_chunk(path, 0, data)
+    except ProfileFormatError:
+        return None
 
 
 def write_record(f: BinaryIO, data: bytes) -> None:
