@@ -254,38 +254,12 @@ def _warn(message: str) -> None:
     print(f"lifetime profile: warning: {message}", file=sys.stderr, flush=True)
 
 
-def _last_chunk(path: str):
-    """The last record of a profile file, parsed, or None (skips over the others by
-    their framing: cheap for big files)."""
-    from profiler_proto import profile_pb2
-
-    head = struct.Struct("<QI")
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            pos, last = 0, None
-            while pos + head.size <= size:
-                f.seek(pos)
-                length, _ = head.unpack(f.read(head.size))
-                end = pos + head.size + length + 4
-                if end > size:
-                    break
-                last = (pos + head.size, length)
-                pos = end
-            if last is None:
-                return None
-            f.seek(last[0])
-            chunk = profile_pb2.ProfileChunk()
-            chunk.ParseFromString(f.read(last[1]))
-            return chunk
-    except Exception:  # a damaged file is the reader's business, not the launcher's
-        return None
-
-
 def report_unprofiled_execs(out_dir: str, since_ns: int) -> list[str]:
     """Warns (stderr, one line each) about the programs that profiled processes
     exec'd into and that could not be profiled; looks at the files written since
     `since_ns` (time.time_ns()).  Returns the lines."""
+    from profiler_proto.container import last_chunk
+
     lines, seen = [], set()
     try:
         entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
@@ -299,7 +273,7 @@ def report_unprofiled_execs(out_dir: str, since_ns: int) -> list[str]:
                 continue
         except OSError:
             continue
-        chunk = _last_chunk(entry.path)
+        chunk = last_chunk(entry.path)
         if chunk is None or not chunk.HasField("trailer"):
             continue
         note = chunk.trailer.unprofiled_exec

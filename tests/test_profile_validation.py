@@ -378,3 +378,22 @@ def test_evaluate_online_counts_names_and_skips_bad_files(tmp_path):
     assert [(d["file"], d["category"]) for d in result["problems"]] == [(partly, "bad_weight")]
     assert result["dropped_samples"] == {"bad_weight": 1}
     assert result["predicted_samples"] == 21
+
+
+def test_last_chunk_seeks_to_the_last_intact_record(tmp_path):
+    from profiler_proto.container import last_chunk
+
+    path = tmp_path / "p.ltprof"
+    write_profile(str(path), _chunks())
+    assert last_chunk(str(path)).HasField("trailer")
+    data = path.read_bytes()
+    (tmp_path / "cut.ltprof").write_bytes(data[:-3])  # the trailer's record is cut
+    assert last_chunk(str(tmp_path / "cut.ltprof")).HasField("header")
+    flipped = bytearray(data)
+    flipped[-6] ^= 0xFF  # the trailer record's data fails its checksum
+    (tmp_path / "bad.ltprof").write_bytes(bytes(flipped))
+    assert last_chunk(str(tmp_path / "bad.ltprof")) is None
+    (tmp_path / "junk.ltprof").write_bytes(b"not a profile at all")
+    os.mkfifo(tmp_path / "fifo.ltprof")
+    for name in ("junk.ltprof", "fifo.ltprof", "missing.ltprof"):
+        assert last_chunk(str(tmp_path / name)) is None
