@@ -8,7 +8,7 @@ import os
 import sys
 
 from lifetime.errors import LifetimeError, UsageError, printable
-from lifetime.files import writable_dir
+from lifetime.files import writable_dir, writable_parent
 
 
 def _positive_int(text: str) -> int:
@@ -19,10 +19,6 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {value}")
     return value
-
-
-def _writable_parent(path: str) -> None:
-    writable_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -73,7 +69,7 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
           f"{cost['p50'] / 1e3:.2f} us (hits {(cost['hit_p50'] or 0) / 1e3:.2f} us, misses "
           f"{(cost['miss_p50'] or 0) / 1e3:.2f} us), p99 {cost['p99'] / 1e3:.2f} us")
     if args.json:
-        _writable_parent(args.json)
+        writable_parent(args.json)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, sort_keys=True)
         print(f"wrote {args.json}")

@@ -23,6 +23,11 @@ def writable_dir(path: str) -> str:
     return path
 
 
+def writable_parent(path: str) -> None:
+    """writable_dir for the directory an output file goes into."""
+    writable_dir(os.path.dirname(os.path.abspath(path)))
+
+
 def open_regular(path: str) -> tuple[BinaryIO, int]:
     """Opens a regular file for reading: (binary file, size).  A fifo, device, socket or
     directory is refused with an OSError (EISDIR, or ENODEV "not a regular file")

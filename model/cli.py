@@ -67,14 +67,14 @@ def _print_table(result: dict) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from lifetime.files import writable_dir
+    from lifetime.files import writable_parent
     from model import io
     from model.evaluate import evaluate
 
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
         os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
     result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
-    writable_dir(os.path.dirname(os.path.abspath(out)))
+    writable_parent(out)
     io.write_json(out, result)
     _print_table(result)
     print(f"\nevaluation: {out}")
