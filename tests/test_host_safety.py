@@ -273,8 +273,14 @@ def test_daemon_parent_and_child_each_write_their_profile(host, tmp_path):
     assert len(_sizes(child, 6000, 6100)) > 1000 and not _sizes(child, 3000, 3100)
 
 
-def test_quick_exit_writes_a_complete_profile(host, tmp_path):
-    proc = run_sampled([host, "quick"], tmp_path, interval=1, check=False)
+# Every allocation recorded: sampled at a 1-byte interval, or the full-trace mode.
+RECORD_ALL = {"interval-1": {"interval": 1},
+              "full-trace": {"extra_env": {"LIFETIME_FULL_TRACE": "1"}}}
+
+
+@pytest.mark.parametrize("recording", RECORD_ALL.values(), ids=RECORD_ALL.keys())
+def test_quick_exit_writes_a_complete_profile(host, tmp_path, recording):
+    proc = run_sampled([host, "quick"], tmp_path, check=False, **recording)
     assert proc.returncode == 6 and proc.stdout == "quick\n" and proc.stderr == ""
     prof = only_profile(tmp_path)
     _complete(prof)
@@ -298,8 +304,9 @@ def test_failed_execs_continue_the_same_profile(host, tmp_path):
     assert not prof.trailer.HasField("unprofiled_exec")
 
 
-def test_failed_exec_then_exec(host, tmp_path):
-    proc = run_sampled([host, "execfail", host], tmp_path, interval=1)
+@pytest.mark.parametrize("recording", RECORD_ALL.values(), ids=RECORD_ALL.keys())
+def test_failed_exec_then_exec(host, tmp_path, recording):
+    proc = run_sampled([host, "execfail", host], tmp_path, **recording)
     assert proc.stdout == "execfail continued errno 2\n"
     profs = read_all(tmp_path)
     assert len(profs) == 2

@@ -6,8 +6,9 @@ prints it; the profile must hold exactly that sequence (sizes, entry points, fre
 order, the never-freed objects censored, every stack).  Capacity: more objects live
 at once than the sampled mode's table holds lose nothing; a table made too small
 drops, and counts the drops (trailer, `lifetime inspect`).  The host-safety cases of
-tests/test_host_safety.py (signal handler malloc, fork/exec, exec, failed exec,
-quick_exit, zero samples, no thread added) are run again in full-trace mode.
+tests/test_host_safety.py (signal handler malloc, fork/exec, exec, zero samples, no
+thread added) are run again in full-trace mode; quick_exit, failed exec and the
+SIGALRM harness are parametrized over both modes there.
 """
 
 from __future__ import annotations
@@ -276,33 +277,6 @@ def test_a_process_without_samples_writes_a_complete_profile(bins, tmp_path, arg
     prof = only_profile(tmp_path)
     _complete(prof)
     assert prof.trailer.end_reason == pb.END_EXIT and prof.mappings
-
-
-def test_quick_exit(bins, tmp_path):
-    proc = run_sampled([bins["host_safety"], "quick"], tmp_path, extra_env=FULL, check=False)
-    assert proc.returncode == 6 and proc.stdout == "quick\n" and proc.stderr == ""
-    prof = only_profile(tmp_path)
-    _complete(prof)
-    assert prof.trailer.end_reason == pb.END_IMMEDIATE_EXIT
-    assert len(_sizes(prof, 4200, 4300)) == 200 and len(_sizes(prof, 4500, 4600)) == 100
-
-
-def test_failed_execs_then_exec(bins, tmp_path):
-    """execv of a missing file, execvp over 3 PATH entries, then a real exec: two
-    files, everything once (each try's tentative end cut back off)."""
-    host = bins["host_safety"]
-    proc = run_sampled([host, "execfail", host], tmp_path, extra_env=FULL)
-    assert proc.stdout == "execfail continued errno 2\n"
-    profs = read_all(tmp_path)
-    assert len(profs) == 2
-    first = next(p for p in profs if p.trailer.end_reason == pb.END_EXEC)
-    image = next(p for p in profs if p is not first)
-    for p in profs:
-        _complete(p)
-    assert len(_sizes(first, 1100, 1200)) == 200 and len(_sizes(first, 2200, 2300)) == 200
-    assert [s.censored for s in first.samples if s.size == 1234] == [True]
-    assert len(_sizes(image, 5500, 5600)) == 200 and not _sizes(image, 1100, 2300)
-    assert image.trailer.end_reason == pb.END_EXIT
 
 
 @pytest.mark.parametrize("child_allocates", [False, True])
