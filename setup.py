@@ -35,7 +35,7 @@ setup(
     description="Offline training pipeline for learned memory-allocation lifetime models "
                 "(after LLAMA, Maas et al.)",
     python_requires=">=3.11",
-    packages=["lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator"],
+    packages=["lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator", "interop"],
     package_data={"profiler_proto": ["profile.proto", "README.md"]},
     install_requires=requirements(),
     entry_points={"console_scripts": ["lifetime=lifetime.cli:main"]},
