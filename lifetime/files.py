@@ -47,3 +47,17 @@ def open_regular(path: str) -> tuple[BinaryIO, int]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def write_json(path: str, value) -> str:
+    """Writes `value` as indented, key-sorted JSON (deterministic bytes) through Beam's
+    FileSystems, so an output can be a local path or any filesystem Beam knows
+    (gs://, hdfs://...).  Returns the path."""
+    import json
+
+    from apache_beam.io.filesystems import FileSystems
+
+    data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+    with FileSystems.create(path) as f:
+        f.write(data)
+    return path
