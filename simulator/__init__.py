@@ -42,7 +42,8 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
              deadline_k: int | None = None, check_invariants: bool = False, check_every: int | None = None,
              json_out: str | os.PathLike | None = None, timeout: float | None = None,
              model_revalidate_every: int | None = None,
-             model_served: str | os.PathLike | None = None) -> dict:
+             model_served: str | os.PathLike | None = None,
+             recycle_spans_immediately: bool = False) -> dict:
     """Runs the engine on `trace` and returns its report (see simulator/README.md).
 
     predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE",
@@ -63,6 +64,8 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
         args += ["--snapshot-at-ns", str(t)]
     if deadline_k is not None:
         args += ["--deadline-k", str(deadline_k)]
+    if recycle_spans_immediately:
+        args.append("--recycle-spans-immediately")
     if check_invariants:
         args.append("--check-invariants")
     if check_every is not None:

@@ -412,6 +412,24 @@ def test_partially_free_spans_recycled_only_after_deadline(tmp_path):
     assert s30[0]["lc"] == 1 and s30[0]["deadline_ns"] == 300 + 20 * MS + 200 * MS
     assert a["final_huge_pages"] == 2  # thread-local spans stay open
 
+    # The ablation reuses span 1's free lines at once, for its own class: thread 3 takes it
+    # at 10 ms (before the deadline) and no second page is needed until thread 2 at 25 ms.
+    r = simulator.simulate(path, ["constant:0"], baseline=False, check_invariants=True, check_every=1,
+                           recycle_spans_immediately=True, snapshots_ns=[15 * MS])
+    assert r["settings"]["recycle_spans_immediately"] is True
+    a = alloc_by_name(r, "llama:constant:0")
+    assert (a["counters"]["spans_opened"], a["counters"]["recycled_span_reuses"]) == (3, 1)
+    assert sorted(pages(r["snapshots"][0], "llama:constant:0")) == [0]
+
+
+def test_invariants_random_trace_immediate_span_recycling(tmp_path):
+    """The immediate span-recycling ablation keeps every invariant."""
+    path = random_trace(tmp_path / "rand.lttrace", 30_000)
+    r = simulator.simulate(path, ["oracle", "constant:0"], check_invariants=True, check_every=1024,
+                           recycle_spans_immediately=True, timeout=600)
+    for name in ("llama:oracle", "llama:constant:0"):
+        assert alloc_by_name(r, name)["counters"]["recycled_span_reuses"] > 0
+
 
 # ---------------------------------------------------------------- model predictor
 

@@ -41,7 +41,8 @@ Results Engine::run(const std::string& trace_path) {
     auto p = make_predictor(spec, classes, opts_.predictor_options);
     std::string name = "llama:" + p->label;
     if (!names.insert(name).second) throw SimError("--predictor " + spec + ": the name " + name + " is used twice (give it a LABEL=)");
-    allocs.push_back(std::make_unique<Llama>(name, classes, opts_.deadline_k));
+    allocs.push_back(std::make_unique<Llama>(name, classes, opts_.deadline_k,
+                                                    opts_.recycle_spans_immediately));
     R.allocators.push_back({});
     R.allocators.back().name = name;
     R.allocators.back().kind = "llama";

@@ -16,6 +16,10 @@ struct EngineOptions {
   std::vector<std::string> predictors;   // one LLAMA instance each
   PredictorOptions predictor_options;
   unsigned deadline_k = 2;
+  // LLAMA: when partially free closed spans are reused.  false (the paper, §3.5): only
+  // after their huge page's deadline expires, for shorter classes.  true (an ablation):
+  // as soon as a free leaves a free line, for the page's class and shorter ones.
+  bool recycle_spans_immediately = false;
   uint64_t series_interval_ns = 0;       // 0: automatic, about 1000 samples
   std::vector<uint64_t> snapshot_at_ns;  // huge page dumps after all events <= t
   bool check_invariants = false;

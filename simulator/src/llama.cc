@@ -11,8 +11,10 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > kNever - b ? kNever : a + b; }
 }  // namespace
 
-Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k)
-    : name_(std::move(name)), classes_(classes), k_(deadline_k), nclasses_(classes.num_classes()) {
+Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
+             bool recycle_spans_immediately)
+    : name_(std::move(name)), classes_(classes), k_(deadline_k),
+      recycle_now_(recycle_spans_immediately), nclasses_(classes.num_classes()) {
   open_.assign(nclasses_, -1);
   bucket_head_.resize(nclasses_);
   for (auto& h : bucket_head_) h.fill(kNone);
@@ -202,11 +204,15 @@ void Llama::expire(uint64_t hp, uint64_t t) {
     if (s.open || s.listed || s.nobjs == 0) continue;
     bool has_free = false;
     for (unsigned l = 0; l < kLines && !has_free; ++l) has_free = s.lines[l] == 0;
-    if (!has_free) continue;
-    s.listed = true;
-    recycle_[p.lc].push_back({sid, s.gen});
-    ++listed_;
+    if (has_free) list_span(sid);
   }
+}
+
+void Llama::list_span(uint32_t sid) {
+  Span& s = spans_[sid];
+  s.listed = true;
+  recycle_[pages_[s.hp].lc].push_back({sid, s.gen});
+  ++listed_;
 }
 
 // ---------------------------------------------------------------- small objects
@@ -237,7 +243,9 @@ uint32_t Llama::open_fresh_span(int lc, uint64_t now) {
 
 uint32_t Llama::take_recycled_span(int lc) {
   if (listed_ == 0) return kNone;
-  for (int c = nclasses_ - 1; c > lc; --c) {
+  // The paper's recycling feeds shorter classes only; the immediate ablation also feeds
+  // the page's own class (what a size-class allocator's free lists do).
+  for (int c = nclasses_ - 1; c > lc || (recycle_now_ && c == lc); --c) {
     auto& list = recycle_[c];
     while (!list.empty()) {
       auto [sid, gen] = list.back();
@@ -392,8 +400,11 @@ void Llama::free(uint32_t slot, uint64_t now) {
   if (h.span != kNone) {
     Span& s = spans_[h.span];
     uint64_t off = h.addr - span_base(s);
-    for (uint64_t l = off / kLineBytes; l <= (off + h.size - 1) / kLineBytes; ++l) --s.lines[l];
+    bool line_freed = false;
+    for (uint64_t l = off / kLineBytes; l <= (off + h.size - 1) / kLineBytes; ++l)
+      line_freed |= --s.lines[l] == 0;
     if (--s.nobjs == 0 && !s.open) release_span(h.span, now);
+    else if (recycle_now_ && line_freed && !s.open && !s.listed) list_span(h.span);
     return;
   }
   uint64_t hp = h.base / kHugePageBytes;

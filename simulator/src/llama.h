@@ -21,7 +21,8 @@ class Llama final : public HeapAllocator {
   static constexpr uint64_t kLineBytes = 128;
   static constexpr unsigned kLines = unsigned(kSpanBytes / kLineBytes);
 
-  Llama(std::string name, const ClassScheme& classes, unsigned deadline_k);
+  Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
+        bool recycle_spans_immediately = false);
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
   void advance(uint64_t now) override;
@@ -85,6 +86,7 @@ class Llama final : public HeapAllocator {
   // Small objects.
   uint32_t open_fresh_span(int lc, uint64_t now);
   uint32_t take_recycled_span(int lc);
+  void list_span(uint32_t sid);
   bool place(uint32_t sid, uint64_t size, uint32_t align, uint64_t& addr, bool& exhausted);
   void close_span(uint32_t sid, uint64_t now);
   void release_span(uint32_t sid, uint64_t now);
@@ -93,6 +95,7 @@ class Llama final : public HeapAllocator {
   std::string name_;
   ClassScheme classes_;
   unsigned k_;
+  bool recycle_now_;  // EngineOptions::recycle_spans_immediately
   int nclasses_;
   std::vector<Page> pages_;
   std::vector<uint64_t> free_page_ids_;

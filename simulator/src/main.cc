@@ -22,6 +22,8 @@ const char kUsage[] =
     "                          (\"LABEL STACK_ID CLASS OBJECTS\" lines)\n"
     "  --no-baseline           do not run the baseline allocator\n"
     "  --deadline-k K          LLAMA deadline = now + K x class bound (default 2)\n"
+    "  --recycle-spans-immediately  ablation: reuse a closed span's free lines at once\n"
+    "                          (the paper waits for its page's deadline to expire)\n"
     "  --series-interval-ms N  time series sampling interval (default: ~1000 samples)\n"
     "  --series-interval-ns N  the same in ns\n"
     "  --snapshot-at-ns T      dump every live huge page after all events <= T (repeatable)\n"
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
         opts.predictor_options.model_revalidate_every = long(v);
       } else if (a == "--model-served") served_out = arg();
       else if (a == "--no-baseline") opts.baseline = false;
+      else if (a == "--recycle-spans-immediately") opts.recycle_spans_immediately = true;
       else if (a == "--deadline-k") {
         opts.deadline_k = unsigned(parse_u64(a, arg()));
         if (opts.deadline_k == 0) throw sim::SimError("--deadline-k must be >= 1");

@@ -36,6 +36,7 @@ std::string report_json(const Results& r, const EngineOptions& opts) {
   j.kv("llama_span_bytes", uint64_t(16384));
   j.kv("llama_line_bytes", uint64_t(128));
   j.kv("deadline_k", opts.deadline_k);
+  j.kv("recycle_spans_immediately", opts.recycle_spans_immediately);
   j.kv("baseline_page_bytes", uint64_t(8192));
   j.kv("series_interval_ns", r.interval_ns);
   j.kv("steady_state_from_ns", r.steady_from_ns);
