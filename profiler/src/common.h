@@ -64,7 +64,9 @@
 /* Executable mappings already written to this file. */
 #define LT_MAP_CAP 8192
 
-/* ---- enums mirroring profile.proto ---- */
+/* ---- enums mirroring profile.proto ----
+ * AllocFunction: the one enum of allocator entry points; alloc_slow (sampler.c) picks
+ * the glibc function by it too.  Values are the wire values. */
 enum { LT_MALLOC = 1, LT_CALLOC = 2, LT_REALLOC = 3, LT_POSIX_MEMALIGN = 4,
        LT_ALIGNED_ALLOC = 5, LT_MEMALIGN = 6, LT_VALLOC = 7, LT_REALLOCARRAY = 8,
        LT_PVALLOC = 9 };

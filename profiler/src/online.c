@@ -24,7 +24,6 @@
 
 #define POOL 4
 #define NAME_CAP 256   /* bytes kept of a frame string; the model reads its first tokens */
-#define FRAMES_CAP 32  /* frames handed to the model at most */
 #define CONTEXT_VERSION "lifetime-context-v2" /* pipeline/context.py: CONTEXT_VERSION */
 
 static struct {
@@ -38,7 +37,14 @@ static struct {
 
 static lifetime_predictor *pool[POOL];
 static lt_lock pool_lock[POOL];
+/* Frame strings of a context, one set per predictor, used under its pool_lock: room for
+ * a whole stack (LT_MAX_FRAMES), so no model depth is ever cut short (128 KiB of bss,
+ * untouched without a model; too big for a malloc caller's stack). */
+static char pool_names[POOL][LT_MAX_FRAMES][NAME_CAP];
 static int enabled;
+/* The context's depth: the model's max_frames (its ContextDefinition, exported in
+ * lifetime_model_info), exactly as the dataset cut it.  A stack holds at most
+ * LT_MAX_FRAMES frames, so a deeper model reads at most that many, offline too. */
 static int model_frames;
 struct lt_online_stats lt_online;
 char lt_model_path[4096];
@@ -87,7 +93,11 @@ void lt_online_init(void) {
     lt_log("LIFETIME_MODEL_LIB: too many allocation wrappers; predictions off", NULL, NULL);
     return;
   }
-  model_frames = info->max_frames < FRAMES_CAP ? info->max_frames : FRAMES_CAP;
+  if (info->max_frames < 1) {
+    lt_log("LIFETIME_MODEL_LIB: the model reads no frames; predictions off", NULL, NULL);
+    return;
+  }
+  model_frames = info->max_frames < LT_MAX_FRAMES ? info->max_frames : LT_MAX_FRAMES;
   lt_strlcpy(lt_model_path, path, sizeof lt_model_path);
   lt_strlcpy(lt_model_id, info->model_id ? info->model_id : "", sizeof lt_model_id);
   enabled = 1;
@@ -153,12 +163,11 @@ int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra, uintp
   for (int i = 0; i < depth; i++) kinds[i] = frame_kind(addresses[i]);
   int start = lt_context_start(kinds, depth);
   if (start < depth) ra = addresses[start];
-  char names[FRAMES_CAP][NAME_CAP];
-  struct frames_ctx ctx = {addresses, start, depth, names};
+  unsigned slot = (unsigned)lt_tls.tid % POOL;
+  struct frames_ctx ctx = {addresses, start, depth, pool_names[slot]};
   lifetime_cache *cache = api.cache_tl();
   lifetime_cache_stats before, after;
   api.cache_stats(cache, &before);
-  unsigned slot = (unsigned)lt_tls.tid % POOL;
   lt_lock_acquire(&pool_lock[slot]);
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
   lt_lock_release(&pool_lock[slot]);

@@ -495,19 +495,21 @@ static void complete_guarded(struct lt_thread *t, const struct lt_live *e, int f
 #define RA() ((uintptr_t)__builtin_return_address(0))
 #define FAST(t, n) LT_LIKELY((size_t)(n) < (t)->countdown)
 
-enum { K_MALLOC, K_CALLOC, K_MEMALIGN, K_VALLOC, K_PVALLOC };
-
-static LT_NOINLINE void *alloc_slow(int kind, int fn, size_t n, size_t align, uintptr_t ra,
+/* fn: the entry point (common.h's AllocFunction), recorded in the sample and choosing
+ * the glibc function that does the work. */
+static LT_NOINLINE void *alloc_slow(int fn, size_t n, size_t align, uintptr_t ra,
                                     size_t count, size_t size) {
   struct lt_thread *t = &lt_tls;
   uint64_t clock = 0;
   int s = account(t, n, &clock);
   void *p;
-  switch (kind) {
-    case K_CALLOC: p = __libc_calloc(count, size); break;
-    case K_MEMALIGN: p = __libc_memalign(align, n); break;
-    case K_VALLOC: p = __libc_valloc(n); break;
-    case K_PVALLOC: p = __libc_pvalloc(n); break;
+  switch (fn) {
+    case LT_CALLOC: p = __libc_calloc(count, size); break;
+    case LT_POSIX_MEMALIGN:
+    case LT_ALIGNED_ALLOC:
+    case LT_MEMALIGN: p = __libc_memalign(align, n); break;
+    case LT_VALLOC: p = __libc_valloc(n); break;
+    case LT_PVALLOC: p = __libc_pvalloc(n); break;
     default: p = __libc_malloc(n); break;
   }
   if (s && p) record_alloc(t, p, n, align, fn, ra, clock);
@@ -521,7 +523,7 @@ LT_EXPORT void *HOOK(malloc)(size_t n) {
     t->allocs++;
     return __libc_malloc(n);
   }
-  return alloc_slow(K_MALLOC, LT_MALLOC, n, 0, RA(), 0, 0);
+  return alloc_slow(LT_MALLOC, n, 0, RA(), 0, 0);
 }
 
 LT_EXPORT void *HOOK(calloc)(size_t count, size_t size) {
@@ -533,7 +535,7 @@ LT_EXPORT void *HOOK(calloc)(size_t count, size_t size) {
     t->allocs++;
     return __libc_calloc(count, size);
   }
-  return alloc_slow(K_CALLOC, LT_CALLOC, n, 0, RA(), count, size);
+  return alloc_slow(LT_CALLOC, n, 0, RA(), count, size);
 }
 
 static LT_NOINLINE void free_slow(void *p, int fn) {
@@ -613,7 +615,7 @@ LT_EXPORT int HOOK(posix_memalign)(void **out, size_t align, size_t n) {
     t->allocs++;
     p = __libc_memalign(align, n);
   } else {
-    p = alloc_slow(K_MEMALIGN, LT_POSIX_MEMALIGN, n, align, RA(), 0, 0);
+    p = alloc_slow(LT_POSIX_MEMALIGN, n, align, RA(), 0, 0);
   }
   if (!p) return ENOMEM;
   *out = p;
@@ -627,7 +629,7 @@ LT_EXPORT void *HOOK(aligned_alloc)(size_t align, size_t n) {
     t->allocs++;
     return __libc_memalign(align, n);
   }
-  return alloc_slow(K_MEMALIGN, LT_ALIGNED_ALLOC, n, align, RA(), 0, 0);
+  return alloc_slow(LT_ALIGNED_ALLOC, n, align, RA(), 0, 0);
 }
 
 LT_EXPORT void *HOOK(memalign)(size_t align, size_t n) {
@@ -637,7 +639,7 @@ LT_EXPORT void *HOOK(memalign)(size_t align, size_t n) {
     t->allocs++;
     return __libc_memalign(align, n);
   }
-  return alloc_slow(K_MEMALIGN, LT_MEMALIGN, n, align, RA(), 0, 0);
+  return alloc_slow(LT_MEMALIGN, n, align, RA(), 0, 0);
 }
 
 LT_EXPORT void *HOOK(valloc)(size_t n) {
@@ -647,7 +649,7 @@ LT_EXPORT void *HOOK(valloc)(size_t n) {
     t->allocs++;
     return __libc_valloc(n);
   }
-  return alloc_slow(K_VALLOC, LT_VALLOC, n, page_size, RA(), 0, 0);
+  return alloc_slow(LT_VALLOC, n, page_size, RA(), 0, 0);
 }
 
 LT_EXPORT void *HOOK(pvalloc)(size_t n) {
@@ -657,7 +659,7 @@ LT_EXPORT void *HOOK(pvalloc)(size_t n) {
     t->allocs++;
     return __libc_pvalloc(n);
   }
-  return alloc_slow(K_PVALLOC, LT_PVALLOC, n, page_size, RA(), 0, 0);
+  return alloc_slow(LT_PVALLOC, n, page_size, RA(), 0, 0);
 }
 
 /* ---------------- the end of a process image ---------------- */

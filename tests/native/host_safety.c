@@ -1,7 +1,8 @@
 /* Host behaviours the sampler must not change (tests/test_host_safety.py).
  * Usage: host_safety MODE [ARGS], MODE one of
  *   alarm N        N malloc/free of 1..2000 bytes while a 200 us SIGALRM timer's
- *                  handler mallocs and frees too; prints "alarm ok HANDLED"
+ *                  handler mallocs and frees too (alarm_loop.h); prints
+ *                  "alarm ok HANDLED"
  *   setxid         allocates, then setresgid/setresuid to 65534 (as root), prints
  *                  "setxid ok"
  *   threads        allocates; prints "threads N" (Threads: of /proc/self/status)
@@ -21,39 +22,20 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t handled;
-
-static void on_alarm(int sig) {
-  (void)sig;
-  void *volatile p = malloc(2000 + (size_t)(handled % 2000)); /* past the tcache: arena */
-  free(p);
-  handled++;
-}
+#include "alarm_loop.h"
 
 static void churn(int n, size_t size) {
   for (int i = 0; i < n; i++) {
     void *volatile p = malloc(size + (size_t)(i % 100));
     free(p);
   }
-}
-
-static int threads(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  int n = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "Threads: %d", &n) == 1) break;
-  if (f) fclose(f);
-  return n;
 }
 
 static uint64_t mono_ns(void) {
@@ -69,32 +51,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "none")) return 0;
   if (!strcmp(mode, "alarm")) {
     long n = argc > 2 ? atol(argv[2]) : 2000000;
-    /* Warm every size and grow the heap once before the timer starts: glibc malloc is
-     * not async-signal-safe, and a handler that re-enters sysmalloc while the main
-     * thread grows the heap corrupts it, with or without a sampler (a slow start, as
-     * when every allocation is traced, only makes it likelier). */
-    for (size_t w = 1; w <= 4000; w++) {
-      void *volatile q = malloc(w);
-      free(q);
-    }
-    void *volatile big = malloc(1 << 20);
-    free(big);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_alarm;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGALRM, &sa, NULL);
-    struct itimerval it = {{0, 200}, {0, 200}};
-    setitimer(ITIMER_REAL, &it, NULL);
-    unsigned x = 1;
-    for (long i = 0; i < n; i++) {
-      x = x * 1103515245u + 12345u;
-      void *volatile p = malloc(1 + (x >> 16) % 2000);
-      free(p);
-    }
-    struct itimerval off = {{0, 0}, {0, 0}};
-    setitimer(ITIMER_REAL, &off, NULL);
-    printf("alarm ok %d\n", handled > 0);
+    printf("alarm ok %d\n", alarm_loop(n, 2000));
     return 0;
   }
   if (!strcmp(mode, "setxid")) {
@@ -109,7 +66,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "threads")) {
     churn(20000, 3000);
-    printf("threads %d\n", threads());
+    printf("threads %d\n", proc_threads());
     return 0;
   }
   if (!strcmp(mode, "loop")) {
@@ -121,7 +78,7 @@ int main(int argc, char **argv) {
       if (allocs % 8 == 0) usleep(100); /* a bounded sample rate: a modest file */
       uint64_t now = mono_ns();
       if (now >= next) {
-        printf("%llu %llu %d\n", (unsigned long long)allocs, (unsigned long long)now, threads());
+        printf("%llu %llu %d\n", (unsigned long long)allocs, (unsigned long long)now, proc_threads());
         fflush(stdout);
         next = now + 10000000;
       }
