@@ -19,9 +19,13 @@ $(STAMP): requirements.txt setup.py scripts/system-deps.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-proto: profiler_proto/profile_pb2.py
+proto: profiler_proto/profile_pb2.py interop/pprof/profile_pb2.py
 
 profiler_proto/profile_pb2.py: profiler_proto/profile.proto $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. $<
+
+# pprof's profile.proto (vendored, Apache-2.0): `lifetime pprof` writes it
+interop/pprof/profile_pb2.py: interop/pprof/profile.proto $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. $<
 
 native: $(STAMP)
@@ -43,4 +47,5 @@ bench: setup
 	$(BIN)/python benchmarks/profiler_overhead.py
 
 clean:
-	rm -rf $(BUILD) out profiler_proto/profile_pb2.py profiler_proto/profile_pb2.pyi
+	rm -rf $(BUILD) out profiler_proto/profile_pb2.py profiler_proto/profile_pb2.pyi \
+		interop/pprof/profile_pb2.py interop/pprof/profile_pb2.pyi

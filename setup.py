@@ -11,10 +11,11 @@ ROOT = pathlib.Path(__file__).parent
 
 
 def generate_proto() -> None:
-    """Generates profiler_proto/profile_pb2.py with the pinned grpcio-tools protoc."""
+    """Generates profiler_proto/profile_pb2.py and interop/pprof/profile_pb2.py (pprof's
+    schema) with the pinned grpcio-tools protoc."""
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--pyi_out=.",
-         "profiler_proto/profile.proto"],
+         "profiler_proto/profile.proto", "interop/pprof/profile.proto"],
         cwd=ROOT, check=True)
 
 
@@ -35,8 +36,10 @@ setup(
     description="Offline training pipeline for learned memory-allocation lifetime models "
                 "(after LLAMA, Maas et al.)",
     python_requires=">=3.11",
-    packages=["lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator", "interop"],
-    package_data={"profiler_proto": ["profile.proto", "README.md"]},
+    packages=["lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator", "interop",
+              "interop.pprof"],
+    package_data={"profiler_proto": ["profile.proto", "README.md"],
+                  "interop.pprof": ["profile.proto"]},
     install_requires=requirements(),
     entry_points={"console_scripts": ["lifetime=lifetime.cli:main"]},
     cmdclass={"build_py": BuildPyWithProto},
