@@ -16,6 +16,10 @@ SAMPLER = REPO / "build" / "profiler" / "liblifetime_sampler.so"
 
 
 def valid_chunks(samples: int = 3) -> list[profile_pb2.ProfileChunk]:
+    """A small valid profile of program "demo" (one mapping, /bin/true; stack 7): a
+    first chunk with the header and `samples` freed samples of 100, 101, ... bytes
+    (lifetime 3 ms), a last chunk with a censored 200-byte sample and the trailer.  The
+    fuzzers' seed, and the profile tests/test_profile_container.py reads back."""
     first = profile_pb2.ProfileChunk()
     h = first.header
     h.schema_version = profile_pb2.SCHEMA_VERSION

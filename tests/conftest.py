@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
-import pathlib
 
 import pytest
 
+# proxy_binary and GROUND_TRUTH live in tests/proxy_support.py; kept importable from here
+# until every test module imports them from there.
+from tests.proxy_support import GROUND_TRUTH, proxy_binary  # noqa: F401
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-PROXY_BUILD = ROOT / "build" / "workloads" / "proxy_server"
-GROUND_TRUTH = json.loads((ROOT / "workloads" / "proxy_server" / "ground_truth.json").read_text())
 PROXY_SECONDS = 8
 PROXY_INTERVAL = 512 * 1024
-
-
-def proxy_binary(version: str) -> pathlib.Path:
-    path = PROXY_BUILD / GROUND_TRUTH["versions"][version]["binary"]
-    if not path.exists():
-        pytest.fail(f"{path} is not built: run `make native`")
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +58,21 @@ def exported_model(tmp_path_factory):
     model_dir = make_model_dir(root / "model")
     export_model(model_dir, root / "export")
     return root / "model", root / "export"
+
+
+# ------------------------------------------------------------------ the sampler
+
+@pytest.fixture(scope="session")
+def lib():
+    """The built liblifetime_sampler.so (built like `make native` when missing)."""
+    from tests.sampler_support import sampler_library
+
+    return sampler_library()
+
+
+@pytest.fixture(scope="session")
+def bins(tmp_path_factory, lib):
+    """bins[name]: tests/native/<name>.c compiled once per session, on first use."""
+    from tests.sampler_support import NativeBinaries
+
+    return NativeBinaries(tmp_path_factory.mktemp("native"))

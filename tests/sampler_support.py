@@ -13,6 +13,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
 
@@ -52,6 +53,53 @@ def compile_c(name: str, out_dir: pathlib.Path, flags: tuple[str, ...] = ()) -> 
     return str(out)
 
 
+class NativeBinaries:
+    """binaries[name]: tests/native/<name>.c compiled (compile_c) on first use, once."""
+
+    def __init__(self, out_dir: pathlib.Path):
+        self._out_dir = out_dir
+        self._built: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        if name not in self._built:
+            self._built[name] = compile_c(name, self._out_dir)
+        return self._built[name]
+
+
+def plain_env() -> dict[str, str]:
+    """This environment without the sampler's settings: a program run without it."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("LIFETIME_") and k != "LD_PRELOAD"}
+
+
+# A sanitizer report fails the run with its own exit code (66 TSan, 67 ASan).
+SANITIZER_ENV = {"TSAN_OPTIONS": "halt_on_error=1 exitcode=66 report_signal_unsafe=0",
+                 "ASAN_OPTIONS": "halt_on_error=1 exitcode=67 detect_leaks=0"}
+
+
+def harness_binary(target: str, sanitizer: str = "") -> str:
+    """A harness of profiler/CMakeLists.txt (the sampler's sources linked into a driver
+    of tests/native/): lifetime_sampler_signals in build/, or with sanitizer "thread" or
+    "address" lifetime_sampler_stress / _signals in build/<tsan|asan>/, configured once.
+    Always rebuilt: cheap when nothing changed, correct when the sampler did."""
+    if shutil.which("cmake") is None or shutil.which("gcc") is None:
+        pytest.skip("needs cmake and gcc")
+    if not sanitizer:
+        sampler_library()
+        build = REPO / "build"
+    else:
+        build = REPO / "build" / {"thread": "tsan", "address": "asan"}[sanitizer]
+        if not (build / "CMakeCache.txt").exists():
+            gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+            subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), *gen,
+                            f"-DLIFETIME_SANITIZE={sanitizer}",
+                            "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+                           check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "-j2", "--target", target],
+                   check=True, capture_output=True)
+    return str(build / "profiler" / target)
+
+
 def run_sampled(argv, out_dir, interval=None, extra_env=None, check=True, timeout=120,
                 make_dir=True, **kwargs) -> subprocess.CompletedProcess:
     """Runs argv with the sampler (the launcher's environment); captures output."""
@@ -78,3 +126,41 @@ def only_profile(out_dir):
     files = profile_files(out_dir)
     assert len(files) == 1, files
     return read_profile(files[0])
+
+
+# tests/native/threads_xfree.c: PRODUCERS threads malloc objects of 3000..3099 bytes
+# and hand them through a queue to 4 consumers, which free them.
+PRODUCERS = 4
+PER_PRODUCER = 10_000
+
+
+def check_cross_thread_profile(prof, per_producer):
+    """threads_xfree.c sampled with a 1-byte interval: every object sampled exactly once,
+    freed once by a consumer thread, never censored, never live twice at an address."""
+    assert prof.trailer is not None and prof.trailer.end_reason == pb.END_EXIT
+    assert prof.trailer.dropped_samples == 0 and prof.trailer.dropped_stacks == 0
+    ours = [s for s in prof.samples if 3000 <= s.size < 3100 and s.alloc_function == pb.MALLOC]
+    # every allocation was sampled exactly once ...
+    assert len(ours) == per_producer * PRODUCERS
+    keys = Counter((s.address, s.alloc_monotonic_ns) for s in ours)
+    assert max(keys.values()) == 1, "duplicated samples"
+    # ... and freed exactly once, by a consumer thread, never censored
+    assert all(not s.censored and s.free_function == pb.FREE and s.free_thread for s in ours)
+    assert sum(1 for s in ours if s.free_thread) == len(ours)
+    producers = {s.alloc_thread for s in ours}
+    consumers = {s.free_thread for s in ours}
+    assert len(producers) == PRODUCERS and not producers & consumers
+    assert 1 <= len(consumers) <= 4
+    for s in ours:
+        assert s.free_monotonic_ns >= s.alloc_monotonic_ns
+        assert s.free_allocated_bytes >= s.alloc_allocated_bytes
+    # at any instant, a given address is live at most once
+    by_addr: dict[int, list] = {}
+    for s in ours:
+        by_addr.setdefault(s.address, []).append((s.alloc_monotonic_ns, s.free_monotonic_ns))
+    for spans in by_addr.values():
+        spans.sort()
+        for (a0, f0), (a1, _) in zip(spans, spans[1:]):
+            assert a1 >= f0
+    assert prof.trailer.samples == len(prof.samples)
+    assert prof.trailer.censored_samples == sum(s.censored for s in prof.samples)

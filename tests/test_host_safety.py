@@ -29,18 +29,13 @@ import pytest
 from lifetime.errors import LifetimeError
 from profiler import launch
 from profiler_proto import read_profile
-from tests.sampler_support import (REPO, compile_c, only_profile, pb, profile_files,
-                                   read_all, run_sampled, sampler_library)
+from tests.sampler_support import (SANITIZER_ENV, compile_c, harness_binary, only_profile, pb,
+                                   plain_env, profile_files, read_all, run_sampled)
 
 
 @pytest.fixture(scope="module")
-def lib():
-    return sampler_library()
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory, lib):
-    return compile_c("host_safety", tmp_path_factory.mktemp("native"))
+def host(bins):
+    return bins["host_safety"]
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +43,6 @@ def static_host(tmp_path_factory):
     if not os.path.exists("/usr/lib/x86_64-linux-gnu/libc.a"):
         pytest.skip("needs a static libc (libc6-dev)")
     return compile_c("host_safety", tmp_path_factory.mktemp("static"), flags=("-static",))
-
-
-def _plain_env():
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith("LIFETIME_") and k != "LD_PRELOAD"}
 
 
 def _sizes(prof, lo, hi):
@@ -76,7 +66,7 @@ def test_malloc_in_a_signal_handler_does_not_hang(host, tmp_path, interval):
     """A SIGALRM handler that mallocs past the tcache: with a second thread in the
     process glibc takes its arena lock, and the handler can interrupt its own
     thread holding it (a hang, at the default interval too)."""
-    plain = subprocess.run([host, "alarm", "3000000"], env=_plain_env(), capture_output=True,
+    plain = subprocess.run([host, "alarm", "3000000"], env=plain_env(), capture_output=True,
                            text=True, timeout=60)
     assert plain.stdout == "alarm ok 1\n"
     try:
@@ -98,24 +88,10 @@ FULL_TRACE = {"LIFETIME_FULL_TRACE": "1", "LIFETIME_FULL_TRACE_BUFFER": "64"}
 def test_signal_handler_harness(kind, full, tmp_path):
     """The same, with the sampler's sources linked into a driver (LT_HARNESS), with
     and without ThreadSanitizer/AddressSanitizer, flushing every millisecond."""
-    if kind:
-        from tests.test_sampler_threads import _sanitizer_harness
-
-        stress = _sanitizer_harness(kind)  # configures and builds the sanitizer tree
-        build = os.path.dirname(stress)
-        subprocess.run(["cmake", "--build", os.path.dirname(build), "-j2", "--target",
-                        "lifetime_sampler_signals"], check=True, capture_output=True)
-    else:
-        sampler_library()
-        subprocess.run(["cmake", "--build", str(REPO / "build"), "-j2", "--target",
-                        "lifetime_sampler_signals"], check=True, capture_output=True)
-        build = str(REPO / "build" / "profiler")
-    binary = os.path.join(build, "lifetime_sampler_signals")
+    binary = harness_binary("lifetime_sampler_signals", kind)
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(_plain_env(), LIFETIME_OUT_DIR=str(out), LIFETIME_FLUSH_MS="1",
-               TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
-               ASAN_OPTIONS="halt_on_error=1 exitcode=67 detect_leaks=0",
+    env = dict(plain_env(), **SANITIZER_ENV, LIFETIME_OUT_DIR=str(out), LIFETIME_FLUSH_MS="1",
                **(FULL_TRACE if full else {"LIFETIME_INTERVAL_BYTES": "4096"}))
     rounds = 100000 if full else 300000
     try:
@@ -206,7 +182,7 @@ def test_cpython_313_unshare_fork_and_threads(tmp_path, lib):
         pytest.skip("no pyenv CPython 3.13.0")
     python = os.path.join(prefix, "bin", "python3")
     argv = [python, "-W", "default", "-c", PY_PROBE]
-    plain = subprocess.run(argv, env=dict(_plain_env(), PYTHONMALLOC="malloc"),
+    plain = subprocess.run(argv, env=dict(plain_env(), PYTHONMALLOC="malloc"),
                            capture_output=True, text=True, timeout=60)
     if "unshare ok" not in plain.stdout:
         pytest.skip(f"unshare(CLONE_NEWUSER) is not allowed here: {plain.stdout}")
@@ -434,10 +410,10 @@ def test_launcher_errors_are_one_line_lifetime_errors(tmp_path, monkeypatch, lib
     assert not profile_files(tmp_path)
 
 
-def test_the_sampler_exports_only_its_hooks():
+def test_the_sampler_exports_only_its_hooks(lib):
     """Nothing else may interpose the host's symbols (libiberty's demangler was once
     exported, and would have replaced a host's own cplus_demangle*)."""
-    out = subprocess.run(["nm", "-D", "--defined-only", sampler_library()], capture_output=True,
+    out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True,
                          text=True, check=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if line.strip()}
     hooks = {"malloc", "calloc", "realloc", "reallocarray", "free", "posix_memalign",

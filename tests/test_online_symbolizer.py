@@ -26,7 +26,7 @@ MODULE_TOKEN_VECTORS = REPO / "tests" / "data" / "module_token_vectors.json"
 
 
 def _programs(tmp_path) -> list:
-    from tests.conftest import proxy_binary
+    from tests.proxy_support import proxy_binary
 
     runs = [[str(proxy_binary("v2")), "--seconds", "1"]]
     pyenv = shutil.which("pyenv")

@@ -5,29 +5,13 @@ import os
 import pytest
 
 from lifetime import cli
+from fuzz.seeds import valid_chunks
 from profiler_proto import ProfileFormatError, profile_pb2, read_profile, write_profile
 
 
 def _chunks():
-    header = profile_pb2.ProfileChunk()
-    h = header.header
-    h.schema_version = profile_pb2.SCHEMA_VERSION
-    h.program = "demo"
-    h.pid = 42
-    h.sampling_interval_bytes = 1024
-    h.clocks.extend([profile_pb2.CLOCK_MONOTONIC_NS, profile_pb2.CLOCK_ALLOCATED_BYTES])
-    header.mappings.add(id=1, start=0x1000, limit=0x9000, file_offset=0, path="/bin/demo",
-                        build_id=b"\x01\x02")
-    header.stacks.add(id=7, addresses=[0x1234, 0x2345])
-    header.samples.add(stack_id=7, size=100, alloc_monotonic_ns=1_000_000,
-                       free_monotonic_ns=4_000_000, alloc_function=profile_pb2.MALLOC,
-                       free_function=profile_pb2.FREE, weight=10.5)
-    last = profile_pb2.ProfileChunk()
-    last.samples.add(stack_id=7, size=200, alloc_monotonic_ns=2_000_000, censored=True,
-                     observed_age_ns=9_000_000, weight=5.0)
-    last.trailer.end_reason = profile_pb2.END_EXIT
-    last.trailer.total_allocations = 1000
-    return [header, last]
+    """A two-chunk profile: a freed 100-byte sample, then a censored 200-byte one."""
+    return valid_chunks(samples=1)
 
 
 @pytest.fixture
@@ -54,7 +38,7 @@ def test_inspect_prints_header_counts_and_samples(good_profile, capsys):
     assert "samples:         2, censored 1 (50.0%)" in out
     assert "lifetime 3.000 ms" in out
     assert "censored, age >= 9.000 ms" in out
-    assert "top demo+0x234" in out
+    assert "top true+0x234" in out  # the mapping is /bin/true
 
 
 def _assert_inspect_fails(path, reason, capsys):

@@ -23,8 +23,8 @@ import pytest
 from pipeline import lifetimes
 from pipeline import symbolize as sym
 
-from tests.conftest import GROUND_TRUTH as GT
-from tests.conftest import proxy_binary as _binary
+from tests.proxy_support import GROUND_TRUTH as GT
+from tests.proxy_support import proxy_binary as _binary
 
 SCHEME = lifetimes.LabelScheme()  # wall clock, ms; the paper's classes
 MIN_SAMPLES = 20          # a ground-truth site must show at least this many samples

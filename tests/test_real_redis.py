@@ -21,7 +21,7 @@ from benchmarks.servers import redis
 from pipeline import context, symbolize
 from pipeline.context import ContextDefinition
 from tests.sampler_support import read_all, sampler_library
-from tests.test_context import _check_real, _real_cases
+from tests.context_support import check_real, real_cases
 
 VERSION = "6.2.14"
 
@@ -89,8 +89,8 @@ def test_online_frames_equal_offline_frames(redis_profiles):
 
 def test_context_cut_agrees_with_c_and_strips_redis_wrappers(redis_profiles):
     _, profiles = redis_profiles
-    cases = _real_cases(profiles)
-    assert _check_real(cases) > 10
+    cases = real_cases(profiles)
+    assert check_real(cases) > 10
     # zmalloc (built in) sits on top of most of Redis's allocations: the context starts
     # below it, never at it.
     definition = ContextDefinition.make()

@@ -23,29 +23,14 @@ import pytest
 from lifetime import cli
 from profiler import launch
 from profiler_proto import ProfileReader
-from tests.sampler_support import (REPO, compile_c, only_profile, pb, profile_files,
-                                   read_all, run_sampled, sampler_library)
+from tests.sampler_support import (PRODUCERS, SANITIZER_ENV, harness_binary,
+                                   only_profile, pb, plain_env, profile_files, read_all,
+                                   run_sampled)
 
 FULL = {"LIFETIME_FULL_TRACE": "1"}
 MARK_BEGIN, MARK_END = 987651, 987652
 DEFAULT_CAPACITY = 1 << 22
 SAMPLED_TABLE = 1 << 18
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return sampler_library()
-
-
-@pytest.fixture(scope="module")
-def bins(tmp_path_factory, lib):
-    out = tmp_path_factory.mktemp("native")
-    return {name: compile_c(name, out) for name in ("full_trace", "host_safety", "fork_exec")}
-
-
-def _plain_env():
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith("LIFETIME_") and k != "LD_PRELOAD"}
 
 
 def _complete(prof, full=True):
@@ -227,7 +212,7 @@ def test_launcher_and_cli_options(tmp_path):
 def test_malloc_in_a_signal_handler_does_not_hang(bins, tmp_path):
     """host_safety's alarm case in full-trace mode."""
     host = bins["host_safety"]
-    plain = subprocess.run([host, "alarm", "300000"], env=_plain_env(), capture_output=True,
+    plain = subprocess.run([host, "alarm", "300000"], env=plain_env(), capture_output=True,
                            text=True, timeout=60)
     try:
         proc = run_sampled([host, "alarm", "300000"], tmp_path, extra_env=FULL, timeout=60)
@@ -243,16 +228,13 @@ def test_malloc_in_a_signal_handler_does_not_hang(bins, tmp_path):
 def test_sanitizer_stress_harness(kind, tmp_path):
     """8 threads freeing each other's objects (tests/native/threads_xfree.c) under
     TSan/ASan, every allocation traced, back-pressure on a 64-record buffer."""
-    from tests.test_sampler_threads import PRODUCERS, _sanitizer_harness
-
-    binary = _sanitizer_harness(kind)
+    binary = harness_binary("lifetime_sampler_stress", kind)
     out = tmp_path / "out"
     out.mkdir()
     per = 10000
-    env = dict(_plain_env(), LIFETIME_OUT_DIR=str(out), LIFETIME_FULL_TRACE="1",
-               LIFETIME_FULL_TRACE_BUFFER="64", LIFETIME_FLUSH_MS="20",
-               TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0",
-               ASAN_OPTIONS="halt_on_error=1 exitcode=67 detect_leaks=0")
+    env = dict(plain_env(), **SANITIZER_ENV, LIFETIME_OUT_DIR=str(out),
+               LIFETIME_FULL_TRACE="1", LIFETIME_FULL_TRACE_BUFFER="64",
+               LIFETIME_FLUSH_MS="20")
     proc = subprocess.run([binary, str(per)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]

@@ -13,19 +13,7 @@ import pytest
 
 from profiler import launch
 from profiler_proto import read_profile
-from tests.sampler_support import (compile_c, only_profile, pb, profile_files, read_all,
-                                   run_sampled, sampler_library)
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return sampler_library()
-
-
-@pytest.fixture(scope="module")
-def bins(tmp_path_factory, lib):
-    out = tmp_path_factory.mktemp("native")
-    return {name: compile_c(name, out) for name in ("fork_exec", "exits", "alloc_count")}
+from tests.sampler_support import only_profile, pb, profile_files, read_all, run_sampled
 
 
 def _sizes(prof, lo, hi):

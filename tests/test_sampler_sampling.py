@@ -14,20 +14,7 @@ import sys
 
 import pytest
 
-from tests.sampler_support import (compile_c, only_profile, pb, run_sampled,
-                                   sampler_library)
-
-
-@pytest.fixture(scope="module")
-def lib():
-    return sampler_library()
-
-
-@pytest.fixture(scope="module")
-def bins(tmp_path_factory, lib):
-    out = tmp_path_factory.mktemp("native")
-    return {name: compile_c(name, out)
-            for name in ("alloc_count", "entry_points", "deep_stacks")}
+from tests.sampler_support import only_profile, pb, run_sampled
 
 
 SIZES = [67, 1003, 4099, 30011]  # odd sizes nothing else in the process asks for
