@@ -15,6 +15,7 @@ import pytest
 
 from lifetime.errors import UsageError
 from pipeline import symbolize as sym
+from pipeline.symbolize.dwarf_inline import DwarfInlines
 from profiler_proto import profile_pb2
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("strip") is None,
@@ -435,7 +436,7 @@ def test_inline_frames_from_dwarf(inline_builds, variant):
     module = cache.get(build.binary)
     assert module.has_dwarf and module.dwarf_error == ""
     if variant == "noaranges":  # found the unit by reading units' own ranges
-        assert module._dwarf._aranges is None and len(module._dwarf._unit_spans._items) > 0
+        assert module._dwarf._aranges is None and len(module._dwarf._unit_spans) > 0
 
 
 def test_no_inline_frames_without_dwarf_or_when_off(inline_builds):
@@ -480,13 +481,13 @@ def _shifted(mappings, path, delta):
 
 def test_inline_chains_are_memoized_per_module(inline_builds, monkeypatch):
     calls = []
-    real_chain = sym._DwarfInlines.chain
+    real_chain = DwarfInlines.chain
 
     def counting_chain(self, vaddr):
         calls.append(vaddr)
         return real_chain(self, vaddr)
 
-    monkeypatch.setattr(sym._DwarfInlines, "chain", counting_chain)
+    monkeypatch.setattr(DwarfInlines, "chain", counting_chain)
     build = inline_builds["dwarf5"]
     cache = sym.ModuleCache()
     # Two profiles of the same binary, loaded at different addresses (ASLR).
