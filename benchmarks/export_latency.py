@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from tests.export_support import read_results, write_stacks  # noqa: E402
+from benchmarks.export_harness_files import read_results, write_stacks  # noqa: E402
 
 
 # name -> (export graph, XLA_FLAGS or None for the exporter's default, description)

@@ -24,6 +24,11 @@ import pathlib
 import random
 import subprocess
 
+# the files the C++ harness (tests/native/export_consumer) reads and writes; the
+# export latency benchmark uses them too
+from benchmarks.export_harness_files import (read_results, write_ids,  # noqa: F401
+                                             write_stacks, write_vectors)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 NUM_CLASSES = 8
@@ -250,49 +255,3 @@ if __name__ == "__main__":
 
     print(make_model_dir(pathlib.Path(sys.argv[1]),
                          architecture=sys.argv[2] if len(sys.argv) > 2 else "frames"))
-
-
-# ---------------------------------------------------------------------------------
-# Files the C++ harness (tests/native/export_consumer/export_harness.cc) reads/writes.
-
-def _stack_bytes(frames: list[str]) -> bytes:
-    import struct
-
-    out = [struct.pack("<I", len(frames))]
-    for f in frames:
-        b = f.encode("utf-8")
-        out.append(struct.pack("<I", len(b)) + b)
-    return b"".join(out)
-
-
-def write_stacks(path: pathlib.Path, stacks: list[list[str]]) -> pathlib.Path:
-    import struct
-
-    path.write_bytes(struct.pack("<I", len(stacks)) + b"".join(map(_stack_bytes, stacks)))
-    return path
-
-
-def write_ids(path: pathlib.Path, ids) -> pathlib.Path:
-    import struct
-
-    import numpy as np
-
-    ids = np.ascontiguousarray(ids, dtype="<i4")
-    path.write_bytes(struct.pack("<II", *ids.shape) + ids.tobytes())
-    return path
-
-
-def write_vectors(path: pathlib.Path, vocabulary: list[str], cases: list[list[str]]) -> None:
-    import struct
-
-    path.write_bytes(_stack_bytes(vocabulary) + struct.pack("<I", len(cases))
-                     + b"".join(map(_stack_bytes, cases)))
-
-
-def read_results(path: pathlib.Path, num_classes: int):
-    """(classes [n], probabilities [n, C]) from the harness's OUT file."""
-    import numpy as np
-
-    rec = np.dtype([("cls", "<i4"), ("p", "<f4", (num_classes,))])
-    data = np.frombuffer(path.read_bytes(), dtype=rec)
-    return data["cls"].copy(), data["p"].copy()
