@@ -129,7 +129,7 @@ def _context_options(args: argparse.Namespace) -> dict:
         except LifetimeError as e:
             raise UsageError(f"--like {args.like}: {e}") from e
     definition = context.ContextDefinition.make(
-        max_frames=args.max_frames or context.ContextDefinition.max_frames,
+        max_frames=args.max_frames or context.MAX_FRAMES,
         configured=args.wrapper or (), builtin=not args.no_builtin_wrappers)
     return {"context": definition, "detect_wrappers": not args.no_detect_wrappers}
 
@@ -164,7 +164,8 @@ def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
     vocab = args.vocab or (os.path.join(args.like, "vocab.txt") if args.like else None)
     writable_dir(args.out)
     manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
-                             config, vocab_path=vocab, beam_args=beam_args)
+                             config, vocab_path=vocab, beam_args=beam_args,
+                             profile_format=args.format)
     wrappers = manifest["context"]["detected_wrappers"]
     print(f"context: {manifest['context']['max_frames']} frames below the site; "
           f"{len(manifest['context']['wrappers'])} wrappers stripped, {len(wrappers)} detected"
@@ -189,7 +190,7 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
                            **_symbol_options(args))
     writable_dir(args.out)
     workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
-                                    config, args.out, beam_args)
+                                    config, args.out, beam_args, profile_format=args.format)
     dead = dead_letters(args.out)
     print(f"report: {write_report(workloads, config, args.out)}; {len(dead)} bad records or "
           f"files in {len({d['file'] for d in dead})} files (see {DEAD_LETTERS})")
@@ -203,6 +204,10 @@ def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
                         "inputs with different --version-label")
     p.add_argument("--version-label", action="append", metavar="LABEL",
                    help="label for the matching --profiles (default: each header's own)")
+    p.add_argument("--format", default="auto", metavar="auto|ltprof|IMPORTER",
+                   help="the profiles' format: auto (recognise each file; one nothing "
+                        "recognises is a dead letter), ltprof (our sampler's), or an "
+                        "importer's (heaptrack, tcmalloc: converted on the fly)")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--max-frames", type=_positive_int, default=None,
                    help="frames kept per context, from the allocation site (default: 16)")

@@ -24,9 +24,8 @@ import numpy as np
 
 from model.metrics import classification_metrics, headline
 from pipeline import context as context_def
-from pipeline import lifetimes, symbolize
+from pipeline import contexts, lifetimes, symbolize
 from pipeline.contexts import ContextStats
-from pipeline.dataset import _lifetime
 from profiler_proto import ProfileReader
 from profiler_proto.container import dead_letter
 from lifetime.errors import LifetimeError
@@ -55,31 +54,37 @@ def model_context(path: str) -> context_def.ContextDefinition:
                                 "export directory (export_manifest.json)")
 
 
+class _Predictions:
+    """Taps a reader's samples on their way to the aggregation (contexts.stack_stats):
+    the class predicted for each, per stack, and what each prediction cost."""
+
+    def __init__(self, reader):
+        self._reader = reader
+        self.classes: dict[int, array.array] = collections.defaultdict(lambda: array.array("Q"))
+        self.ns_hit, self.ns_miss = array.array("Q"), array.array("Q")
+        self.without = 0
+
+    def samples(self):
+        for s in self._reader.samples():
+            if not self._reader.header.model_id:
+                return  # not used: no need to read on
+            if s.predicted:
+                self.classes[s.stack_id].append(s.predicted_class)
+                (self.ns_hit if s.prediction_cache_hit else self.ns_miss).append(s.prediction_ns)
+            else:
+                self.without += 1
+            yield s
+
+
 def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns_hit,
                ns_miss, totals, models, problems, dropped):
     """Streams one profile into the running totals; True, or why the file is skipped
     ("category: detail").  Samples are aggregated per stack as they arrive; contexts
-    are made once the file's mappings are all known."""
+    are made once the file's mappings are all known, as the dataset job makes them."""
     reader = ProfileReader(path)
-    by_stack: dict[int, ContextStats] = {}
-    classes: dict[int, array.array] = {}
-    file_hit, file_miss = array.array("Q"), array.array("Q")
-    without = 0
-    for s in reader.samples():
-        if not reader.header.model_id:
-            break  # not used: no need to read on
-        st = by_stack.get(s.stack_id)
-        if st is None:
-            st = by_stack[s.stack_id] = ContextStats()
-            classes[s.stack_id] = array.array("Q")
-        st.add(_lifetime(s, scheme.clock), s.censored, s.weight, s.size)
-        if s.predicted:
-            classes[s.stack_id].append(s.predicted_class)
-            (file_hit if s.prediction_cache_hit else file_miss).append(s.prediction_ns)
-        else:
-            without += 1
-    fatal = reader.header is None
-    if fatal:
+    tap = _Predictions(reader)
+    by_stack = contexts.stack_stats(tap.samples(), scheme.clock)
+    if reader.header is None:
         return (reader.problems[0].reason if reader.problems
                 else "empty: the file holds no records")
     if not reader.header.model_id:
@@ -98,20 +103,21 @@ def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns
                       cache_misses=p.cache_misses, model_runs=p.model_runs,
                       revalidations=p.revalidations, disagreements=p.disagreements,
                       failures=p.failures, total_ns=p.total_ns)
-    totals["samples_without_prediction"] += without
-    for stack_id, st in sorted(by_stack.items()):
-        key = (header.program, header.version_label,
-               definition.frames(context_def.machinery_free(
-                   sym, reader.stacks[stack_id].addresses)))
+    totals["samples_without_prediction"] += tap.without
+    key_of = {stack_id: (header.program, header.version_label, definition.frames(
+        context_def.machinery_free(sym, reader.stacks[stack_id].addresses)))
+        for stack_id in sorted(by_stack)}
+    for key, st in contexts.merge_by(by_stack, key_of.__getitem__).items():
         if key in stats:
             stats[key].merge(st)
         else:
             stats[key] = st
-        for c in classes[stack_id]:
+    for stack_id, key in key_of.items():
+        for c in tap.classes[stack_id]:
             predicted[key][c] += 1
             per_sample.append((key, c))
-    ns_hit.extend(file_hit)
-    ns_miss.extend(file_miss)
+    ns_hit.extend(tap.ns_hit)
+    ns_miss.extend(tap.ns_miss)
     return True
 
 

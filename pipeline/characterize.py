@@ -16,9 +16,11 @@ import os
 
 import apache_beam as beam
 
+from lifetime.files import write_json
+from pipeline import sources
 from pipeline.contexts import MergeContextStats
-from pipeline.dataset import (DEAD_LETTER, DatasetConfig, ReadProfiles, ToContexts, _write_lines,
-                              match_inputs)
+from pipeline.dataset import (DEAD_LETTER, DEAD_LETTERS, DatasetConfig, ReadProfiles,
+                              SortedDeadLetters, ToContexts, match_inputs, write_lines)
 from pipeline.runner import make_pipeline
 
 TOP = 10
@@ -75,15 +77,15 @@ class WorkloadSummary(beam.CombineFn):
         return out
 
 
-DEAD_LETTERS = "dead_letters.jsonl"
-
-
-def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=None) -> dict:
-    files = match_inputs(inputs)
+def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=None,
+                        profile_format: str = sources.AUTO) -> dict:
+    profile_format = sources.check_format(profile_format)
+    files = match_inputs(inputs, profile_format)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "workloads.json")
     with make_pipeline(beam_args) as p:
-        read = p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config)
+        read = (p | "Files" >> beam.Create(files)
+                | "Read" >> ReadProfiles(config, profile_format))
         contexts, _, _ = read.contexts | "Contexts" >> ToContexts(config)
         _ = (contexts
              | "Merge" >> beam.CombinePerKey(MergeContextStats())
@@ -91,12 +93,11 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
                  lambda kv: (f"{kv[0][0]} {kv[0][1]}".strip(), (kv[0][2], kv[1])))
              | "Summarize" >> beam.CombinePerKey(WorkloadSummary(config))
              | "All" >> beam.combiners.ToList()
-             | "Write" >> beam.Map(lambda rows: _write_json(path, dict(sorted(rows)))))
+             | "Write" >> beam.Map(lambda rows: write_json(path, dict(sorted(rows)))))
         _ = (read[DEAD_LETTER]
-             | "DeadLines" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
-             | "AllDead" >> beam.combiners.ToList()
+             | "DeadLetters" >> SortedDeadLetters()
              | "WriteDead" >> beam.Map(
-                 lambda lines: _write_lines(os.path.join(out_dir, DEAD_LETTERS), sorted(lines))))
+                 lambda lines: write_lines(os.path.join(out_dir, DEAD_LETTERS), lines)))
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -105,11 +106,6 @@ def dead_letters(out_dir: str) -> list[dict]:
     """The problems the read step found (bad files, dropped records)."""
     with open(os.path.join(out_dir, DEAD_LETTERS), encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
 
 
 def write_report(workloads: dict, config: DatasetConfig, out_dir: str) -> str:

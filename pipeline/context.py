@@ -77,6 +77,10 @@ MIN_DISAGREEMENT = 0.1    # share of its samples whose caller's majority class d
 MIN_SAMPLES = 20
 MAX_ROUNDS = 8
 
+#: Frames a context keeps below its site: the one frame limit of the dataset, the model
+#: (which reads it from the dataset's definition) and the exported library.
+MAX_FRAMES = 16
+
 
 class ContextDefinitionError(LifetimeError):
     """A context definition that cannot be used (unknown version, unsupported option,
@@ -85,7 +89,7 @@ class ContextDefinitionError(LifetimeError):
 
 @dataclasses.dataclass(frozen=True)
 class ContextDefinition:
-    max_frames: int = 16               # frames kept below the site; the model reads them all
+    max_frames: int = MAX_FRAMES       # frames kept below the site; the model reads them all
     inline_frames: bool = False        # never True: the in-process symbolizer has none
     wrappers: tuple[str, ...] = ()     # every wrapper stripped (sorted union)
     configured_wrappers: tuple[str, ...] = ()
@@ -101,7 +105,7 @@ class ContextDefinition:
                 "inline frames, so online frames would differ from the training frames")
 
     @classmethod
-    def make(cls, max_frames: int = 16, configured: Iterable[str] = (),
+    def make(cls, max_frames: int = MAX_FRAMES, configured: Iterable[str] = (),
              detected: Iterable[str] = (), builtin: bool = True) -> "ContextDefinition":
         configured, detected = tuple(sorted(set(configured))), tuple(sorted(set(detected)))
         union = set(configured) | set(detected) | (BUILTIN_WRAPPERS if builtin else set())

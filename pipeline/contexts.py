@@ -1,8 +1,13 @@
-"""Per-context lifetime statistics, combinable in Beam.
+"""Per-context lifetime statistics, combinable in Beam, and the one aggregation of a
+profile's samples into them.
 
-A context is (program, version label, symbolized frames).  Each profile file
-contributes one partial `ContextStats` per context; `MergeContextStats` merges
-partials across files, so raw samples never travel through a shuffle.
+A context is (program, version label, symbolized frames).  A profile's samples are
+aggregated per stack as they stream in (`stack_stats`, lifetimes on the label clock:
+`lifetime_on_clock`), then per context once the stacks are symbolized
+(`merge_by`); the dataset job's read step and `lifetime evaluate-online` both do
+exactly this.  Each profile file contributes one partial `ContextStats` per context;
+`MergeContextStats` merges partials across files, so raw samples never travel
+through a shuffle.
 """
 
 from __future__ import annotations
@@ -11,11 +16,14 @@ import array
 import dataclasses
 import hashlib
 import math
+from typing import Callable, Hashable, Iterable
 
 import apache_beam as beam
 import numpy as np
 
 from pipeline import lifetimes
+
+NS_PER_MS = 1e6
 
 
 def _lifetimes():
@@ -37,7 +45,7 @@ class ContextStats:
     are never held as messages."""
 
     samples: int = 0
-    weight: float = 0.0         # objects represented (sum of sample weights)
+    objects: float = 0.0        # objects represented (sum of the samples' weights)
     sampled_bytes: int = 0
     freed: int = 0
     censored: int = 0
@@ -55,7 +63,7 @@ class ContextStats:
 
     def add(self, lifetime: float, censored: bool, weight: float, size: int) -> None:
         self.samples += 1
-        self.weight += weight
+        self.objects += weight
         self.sampled_bytes += size
         if censored:
             self.censored += 1
@@ -78,7 +86,7 @@ class ContextStats:
 
     def merge(self, other: "ContextStats") -> "ContextStats":
         self.samples += other.samples
-        self.weight += other.weight
+        self.objects += other.objects
         self.sampled_bytes += other.sampled_bytes
         self.freed += other.freed
         self.censored += other.censored
@@ -115,7 +123,7 @@ class ContextStats:
         """Everything but the raw observations (JSON-friendly)."""
         mean = self.sum_lifetime / self.freed if self.freed else None
         var = (self.sum_sq_lifetime / self.freed - mean * mean) if self.freed else None
-        return {"samples": self.samples, "weight": self.weight,
+        return {"samples": self.samples, "objects": self.objects,
                 "sampled_bytes": self.sampled_bytes, "freed": self.freed,
                 "censored": self.censored,
                 "min_lifetime": self.min_lifetime if self.freed else None,
@@ -146,3 +154,41 @@ def context_id(program: str, version_label: str, frames: tuple[str, ...]) -> str
     """A stable 16-hex-digit id for a context (also drives the train/eval split)."""
     text = "\x1f".join((program, version_label) + tuple(frames))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def lifetime_on_clock(sample, clock: str) -> float:
+    """A sample's lifetime (or, censored, its observed age) on the label clock: ms of
+    wall time ("wall"), or bytes allocated meanwhile ("bytes")."""
+    if clock == "wall":
+        if sample.censored:
+            return sample.observed_age_ns / NS_PER_MS
+        return (sample.free_monotonic_ns - sample.alloc_monotonic_ns) / NS_PER_MS
+    if sample.censored:
+        return float(sample.observed_age_bytes)
+    return float(sample.free_allocated_bytes - sample.alloc_allocated_bytes)
+
+
+def stack_stats(samples: Iterable, clock: str) -> dict[int, ContextStats]:
+    """A profile reader's samples (`ProfileReader.samples()`) -> stats per stack id,
+    aggregated as they stream in, so a file's samples are never held as messages."""
+    per_stack: dict[int, ContextStats] = {}
+    for s in samples:
+        stats = per_stack.get(s.stack_id)
+        if stats is None:
+            stats = per_stack[s.stack_id] = ContextStats()
+        stats.add(lifetime_on_clock(s, clock), s.censored, s.weight, s.size)
+    return per_stack
+
+
+def merge_by(per_stack: dict[int, ContextStats],
+             key_of: Callable[[int], Hashable]) -> dict[Hashable, ContextStats]:
+    """Stats per stack id -> stats per key (a context: stacks that symbolize alike),
+    merged in stack-id order so the result does not depend on dict order."""
+    merged: dict[Hashable, ContextStats] = {}
+    for stack_id, stats in sorted(per_stack.items()):
+        key = key_of(stack_id)
+        if key in merged:
+            merged[key].merge(stats)
+        else:
+            merged[key] = stats
+    return merged

@@ -1,16 +1,27 @@
 """`lifetime build-dataset`: profiles -> labeled, tokenized, weighted TFRecord examples.
 
-    ReadProfiles           files -> per-file partial stats per machinery-free stack
-                           (symbolized, allocator stripped; + dead letters, file stats)
-    CombinePerKey          merge partials across files and runs
-    DefineContexts         the context definition (pipeline/context.py): given, or with
-                           the wrappers detected in these stacks
-    ToContexts             strip wrappers, keep the top frames, merge again
-    LabelContexts          T95 -> class; tokenize; context id; train/eval split
-    BuildVocabulary        top-N tokens of the training contexts (or --vocab FILE)
-    WriteExamples          sorted shards of tf.train.Example, so reruns are byte-identical
-    manifest.json          counts, class histogram, dropped counts, configuration,
-                           the context definition (what was stripped, and why)
+The job is three parts, so everything between reading and writing runs (and is
+tested) on in-memory PCollections:
+
+    ReadProfiles      the read edge: (file, version label) -> per-file partial stats
+                      per machinery-free stack (the file's source, pipeline/sources.py;
+                      symbolized, allocator stripped), dead letters, file stats
+    BuildDataset      ToContexts: the context definition (pipeline/context.py), given
+                        or with the wrappers detected in these stacks; strip wrappers,
+                        keep the definition's max_frames, merge per context
+                      LabelContexts: T95 -> class; tokenize; context id; train/eval split
+                      BuildVocabulary: top-N tokens of the training contexts (or given)
+                      examples (pipeline/examples.py), sharded and sorted by context id
+                      the manifest: counts, class histograms, dropped counts,
+                        configuration, the context definition (what was stripped, why)
+    WriteDataset      the write edge: shards through Beam's file sink, vocab.txt,
+                      dead_letters.jsonl, then manifest.json
+
+Reruns are byte-identical for the same inputs and options, on any runner.
+
+Two counts per context, not to be confused: `ContextStats.objects` is the objects its
+samples represent (the sum of their sampling weights; T95 is per object), while an
+example's `weight` feature, the training weight, is its number of samples.
 """
 
 from __future__ import annotations
@@ -20,24 +31,27 @@ import dataclasses
 import json
 import logging
 import os
+import uuid
 from typing import Iterable
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from lifetime.files import write_json
 from lifetime.errors import InputError
 from pipeline import context as context_def
-from pipeline import contexts, lifetimes, symbolize, tokenizer
-from pipeline.contexts import ContextStats, MergeContextStats
+from pipeline import contexts, examples, lifetimes, sources, symbolize, tokenizer
+from pipeline.contexts import MergeContextStats
 from pipeline.runner import make_pipeline
-from profiler_proto import ProfileReader
-from profiler_proto.container import SUFFIX, dead_letter
+from profiler_proto.container import ProfileFormatError, dead_letter
 
 LOG = logging.getLogger(__name__)
 DEAD_LETTER = "dead_letter"
 FILE_STATS = "file_stats"
-NS_PER_MS = 1e6
+MANIFEST = "manifest.json"
+VOCAB = "vocab.txt"
+DEAD_LETTERS = "dead_letters.jsonl"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,16 +80,19 @@ class DatasetConfig:
 class ProfileToContextsFn(beam.DoFn):
     """One profile file -> ((program, version label, machinery-free stack), partial
     ContextStats) per distinct stack, with every problem of the file as a dead letter
-    ({"file", "category", "reason"}: see profiler_proto.container.CATEGORIES).
+    ({"file", "category", "reason"}: see profiler_proto.container.CATEGORIES) and one
+    summary of the file.
 
-    The file is streamed (profiler_proto.ProfileReader): samples are aggregated per
-    stack as they arrive, so memory is one chunk, the stack and mapping tables and the
-    compact per-stack observations -- never the file's samples as messages.  Each
+    The file is read through its source (pipeline/sources.py: ours, or an importer's
+    conversion) and streamed: samples are aggregated per stack as they arrive
+    (contexts.stack_stats), so memory is one chunk, the stack and mapping tables and
+    the compact per-stack observations -- never the file's samples as messages.  Each
     stack is then symbolized once and each distinct address once per module (the
     symbolizer memoizes per module).  A bad file never raises: it is dead-lettered."""
 
-    def __init__(self, config: DatasetConfig):
+    def __init__(self, config: DatasetConfig, profile_format: str = sources.AUTO):
         self._config = config
+        self._format = profile_format
         self._bad = Metrics.counter("read", "bad_records")
         self._empty = Metrics.counter("read", "empty_profiles")
         self._samples = Metrics.counter("read", "samples")
@@ -88,14 +105,17 @@ class ProfileToContextsFn(beam.DoFn):
 
     def process(self, element):
         path, version_label = element
-        reader = ProfileReader(path)
-        clock = self._config.labels.clock
-        per_stack: dict[int, ContextStats] = {}
-        for s in reader.samples():
-            stats = per_stack.get(s.stack_id)
-            if stats is None:
-                stats = per_stack[s.stack_id] = ContextStats()
-            stats.add(_lifetime(s, clock), s.censored, s.weight, s.size)
+        try:
+            source = sources.resolve(path, self._format)
+            with source.open(path) as reader:
+                yield from self._read(path, version_label, reader)
+        except (ProfileFormatError, sources.ImportFailed) as e:
+            self._bad.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(
+                path, e.reason if isinstance(e, ProfileFormatError) else str(e)))
+
+    def _read(self, path, version_label, reader):
+        per_stack = contexts.stack_stats(reader.samples(), self._config.labels.clock)
         for e in reader.problems:
             self._bad.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(path, e.reason))
@@ -120,58 +140,46 @@ class ProfileToContextsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(
                 path, f"symbolize_failed: {type(e).__name__}: {e}"))
             return
-        for key, stats in per_context.items():
-            yield key, stats
+        yield from per_context.items()
         yield beam.pvalue.TaggedOutput(FILE_STATS, {
             "file": path, "program": header.program, "version_label": label,
             "samples": reader.kept, "frames": total_frames,
             "named_frames": named_frames, "modules": modules,
             "complete": reader.trailer is not None,
-            "dropped_samples": dict(sorted(reader.dropped.items()))})
+            "dropped_samples": dict(sorted(reader.dropped.items())),
+            "imported_from": header.imported_from,
+            "lifetimes_derived": header.lifetimes_derived})
 
     def _contexts(self, reader, per_stack, label):
         symbolizer = context_def.make_symbolizer(reader.mappings, cache=self._modules)
-        per_context: dict[tuple, ContextStats] = {}
+        per_context = contexts.merge_by(per_stack, lambda stack_id: (
+            reader.header.program, label,
+            context_def.machinery_free(symbolizer, reader.stacks[stack_id].addresses)))
         total_frames = named_frames = 0
-        for stack_id, stats in sorted(per_stack.items()):
+        for stack_id in per_stack:
             addresses = reader.stacks[stack_id].addresses
             total_frames += len(addresses)
             named_frames += sum(f.resolved for a in addresses
                                 for f in symbolizer.symbolize_address(a, True))
-            key = (reader.header.program, label,
-                   context_def.machinery_free(symbolizer, addresses))
-            if key in per_context:
-                per_context[key].merge(stats)
-            else:
-                per_context[key] = stats
         modules = {m.path: m.status + (f" ({m.detail})" if m.detail else "")
                    for m in symbolizer.module_status().values()}
         return per_context, total_frames, named_frames, modules
 
 
-def _lifetime(sample, clock: str) -> float:
-    """Lifetime (or censored age) on the label clock: ms of wall time, or bytes."""
-    if clock == "wall":
-        if sample.censored:
-            return sample.observed_age_ns / NS_PER_MS
-        return (sample.free_monotonic_ns - sample.alloc_monotonic_ns) / NS_PER_MS
-    if sample.censored:
-        return float(sample.observed_age_bytes)
-    return float(sample.free_allocated_bytes - sample.alloc_allocated_bytes)
-
-
 class ReadProfiles(beam.PTransform):
-    """(file, version label) pairs -> context partials, with dead letters and file stats."""
+    """The read edge: (file, version label) pairs -> context partials ("contexts"),
+    with dead letters and file stats (tagged outputs DEAD_LETTER, FILE_STATS)."""
 
-    def __init__(self, config: DatasetConfig):
+    def __init__(self, config: DatasetConfig, profile_format: str = sources.AUTO):
         super().__init__()
         self._config = config
+        self._format = profile_format
 
     def expand(self, files):
         return (files
                 | "Spread" >> beam.Reshuffle()
-                | "Contexts" >> beam.ParDo(ProfileToContextsFn(self._config)).with_outputs(
-                    DEAD_LETTER, FILE_STATS, main="contexts"))
+                | "Contexts" >> beam.ParDo(ProfileToContextsFn(self._config, self._format))
+                .with_outputs(DEAD_LETTER, FILE_STATS, main="contexts"))
 
 
 def _stack_label(element, scheme: lifetimes.LabelScheme) -> tuple:
@@ -272,62 +280,6 @@ def _neg(token: str) -> tuple:
     return tuple(-b for b in token.encode("utf-8")) + (1,)
 
 
-def make_example(context: dict, vocab: tokenizer.Vocabulary) -> bytes:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
-    import tensorflow as tf
-
-    def feature(values, kind):
-        if kind == "bytes":
-            return tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[v.encode("utf-8") for v in values]))
-        if kind == "int":
-            return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
-
-    features = {
-        "tokens": feature(context["tokens"], "bytes"),
-        "token_ids": feature(vocab.ids(context["tokens"]), "int"),
-        "frames": feature(context["frames"], "bytes"),
-        "label": feature([context["label"]], "int"),
-        "weight": feature([float(context["stats"]["samples"])], "float"),
-        "context_id": feature([context["context_id"]], "bytes"),
-        "program": feature([context["program"]], "bytes"),
-        "version_label": feature([context["version_label"]], "bytes"),
-    }
-    example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString(deterministic=True)
-
-
-class WriteSortedShards(beam.PTransform):
-    """Writes (split, context_id, record) as TFRecord shards sorted by context id.
-
-    Sorting inside each shard makes the output byte-identical across runs and
-    runners, whatever order the workers produced it in."""
-
-    def __init__(self, out_dir: str, num_shards: int):
-        super().__init__()
-        self._out_dir = out_dir
-        self._num_shards = num_shards
-
-    def expand(self, records):
-        n = self._num_shards
-        return (records
-                | "Shard" >> beam.Map(lambda r: ((r[0], int(r[1], 16) % n), (r[1], r[2])))
-                | "Group" >> beam.GroupByKey()
-                | "Write" >> beam.Map(_write_shard, self._out_dir, n))
-
-
-def _write_shard(element, out_dir: str, num_shards: int) -> str:
-    from apache_beam.io.tfrecordio import _TFRecordUtil
-
-    (split, shard), records = element
-    path = FileSystems.join(out_dir, f"{split}-{shard:05d}-of-{num_shards:05d}.tfrecord")
-    with FileSystems.create(path) as f:
-        for _, record in sorted(records):
-            _TFRecordUtil.write_record(f, record)
-    return path
-
-
 def _summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
     summary = {}
     for split in ("train", "eval"):
@@ -350,8 +302,8 @@ def _summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
 def _summarize_files(file_stats: list[dict]) -> dict:
     by_program = collections.defaultdict(lambda: {"files": 0, "samples": 0, "frames": 0,
                                                   "named_frames": 0, "incomplete_files": 0})
-    modules = {}
-    for f in file_stats:
+    modules, imported = {}, {}
+    for f in sorted(file_stats, key=lambda f: f["file"]):  # a module's last status wins
         p = by_program[f"{f['program']} ({f['version_label']})"]
         p["files"] += 1
         p["samples"] += f["samples"]
@@ -359,41 +311,56 @@ def _summarize_files(file_stats: list[dict]) -> dict:
         p["named_frames"] += f["named_frames"]
         p["incomplete_files"] += not f["complete"]
         modules.update(f["modules"])
+        if f.get("imported_from"):
+            imported[f["file"]] = f["imported_from"]
     for p in by_program.values():
         p["symbolized_frame_share"] = p["named_frames"] / p["frames"] if p["frames"] else 0.0
-    return {"programs": dict(sorted(by_program.items())), "modules": dict(sorted(modules.items()))}
+    summary = {"programs": dict(sorted(by_program.items())),
+               "modules": dict(sorted(modules.items()))}
+    if imported:  # the importer that made each file (Header.imported_from); ours: none
+        summary["imported_from"] = imported
+    return summary
 
 
-def _write_json(path: str, value) -> str:
-    with FileSystems.create(path) as f:
-        f.write(json.dumps(value, indent=2, sort_keys=True).encode("utf-8") + b"\n")
-    return path
-
-
-def _write_lines(path: str, lines: Iterable[str]) -> str:
+def write_lines(path: str, lines: Iterable[str]) -> str:
+    """A text file of lines, through FileSystems (like lifetime.files.write_json)."""
     with FileSystems.create(path) as f:
         f.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return path
 
 
+class SortedDeadLetters(beam.PTransform):
+    """Dead letters -> one sorted list of their JSON lines (a singleton)."""
+
+    def expand(self, dead):
+        return (dead
+                | "Lines" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+                | "All" >> beam.combiners.ToList()
+                | "Sort" >> beam.Map(sorted))
+
+
 def dataset_context(dataset_dir: str) -> context_def.ContextDefinition:
     """The context definition recorded in a dataset's manifest."""
-    return context_def.ContextDefinition.load(os.path.join(dataset_dir, "manifest.json"))
+    return context_def.ContextDefinition.load(os.path.join(dataset_dir, MANIFEST))
 
 
-def match_inputs(inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def match_inputs(inputs: list[tuple[str, str]],
+                 profile_format: str = sources.AUTO) -> list[tuple[str, str]]:
     """(glob, file or directory; version label) -> sorted (file, label) pairs.
 
-    A directory stands for the profile files in it.  A pattern that matches nothing
-    is an error, and so is one file given twice with different labels (its samples
-    would count twice); the same file twice with one label is read once."""
+    A directory stands for the profile files in it (the format's globs: *.ltprof for
+    ours).  A pattern that matches nothing is an error, and so is one file given twice
+    with different labels (its samples would count twice); the same file twice with
+    one label is read once."""
     files: dict[str, str] = {}
     for pattern, label in inputs:
+        patterns = [pattern]
         if os.path.isdir(pattern):
-            pattern = os.path.join(pattern, "*" + SUFFIX)
-        matched = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list)
+            patterns = [os.path.join(pattern, g) for g in sources.directory_globs(profile_format)]
+        matched = sorted({m.path for r in FileSystems.match(patterns) for m in r.metadata_list
+                          if not os.path.isdir(m.path)})
         if not matched:
-            raise InputError(f"--profiles {pattern}: matches no files")
+            raise InputError(f"--profiles {' '.join(patterns)}: matches no files")
         for path in matched:
             if files.get(path, label) != label:
                 raise InputError(f"--profiles: {path} is given with two version labels "
@@ -402,52 +369,106 @@ def match_inputs(inputs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted(files.items())
 
 
-def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetConfig,
-                  vocab_path: str | None = None, beam_args: list[str] | None = None) -> dict:
-    """Runs the job and returns the manifest (also written to OUT/manifest.json)."""
-    files = match_inputs(inputs)
-    vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
-    os.makedirs(out_dir, exist_ok=True)
-    LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
-    with make_pipeline(beam_args) as p:
-        read = (p | "Files" >> beam.Create(files) | "Read" >> ReadProfiles(config))
-        cut, definition, stripped = read.contexts | "Contexts" >> ToContexts(config)
+class BuildDataset(beam.PTransform):
+    """The dataset job between its edges, on in-memory inputs.
+
+    Input: a dict of PCollections as ReadProfiles makes them -- "contexts" (context
+    partials), "dead_letters", "file_stats".  Output: a dict of PCollections --
+    "shards" ((shard name, sorted serialized examples), one per non-empty shard),
+    "vocabulary" (the token list, a singleton), "dead_letters" (their sorted JSON
+    lines, a singleton) and "manifest" (a singleton dict).  `files` are the (file,
+    version label) inputs the manifest lists; `vocab` a given vocabulary (recorded as
+    `vocab_path`), else one is built from the training contexts."""
+
+    def __init__(self, config: DatasetConfig, files: list[tuple[str, str]],
+                 vocab: tokenizer.Vocabulary | None = None, vocab_path: str | None = None):
+        super().__init__()
+        self._config = config
+        self._files = list(files)
+        self._vocab = vocab
+        self._vocab_path = vocab_path
+
+    def expand(self, inputs):
+        config, p = self._config, inputs["contexts"].pipeline
+        cut, definition, stripped = inputs["contexts"] | "Contexts" >> ToContexts(config)
         labeled = cut | "Label" >> LabelContexts(config)
-        if vocab_given:
-            ranked = p | "GivenVocab" >> beam.Create([vocab_given.tokens])
+        if self._vocab:
+            ranked = p | "GivenVocab" >> beam.Create([self._vocab.tokens])
         else:
             ranked = (labeled | "Vocabulary" >> BuildVocabulary(config.vocab_size)
                       | "WithReserved" >> beam.Map(
                           lambda top: tokenizer.Vocabulary.from_ranked(top).tokens))
         vocab = beam.pvalue.AsSingleton(ranked)
-        _ = (ranked | "WriteVocab" >> beam.Map(
-            lambda tokens: _write_lines(os.path.join(out_dir, "vocab.txt"), tokens)))
-        _ = (labeled
-             | "Example" >> beam.Map(
-                 lambda c, v: (c["split"], c["context_id"],
-                               make_example(c, tokenizer.Vocabulary(v))), vocab)
-             | "Write" >> WriteSortedShards(out_dir, config.num_shards))
+        shards = (labeled
+                  | "Example" >> beam.Map(
+                      lambda c, v: (c["split"], c["context_id"],
+                                    examples.make_example(c, tokenizer.Vocabulary(v))), vocab)
+                  | "Shard" >> examples.ShardExamples(config.num_shards))
         context_summary = (labeled
                            | "Slim" >> beam.Map(lambda c: {k: c[k] for k in ("split", "label", "stats")})
                            | "AllContexts" >> beam.combiners.ToList()
                            | "SummarizeContexts" >> beam.Map(
                                _summarize_contexts, config.labels.num_classes))
-        file_summary = (read[FILE_STATS] | "AllFiles" >> beam.combiners.ToList()
-                        | "SummarizeFiles" >> beam.Map(_summarize_files))
-        dead = (read[DEAD_LETTER]
-                | "DeadLines" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
-                | "AllDead" >> beam.combiners.ToList() | "SortDead" >> beam.Map(sorted))
-        _ = dead | "WriteDead" >> beam.Map(
-            lambda lines: _write_lines(os.path.join(out_dir, "dead_letters.jsonl"), lines))
-        _ = (p | "One" >> beam.Create([None])
-             | "Manifest" >> beam.Map(
-                 lambda _, ctx, fs, dl, v, d, st: _write_json(
-                     os.path.join(out_dir, "manifest.json"),
-                     _manifest(files, config, vocab_path, ctx, fs, dl, v, d, st)),
-                 beam.pvalue.AsSingleton(context_summary), beam.pvalue.AsSingleton(file_summary),
-                 beam.pvalue.AsSingleton(dead), vocab, beam.pvalue.AsSingleton(definition),
-                 beam.pvalue.AsSingleton(stripped)))
-    with open(os.path.join(out_dir, "manifest.json"), encoding="utf-8") as f:
+        file_stats = (inputs["file_stats"] | "AllFiles" >> beam.combiners.ToList())
+        dead = inputs["dead_letters"] | "DeadLetters" >> SortedDeadLetters()
+        manifest = (p | "One" >> beam.Create([None])
+                    | "Manifest" >> beam.Map(
+                        lambda _, ctx, fs, dl, v, d, st: _manifest(
+                            self._files, config, self._vocab_path, ctx, fs, dl, v, d, st),
+                        beam.pvalue.AsSingleton(context_summary),
+                        beam.pvalue.AsSingleton(file_stats), beam.pvalue.AsSingleton(dead),
+                        vocab, beam.pvalue.AsSingleton(definition),
+                        beam.pvalue.AsSingleton(stripped)))
+        return {"shards": shards, "vocabulary": ranked, "dead_letters": dead,
+                "manifest": manifest}
+
+
+class WriteDataset(beam.PTransform):
+    """The write edge: BuildDataset's outputs -> OUT_DIR/{split}-*.tfrecord, vocab.txt,
+    dead_letters.jsonl, and last, once the others are written, manifest.json."""
+
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self._out_dir = out_dir
+
+    def expand(self, parts):
+        out = self._out_dir
+        temp = FileSystems.join(out, f".shards-{uuid.uuid4().hex}")
+        shards = parts["shards"] | "Shards" >> examples.WriteShards(out, temp)
+        vocab = parts["vocabulary"] | "Vocab" >> beam.Map(
+            lambda tokens: write_lines(FileSystems.join(out, VOCAB), tokens))
+        dead = parts["dead_letters"] | "Dead" >> beam.Map(
+            lambda lines: write_lines(FileSystems.join(out, DEAD_LETTERS), lines))
+        return parts["manifest"] | "Manifest" >> beam.Map(
+            _write_manifest, out, temp, beam.pvalue.AsList(shards),
+            beam.pvalue.AsSingleton(vocab), beam.pvalue.AsSingleton(dead))
+
+
+def _write_manifest(manifest: dict, out: str, temp: str, *_written) -> str:
+    # Side inputs on the other writes make this the last one: a manifest says the
+    # dataset is complete.  The shard sink leaves its (empty) temporary directory.
+    if FileSystems.exists(temp):
+        FileSystems.delete([temp])
+    return write_json(FileSystems.join(out, MANIFEST), manifest)
+
+
+def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetConfig,
+                  vocab_path: str | None = None, beam_args: list[str] | None = None,
+                  profile_format: str = sources.AUTO) -> dict:
+    """Runs the job (read edge, BuildDataset, write edge) and returns the manifest
+    (also written to OUT/manifest.json)."""
+    profile_format = sources.check_format(profile_format)
+    files = match_inputs(inputs, profile_format)
+    vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
+    LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
+    with make_pipeline(beam_args) as p:
+        read = (p | "Files" >> beam.Create(files)
+                | "Read" >> ReadProfiles(config, profile_format))
+        _ = ({"contexts": read.contexts, "dead_letters": read[DEAD_LETTER],
+              "file_stats": read[FILE_STATS]}
+             | "Build" >> BuildDataset(config, files, vocab_given, vocab_path)
+             | "Write" >> WriteDataset(out_dir))
+    with FileSystems.open(FileSystems.join(out_dir, MANIFEST)) as f:
         manifest = json.load(f)
     if not any(manifest["splits"][s]["contexts"] for s in ("train", "eval")):
         dropped = manifest["dropped"]
@@ -455,26 +476,30 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
             f"no usable samples in {len(files)} profile file(s): "
             f"{dropped['bad_records_or_files']} problems in "
             f"{len(dropped['files_with_problems'])} files, see "
-            f"{os.path.join(out_dir, dropped['details'])}")
+            f"{FileSystems.join(out_dir, dropped['details'])}")
     return manifest
 
 
-def _manifest(files, config, vocab_path, context_summary, file_summary, dead_lines, vocab,
+def _manifest(files, config, vocab_path, context_summary, file_stats, dead_lines, vocab,
               definition, stripped):
     dead = [json.loads(line) for line in dead_lines]
-    return {
+    manifest = {
         "format": "lifetime-dataset-v1",
         "tokenizer_version": tokenizer.TOKENIZER_VERSION,
         "config": config.to_json(),
         "context": definition.to_json(),
         "context_cuts": stripped,  # samples whose context starts below each wrapper
         "inputs": [{"file": f, "version_label": label} for f, label in files],
-        "vocabulary": {"file": "vocab.txt", "size": len(vocab), "given": vocab_path},
+        "vocabulary": {"file": VOCAB, "size": len(vocab), "given": vocab_path},
         "splits": context_summary,
-        "files": file_summary,
+        "files": _summarize_files(file_stats),
         "dropped": {"bad_records_or_files": len(dead),
                     "by_category": dict(sorted(collections.Counter(
                         d.get("category", "other") for d in dead).items())),
                     "files_with_problems": sorted({d["file"] for d in dead}),
-                    "details": "dead_letters.jsonl"},
+                    "details": DEAD_LETTERS},
     }
+    derived = sum(1 for f in file_stats if f.get("lifetimes_derived"))
+    if derived:  # lifetimes from per-stack aggregates (an importer), not per object
+        manifest["lifetimes_derived"] = {"files": derived}
+    return manifest

@@ -109,7 +109,7 @@ def test_context_cut_agrees_with_c_and_strips_redis_wrappers(redis_profiles):
 def test_zmalloc_is_detected_from_the_data_alone(redis_profiles):
     from pipeline import lifetimes
     from pipeline.contexts import ContextStats
-    from pipeline.dataset import _lifetime
+    from pipeline.contexts import lifetime_on_clock
 
     _, profiles = redis_profiles
     scheme = lifetimes.LabelScheme()
@@ -119,7 +119,7 @@ def test_zmalloc_is_detected_from_the_data_alone(redis_profiles):
         stacks = {i: context.machinery_free(sym, s.addresses) for i, s in prof.stacks.items()}
         for s in prof.samples:
             stats.setdefault(stacks[s.stack_id], ContextStats()).add(
-                _lifetime(s, scheme.clock), s.censored, s.weight, s.size)
+                lifetime_on_clock(s, scheme.clock), s.censored, s.weight, s.size)
     labelled = [(stack, st.samples, scheme.label(st.t95())) for stack, st in stats.items()]
     found = context.detect_wrappers(labelled, ContextDefinition.make(builtin=False))
     assert "zmalloc" in found, found

@@ -1,0 +1,201 @@
+"""Profile sources: the file formats the read step takes, by name.
+
+A source is a name (the `--format` value), `sniff(path) -> bool` (does this file look
+like one of mine?), `open(path)` (a context manager giving a reader with the
+interface of `profiler_proto.ProfileReader`: header, stacks, mappings, samples(),
+kept, dropped, problems, trailer) and the globs a directory given to `--profiles`
+stands for.  Built in: `ltprof`, our sampler's files.  Every importer listed in
+`interop.IMPORTERS` is a source too: its `open` converts the file into a temporary
+`.ltprof` (removed afterwards) and reads that, so imported data goes through the same
+checks, dead letters and contexts as ours.  A new source is a new module registered
+with `register` (an importer: a new entry in `interop.IMPORTERS`).
+
+`--format auto` (the default) takes, for each file, the first source that recognises
+it, in registration order; a file none recognises is a dead letter naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import struct
+import tempfile
+from typing import Callable, ContextManager, Iterator
+
+from lifetime.errors import UsageError
+from profiler_proto import ProfileReader
+from profiler_proto import container
+
+LOG = logging.getLogger(__name__)
+AUTO = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    name: str
+    sniff: Callable[[str], bool]
+    open: Callable[[str], ContextManager]
+    globs: tuple[str, ...] = ()     # what a directory of such files holds ("*.ltprof")
+
+
+class ImportFailed(Exception):
+    """An importer could not convert a file (the message says why)."""
+
+
+_SOURCES: dict[str, Source] = {}
+
+
+def register(source: Source) -> Source:
+    """Adds a source (a later one with the same name replaces it)."""
+    _SOURCES[source.name] = source
+    return source
+
+
+def unregister(name: str) -> None:
+    _SOURCES.pop(name, None)
+
+
+def names() -> list[str]:
+    return list(_SOURCES)
+
+
+def get(name: str) -> Source:
+    """The source a --format value names (UsageError for an unknown one)."""
+    if name not in _SOURCES:
+        raise UsageError(f"unknown profile format {name!r} (known: {AUTO}, "
+                         f"{', '.join(_SOURCES)})")
+    return _SOURCES[name]
+
+
+def check_format(name: str) -> str:
+    """A --format value checked before the job starts: known, and its importer loads."""
+    if name != AUTO:
+        source = get(name)
+        if isinstance(source.sniff, _Importer):
+            source.sniff.module()
+    return name
+
+
+def directory_globs(fmt: str) -> tuple[str, ...]:
+    """The file globs a directory given to --profiles stands for under a format: the
+    sources' own (auto), or every file in it for a source that names none."""
+    if fmt == AUTO:
+        return tuple(g for s in _SOURCES.values() for g in s.globs)
+    return get(fmt).globs or ("*",)
+
+
+def detect(path: str) -> Source | None:
+    """The first source that recognises the file, or None.  A source whose sniff
+    fails (an importer that does not load, a file it cannot read) does not."""
+    for source in _SOURCES.values():
+        try:
+            if source.sniff(path):
+                return source
+        except (ImportError, OSError) as e:
+            LOG.debug("%s: %s cannot sniff it (%s)", path, source.name, e)
+    return None
+
+
+def resolve(path: str, fmt: str) -> Source:
+    """The source that reads `path`: the one named, or (auto) the one that recognises
+    it.  A file nothing recognises raises ProfileFormatError: why it cannot be opened
+    if it cannot, else "unsupported"."""
+    if fmt != AUTO:
+        return get(fmt)
+    source = detect(path)
+    if source is None:
+        f, _ = container.open_regular(path)  # raises for a missing or non-regular file
+        f.close()
+        raise container.ProfileFormatError(
+            path, f"unsupported: no profile source recognises it (tried {', '.join(_SOURCES)})")
+    return source
+
+
+# -- ltprof: our sampler's files --------------------------------------------------
+
+
+def _looks_like_ltprof(path: str) -> bool:
+    """By name, or by content: a first record whose length checksum holds (the
+    TFRecord framing every .ltprof starts with)."""
+    if path.endswith(container.SUFFIX):
+        return True
+    f, _ = container.open_regular(path)
+    with f:
+        head = f.read(12)
+    if len(head) < 12:
+        return False
+    (length_crc,) = struct.unpack("<I", head[8:])
+    return container.masked_crc32c(head[:8]) == length_crc
+
+
+@contextlib.contextmanager
+def _open_ltprof(path: str) -> Iterator[ProfileReader]:
+    yield ProfileReader(path)
+
+
+def _sniff_ltprof(path: str) -> bool:
+    try:
+        return _looks_like_ltprof(path)
+    except container.ProfileFormatError:
+        return False
+
+
+LTPROF = register(Source("ltprof", _sniff_ltprof, _open_ltprof, ("*" + container.SUFFIX,)))
+
+
+# -- importers (interop/) ----------------------------------------------------------
+
+
+class _Importer:
+    """An interop importer module as a source's sniff; loaded on first use, so a
+    missing importer fails only the formats that need it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def module(self):
+        import interop
+
+        try:
+            return interop.importer(self.name)
+        except ImportError as e:
+            raise UsageError(f"profile format {self.name!r}: its importer "
+                             f"{interop.IMPORTERS[self.name]} is not available ({e})") from e
+
+    def __call__(self, path: str) -> bool:
+        try:
+            module = self.module()
+        except UsageError as e:
+            raise ImportError(str(e)) from e
+        return bool(module.sniff(path))
+
+
+def _importer_source(name: str) -> Source:
+    sniff = _Importer(name)
+
+    @contextlib.contextmanager
+    def open_imported(path: str) -> Iterator[ProfileReader]:
+        from lifetime.errors import LifetimeError
+
+        module = sniff.module()
+        with tempfile.TemporaryDirectory(prefix=f"lifetime-{name}-") as tmp:
+            out = os.path.join(tmp, os.path.basename(path) + container.SUFFIX)
+            try:
+                module.convert(path, out)
+            except (LifetimeError, OSError) as e:
+                raise ImportFailed(f"import_failed: {name}: {e}") from e
+            yield ProfileReader(out)
+
+    return Source(name, sniff, open_imported)
+
+
+def _register_importers() -> None:
+    import interop
+
+    for name in interop.IMPORTERS:
+        register(_importer_source(name))
+
+
+_register_importers()
