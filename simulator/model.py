@@ -146,7 +146,7 @@ def per_context_accuracy(served: dict, stack_context: dict, side: dict) -> dict:
     right when the class it was given most is the T95 class of its objects in the trace."""
     import numpy as np
 
-    from simulator.tables import context_label
+    from simulator.tables import context_accuracy, context_label
 
     per_stack = {int(s["id"]): s for s in side["stacks"]}
     objects: dict = {}
@@ -157,7 +157,6 @@ def per_context_accuracy(served: dict, stack_context: dict, side: dict) -> dict:
         g = given.setdefault(c, {})
         for k, n in classes.items():
             g[k] = g.get(k, 0) + n
-    correct = sum(1 for c, counts in objects.items()
-                  if max(given[c], key=lambda k: (given[c][k], -k)) == context_label(counts))
-    return {"contexts": len(objects), "correct": correct,
-            "accuracy": correct / len(objects) if objects else None}
+    right = {c: max(given[c], key=lambda k: (given[c][k], -k)) == context_label(counts)
+             for c, counts in objects.items()}
+    return context_accuracy(right, objects)

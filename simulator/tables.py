@@ -75,6 +75,18 @@ def training_examples(dataset_dir: str):
     return ds, examples, definition, scheme
 
 
+def context_accuracy(right: dict, objects: dict) -> dict:
+    """Per-context accuracy from {context: predicted class is its label} and its objects
+    per class: unweighted (share of contexts, Table 3's "unweighted") and weighted by the
+    contexts' allocations (Table 3's "weighted")."""
+    total = sum(float(np.sum(v)) for v in objects.values())
+    correct_objects = sum(float(np.sum(objects[c])) for c, ok in right.items() if ok)
+    correct = sum(1 for ok in right.values() if ok)
+    return {"contexts": len(right), "correct": correct,
+            "accuracy": correct / len(right) if right else None,
+            "accuracy_weighted": correct_objects / total if total else None}
+
+
 def context_label(objects_per_class) -> int:
     """A context's label from its objects' classes in the trace: the class holding the
     95th percentile (T95 < bound), never-freed objects counting as inf -- the labelling
@@ -161,10 +173,9 @@ def build_tables(dataset_dir: str, side: dict, out_dir: str, *, debug_dirs=None,
         first_stack.setdefault(contexts[i], i)
     per_context = {}
     for name in ("exact", "site", "one_class"):
-        correct = sum(1 for c, counts in by_context.items()
-                      if stack_class[name][first_stack[c]] == context_label(counts))
-        per_context[name] = {"contexts": len(by_context), "correct": correct,
-                             "accuracy": correct / len(by_context) if by_context else None}
+        right = {c: stack_class[name][first_stack[c]] == context_label(counts)
+                 for c, counts in by_context.items()}
+        per_context[name] = context_accuracy(right, by_context)
     totals = collections.Counter()
     for y, w in zip(ex.label, ex.weight):
         totals[int(y)] += float(w)
