@@ -17,6 +17,15 @@ baseline on a full trace of a newer Redis going through grow / peak / shrink.
    that do not depend on the model are identical across seeds), peak and steady-state
    memory, the model's cache hit rate, and the commands.
 
+Several load seeds (a different key/session mix and load for train and test alike):
+
+    for s in 1 2 3; do nice .venv/bin/python benchmarks/simulate_redis.py --load-seed $s \
+        --out out/simulate_redis_load$s; done
+    .venv/bin/python benchmarks/simulate_redis.py --combine out/simulate_redis_load{1,2,3}
+
+--combine writes combined.md/.json next to the first: every row as mean ± sd and min..max
+over all (load seed, model seed) runs.
+
 Outputs under --out (default out/simulate_redis). Steps whose outputs exist are
 reused; delete them to redo. Redis 7.0+ is refused (benchmarks/servers/redis.py).
 """
@@ -88,7 +97,11 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "simulate_redis"))
     ap.add_argument("--keep-trace", action="store_true",
                     help="keep the full-trace profile and .lttrace (large) when done")
+    ap.add_argument("--combine", nargs="+", metavar="OUT",
+                    help="only combine the results.json of earlier runs (one per load seed)")
     args = ap.parse_args()
+    if args.combine:
+        return combine(args.combine)
     for v in [*args.train, args.test]:
         redis.check_version(v)
     out = os.path.abspath(args.out)
@@ -142,8 +155,9 @@ def main() -> int:
         rows = {}
         for row in r["table3"]:
             label = row["allocator"].split(":", 1)[1]
-            rows[label] = {k: row[k] for k in (
+            rows[label] = {k: row.get(k) for k in (
                 "accuracy_by_allocations", "accuracy_by_bytes", "accuracy_per_context",
+                "accuracy_per_context_weighted",
                 "baseline_steady_state_bytes", "llama_steady_state_bytes",
                 "live_steady_state_bytes", "fragmentation_reduction", "baseline_peak_bytes",
                 "llama_peak_bytes", "live_peak_bytes", "peak_fragmentation_reduction",
@@ -187,6 +201,66 @@ def main() -> int:
         for p in [*glob.glob(os.path.join(tdir, "*.ltprof")),
                   *glob.glob(os.path.join(out, "sim-seed*", "trace.lttrace"))]:
             os.remove(p)
+    return 0
+
+
+COMBINED = ("accuracy_by_allocations", "accuracy_per_context_weighted", "accuracy_per_context",
+            "llama_steady_state_bytes", "llama_peak_bytes", "fragmentation_reduction",
+            "peak_fragmentation_reduction")
+
+
+def combine(outs: list[str]) -> int:
+    """Every row over all (load seed, model seed) runs of several results.json."""
+    results = []
+    for o in outs:
+        with open(os.path.join(o, "results.json")) as f:
+            results.append(json.load(f))
+    runs = [(r["load_seed"], s, seed["rows"]) for r in results for s, seed in r["per_seed"].items()]
+    base = {k: spread([r["summary"]["oracle"][k]["mean"] for r in results])
+            for k in ("baseline_steady_state_bytes", "baseline_peak_bytes",
+                      "live_steady_state_bytes", "live_peak_bytes")}
+    rows = {label: {k: spread([rows[label].get(k) for _, _, rows in runs if label in rows])
+                    for k in COMBINED}
+            for label in ROWS}
+    gap = spread([rows_["oracle"]["fragmentation_reduction"] - rows_["model"]["fragmentation_reduction"]
+                  for _, _, rows_ in runs])
+    out = {"load_seeds": [r["load_seed"] for r in results], "runs": len(runs),
+           "test": results[0]["test"], "train": results[0]["train"], "baseline": base,
+           "rows": rows, "oracle_minus_model_points": gap}
+
+    def pm(s, scale=100.0, digits=1):
+        if not s or s.get("mean") is None:
+            return "n/a"
+        text = f"{s['mean'] * scale:.{digits}f}"
+        if s["sd"] * scale >= 0.05:
+            text += f" ± {s['sd'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})"
+        return text
+
+    names = {"oracle": "LLAMA + oracle", "model": "LLAMA + model", "exact": "LLAMA + exact table",
+             "site": "LLAMA + site table", "one_class": "LLAMA + one class"}
+    lines = [f"# Redis {out['test']} (full trace), trained on {', '.join(out['train'])}: "
+             f"load seeds {out['load_seeds']}, {out['runs']} runs (load seed x model seed)", "",
+             f"baseline steady {pm(base['baseline_steady_state_bytes'], 1 / MB)} MiB, peak "
+             f"{pm(base['baseline_peak_bytes'], 1 / MB)} MiB; live steady "
+             f"{pm(base['live_steady_state_bytes'], 1 / MB)} MiB, peak {pm(base['live_peak_bytes'], 1 / MB)} MiB", "",
+             "| allocator | acc. (objects) | acc. per context (weighted) | acc. per context | "
+             "steady MiB | peak MiB | frag. reduction (steady) | frag. reduction (peak) |",
+             "|---|---|---|---|---|---|---|---|"]
+    def pc(s):
+        text = pm(s)
+        return text if text == "n/a" else text + "%"
+
+    for label, r in rows.items():
+        lines.append(f"| {names[label]} | {pc(r['accuracy_by_allocations'])} | "
+                     f"{pc(r['accuracy_per_context_weighted'])} | {pc(r['accuracy_per_context'])} | "
+                     f"{pm(r['llama_steady_state_bytes'], 1 / MB)} | {pm(r['llama_peak_bytes'], 1 / MB)} | "
+                     f"{pc(r['fragmentation_reduction'])} | {pc(r['peak_fragmentation_reduction'])} |")
+    lines += ["", f"oracle minus model, steady-state reduction: {pm(gap)} points", ""]
+    with open(os.path.join(outs[0], "combined.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    with open(os.path.join(outs[0], "combined.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
 
 
