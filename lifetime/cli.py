@@ -300,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     from simulator.cli import add_parser as add_simulate_subcommand  # simulate
 
     add_simulate_subcommand(sub)
+    from interop.pprof.cli import add_parser as add_pprof_subcommand  # pprof
+    add_pprof_subcommand(sub)
     from interop.importing import add_parser as add_import_subcommand  # import
     add_import_subcommand(sub)
     return parser
