@@ -1,13 +1,13 @@
 # Two commands do everything on a fresh Debian machine:
 #   make demo   set up, then run the main job end to end on bundled defaults
-#   make test   set up, then run every test
+#   make test   set up, then run every test (make test-fast: all but the slow ones)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 BUILD  := build
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup native proto runtime test demo bench clean
+.PHONY: setup native proto runtime test test-fast demo bench clean
 
 setup: $(STAMP) proto native runtime
 
@@ -39,6 +39,10 @@ runtime: $(STAMP)
 
 test: setup
 	$(BIN)/python -m pytest tests
+
+# everything but the tests marked slow (pytest.ini, tests/conftest.py)
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow" tests
 
 demo: setup
 	scripts/demo.sh

@@ -16,6 +16,28 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chat
 PROXY_SECONDS = 8
 PROXY_INTERVAL = 512 * 1024
 
+# ------------------------------------------------------------------ slow tests
+# `make test-fast` (pytest -m "not slow") runs everything else in about a minute.  A
+# test is slow when it uses one of these fixtures or lives in one of these modules
+# (each with the reason); single slow cases elsewhere carry @pytest.mark.slow
+# themselves (sanitizer builds, fuzz campaigns).
+SLOW_FIXTURES = {
+    "exported_model": "trains a model and compiles it with XLA AOT",
+    "proxy_profile": "profiles the proxy workload for 8 s per version",
+}
+SLOW_MODULES = {
+    "test_real_redis.py": "fetches, builds and runs a real Redis server",
+    "test_export.py": "XLA AOT export and C++ builds against it",
+    "test_model_training.py": "trains Keras models",
+    "test_flink.py": "a Beam job on the Flink runner",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES or SLOW_FIXTURES.keys() & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def sites(tmp_path_factory):

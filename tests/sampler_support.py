@@ -72,6 +72,10 @@ def plain_env() -> dict[str, str]:
             if not k.startswith("LIFETIME_") and k != "LD_PRELOAD"}
 
 
+# The sanitizers of the harness builds, as test parameters: slow (each configures and
+# builds its own tree of the sampler, build/tsan or build/asan).
+SANITIZERS = [pytest.param(kind, marks=pytest.mark.slow) for kind in ("thread", "address")]
+
 # A sanitizer report fails the run with its own exit code (66 TSan, 67 ASan).
 SANITIZER_ENV = {"TSAN_OPTIONS": "halt_on_error=1 exitcode=66 report_signal_unsafe=0",
                  "ASAN_OPTIONS": "halt_on_error=1 exitcode=67 detect_leaks=0"}

@@ -16,6 +16,7 @@ def test_every_seed_and_mutant_is_read_or_refused_cleanly(name):
             pytest.fail(f"{name} on seed {seed!r}: {type(e).__name__}: {e}")
 
 
+@pytest.mark.slow  # a 3 s libFuzzer campaign per target
 @pytest.mark.parametrize("name", sorted(targets.TARGETS))
 def test_short_campaign_finds_no_crash_or_hang(name, tmp_path):
     corpus = tmp_path / "corpus"

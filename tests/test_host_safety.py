@@ -29,8 +29,9 @@ import pytest
 from lifetime.errors import LifetimeError
 from profiler import launch
 from profiler_proto import read_profile
-from tests.sampler_support import (SANITIZER_ENV, compile_c, harness_binary, only_profile, pb,
-                                   plain_env, profile_files, read_all, run_sampled)
+from tests.sampler_support import (SANITIZER_ENV, SANITIZERS, compile_c, harness_binary,
+                                   only_profile, pb, plain_env, profile_files, read_all,
+                                   run_sampled)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ FULL_TRACE = {"LIFETIME_FULL_TRACE": "1", "LIFETIME_FULL_TRACE_BUFFER": "64"}
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["sampled", "full-trace"])
-@pytest.mark.parametrize("kind", ["", "thread", "address"])
+@pytest.mark.parametrize("kind", ["", *SANITIZERS])
 def test_signal_handler_harness(kind, full, tmp_path):
     """The same, with the sampler's sources linked into a driver (LT_HARNESS), with
     and without ThreadSanitizer/AddressSanitizer, flushing every millisecond."""

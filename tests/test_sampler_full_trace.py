@@ -23,7 +23,7 @@ import pytest
 from lifetime import cli
 from profiler import launch
 from profiler_proto import ProfileReader
-from tests.sampler_support import (PRODUCERS, SANITIZER_ENV, harness_binary,
+from tests.sampler_support import (PRODUCERS, SANITIZER_ENV, SANITIZERS, harness_binary,
                                    only_profile, pb, plain_env, profile_files, read_all,
                                    run_sampled)
 
@@ -224,7 +224,7 @@ def test_malloc_in_a_signal_handler_does_not_hang(bins, tmp_path):
     assert prof.trailer.end_reason == pb.END_EXIT and len(prof.samples) >= 300000
 
 
-@pytest.mark.parametrize("kind", ["thread", "address"])
+@pytest.mark.parametrize("kind", SANITIZERS)
 def test_sanitizer_stress_harness(kind, tmp_path):
     """8 threads freeing each other's objects (tests/native/threads_xfree.c) under
     TSan/ASan, every allocation traced, back-pressure on a 64-record buffer."""

@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from tests.sampler_support import (PER_PRODUCER, PRODUCERS, SANITIZER_ENV,
+from tests.sampler_support import (PER_PRODUCER, PRODUCERS, SANITIZER_ENV, SANITIZERS,
                                    check_cross_thread_profile, harness_binary, only_profile,
                                    plain_env, run_sampled)
 
@@ -31,7 +31,7 @@ def test_cross_thread_frees_lose_and_duplicate_nothing(bins, tmp_path):
     check_cross_thread_profile(only_profile(tmp_path / "out"), PER_PRODUCER)
 
 
-@pytest.mark.parametrize("kind", ["thread", "address"])
+@pytest.mark.parametrize("kind", SANITIZERS)
 def test_sanitizer_harness_is_clean(kind, tmp_path):
     binary = harness_binary("lifetime_sampler_stress", kind)
     out = tmp_path / "out"

@@ -90,6 +90,7 @@ def _needs_redis_build():
     return build
 
 
+@pytest.mark.slow  # a real server
 def test_real_redis_profile(tmp_path):
     """~5 s: redis-server 6.0.16 (glibc malloc, -g) under the sampler, one short plan,
     SHUTDOWN NOSAVE: one complete profile with freed and censored samples."""
