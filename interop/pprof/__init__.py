@@ -13,8 +13,8 @@ Python bindings (`profile_pb2`) are generated at build time like profiler_proto'
 from interop.pprof.builder import ProfileBuilder, profile_pb2
 from interop.pprof.convert import (
     ALLOCATIONS, CLASS_LABEL, DEFAULT_SAMPLE_TYPE, LIFETIMES, SAMPLE_TYPES, VIEWS, Summary,
-    build, class_names, scaled_objects, write)
+    build, class_names, scaled, write)
 
 __all__ = ["ALLOCATIONS", "CLASS_LABEL", "DEFAULT_SAMPLE_TYPE", "LIFETIMES", "ProfileBuilder",
            "SAMPLE_TYPES", "Summary", "VIEWS", "build", "class_names", "profile_pb2",
-           "scaled_objects", "write"]
+           "scaled", "write"]

@@ -30,11 +30,16 @@ Two views (`--view`):
   type is ``space`` (weighted by sampled bytes; TCMalloc's default there is objects:
   ``-sample_index=objects``).
 
-Scaling.  A sample stands for ``weight`` allocations (profiler_proto/README.md).  Per
-group, with W the sum of its samples' weights and S the size, the counts are TCMalloc's
-(``Iterate``): space = lround(W x S) rounded up to a whole number of objects, objects =
-that / S (objects = lround(W) for S = 0).  In a full trace every weight is 1, so the
-counts are exact: the objects of a view add up to the trailer's allocations.
+Scaling.  A sample stands for ``weight`` allocations (profiler_proto/README.md), as a
+TCMalloc sample does (its ``weight`` / size).  Per group, with W the sum of its samples'
+weights and S the requested size: objects = round(W), space = round(W x S).  TCMalloc
+(``Iterate``) rounds the space up to whole objects (objects = ceil(lround(W x S) / S),
+space = objects x S); with our groups -- a stack and an exact size, often one sample --
+that overcounts by up to one object per group (measured on a 20,006-allocation program
+sampled every 4 KiB: 21,826 objects and 57.7 MB against 20,006 and 52.4 MB allocated;
+rounded to nearest: 19,820 and 52.0 MB), so we round to nearest.  In a full trace
+every weight is 1 and the counts are exact: the objects and bytes of a view add up to
+the trailer's allocations and allocated bytes (`lifetime inspect`).
 
 ``group_by_class`` adds a string label ``lifetime_class`` and splits the groups by it:
 each object's class under `pipeline.lifetimes`' scheme (default: wall clock, T95 <
@@ -97,12 +102,9 @@ def class_names(scheme: lifetimes.LabelScheme) -> list[str]:
     return ["<" + n for n in names[:bounded]] + [names[bounded], "never freed"]
 
 
-def scaled_objects(weight: float, size: int) -> int:
-    """Objects a group of sampled objects stands for (TCMalloc's rounding, above)."""
-    if size <= 0:
-        return math.floor(weight + 0.5)
-    space = math.floor(weight * size + 0.5)
-    return (space + size - 1) // size
+def scaled(weight: float, size: int) -> tuple[int, int]:
+    """(objects, bytes) a group of sampled objects stands for: W and W x S rounded."""
+    return math.floor(weight + 0.5), math.floor(weight * size + 0.5)
 
 
 @dataclasses.dataclass
@@ -257,14 +259,14 @@ class _Converter:
 
     def _sample(self, location_ids: list[int], key: tuple, group: _Group) -> None:
         size, alignment = key[1], key[2]
-        n = scaled_objects(group.weight, size)
+        n, space = scaled(group.weight, size)
         sample = self.b.profile.sample.add(location_id=location_ids)
         if self.view == ALLOCATIONS:
-            sample.value.extend((n, n * size))
+            sample.value.extend((n, space))
         elif key[3]:  # censored
-            sample.value.extend((0, 0, 0, 0, n, n * size))
+            sample.value.extend((0, 0, 0, 0, n, space))
         else:
-            sample.value.extend((n, n * size, n, n * size, 0, 0))
+            sample.value.extend((n, space, n, space, 0, 0))
         bytes_ = "bytes"
         for name, value in (("bytes", size), ("request", size), ("alignment", alignment)):
             if value > 0:
