@@ -115,8 +115,8 @@ def main() -> int:
     seconds = time.monotonic() - start
     result = {"contexts": args.contexts, "cpus": os.cpu_count(), "seconds_to_convergence": round(seconds, 1),
               "epochs_run": metrics["epochs_run"], "best_epoch": metrics["best_epoch"],
-              "eval_weighted_exact": metrics["eval"]["model"]["weighted"]["exact"],
-              "eval_unweighted_exact": metrics["eval"]["model"]["unweighted"]["exact"],
+              "eval_weighted_exact": metrics["eval"]["overall"]["model"]["weighted"]["exact"],
+              "eval_unweighted_exact": metrics["eval"]["overall"]["model"]["unweighted"]["exact"],
               "hyperparameters": hp.to_json()}
     print(json.dumps(result, indent=1))
     with open(os.path.join(args.out, "result.json"), "w") as f:

@@ -1,7 +1,7 @@
 """`lifetime export MODEL_DIR --out DIR`: XLA AOT-compile a trained model into a
 standalone static C++ library (llama-paper §2.2) with the prediction cache (§2.3).
 
-Steps: read and check MODEL_DIR -> write a fixed-shape SavedModel (feed `token_ids`
+Steps: read and check MODEL_DIR (model/io.py) -> write a fixed-shape SavedModel (feed `token_ids`
 int32 [1, max_tokens], fetch `probabilities`) -> `saved_model_cli aot_compile_cpu
 --multithreading false` -> compile our C++ API with the generated header, vocabulary
 and class table -> merge API, model objects, XLA runtime and Abseil subset into
@@ -12,7 +12,6 @@ card.  The runtime is built once and cached (export/runtime_build.py).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import pathlib
@@ -24,6 +23,9 @@ import time
 
 from export import codegen, graph as graphs, runtime_build
 from lifetime.errors import LifetimeError
+from lifetime.files import write_json
+from model import io
+from model.io import ModelDir
 
 log = logging.getLogger("export")
 
@@ -42,97 +44,17 @@ VERSION = "1.0.0"
 
 
 class ExportError(LifetimeError):
-    """A clear, user-facing reason why the export failed."""
+    """A clear, user-facing reason why the export failed (a bad model directory is a
+    model.io.ModelDirError, as everywhere else)."""
 
 
-# ------------------------------------------------------------------------------------
-# The model directory.
-
-class ModelDir:
-    def __init__(self, path: pathlib.Path, config: dict, vocab: list[str]):
-        self.path = path
-        self.config = config
-        self.vocab = vocab
-        hp = config["hyperparameters"]
-        self.architecture = hp.get("architecture", "frames")
-        self.max_frames = int(hp["max_frames"])
-        self.tokens_per_frame = int(hp["tokens_per_frame"])
-        self.max_tokens = int(hp.get("max_tokens", self.max_frames * self.tokens_per_frame))
-        self.class_names = [str(c) for c in config["class_names"]]
-        self.context = None  # set by read_model_dir
-
-    def load_keras(self):
-        path = self.path / "model.keras"
-        if not path.is_file():
-            raise ExportError(f"{self.path}: no model.keras (not a trained model directory)")
-        import keras
-
-        try:
-            return keras.saving.load_model(str(path), compile=False)
-        except Exception as e:  # noqa: BLE001 - any failure here means a bad file
-            raise ExportError(f"{path}: cannot load the Keras model "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
-
-    def model_id(self) -> str:
-        h = hashlib.sha256()
-        for name in ("config.json", "vocab.txt", "model.keras"):
-            p = self.path / name
-            h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b""))
-        return h.hexdigest()
-
-
-def read_model_dir(path: str | os.PathLike) -> ModelDir:
-    from pipeline import tokenizer
-
-    p = pathlib.Path(path)
-    if not p.exists():
-        raise ExportError(f"{p}: model directory does not exist")
-    if not p.is_dir():
-        raise ExportError(f"{p}: not a directory")
-    cfg_path = p / "config.json"
-    if not cfg_path.is_file():
-        raise ExportError(f"{p}: no config.json (not a trained model directory)")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as e:
-        raise ExportError(f"{cfg_path}: not valid JSON ({e})") from e
-    if config.get("format") != "lifetime-model-v1":
-        raise ExportError(f"{cfg_path}: format is {config.get('format')!r}, "
-                          "expected 'lifetime-model-v1'")
-    version = config.get("tokenizer_version", tokenizer.TOKENIZER_VERSION)
-    if version != tokenizer.TOKENIZER_VERSION:
-        raise ExportError(f"{cfg_path}: tokenizer {version!r}, but the C++ tokenizer "
-                          f"implements {tokenizer.TOKENIZER_VERSION!r}")
-    hp = config.get("hyperparameters") or {}
-    missing = [k for k in ("max_frames", "tokens_per_frame") if k not in hp]
-    if missing or not config.get("class_names"):
-        raise ExportError(f"{cfg_path}: missing {', '.join(missing or ['class_names'])}")
-    vocab_path = p / "vocab.txt"
-    if not vocab_path.is_file():
-        raise ExportError(f"{p}: no vocabulary (vocab.txt is missing); the exported library "
-                          "compiles the vocabulary in, so the model directory must have one")
-    try:
-        vocab = tokenizer.Vocabulary.load(str(vocab_path)).tokens
-    except ValueError as e:
-        raise ExportError(str(e)) from e
-    md = ModelDir(p, config, vocab)
-    from pipeline.context import ContextDefinition, ContextDefinitionError
-
-    try:
-        md.context = ContextDefinition.from_json(config.get("context"), where=str(cfg_path))
-    except ContextDefinitionError as e:
-        raise ExportError(f"{e}: the exported model could not be served the contexts it was "
-                          "trained on") from e
-    if md.context.max_frames != md.max_frames:
-        raise ExportError(f"{cfg_path}: the model reads {md.max_frames} frames but its "
-                          f"contexts hold {md.context.max_frames}")
-    if md.max_tokens != md.max_frames * md.tokens_per_frame:
-        raise ExportError(f"{cfg_path}: max_tokens {md.max_tokens} != max_frames * "
-                          "tokens_per_frame")
-    if "vocab_size" in hp and int(hp["vocab_size"]) != len(vocab):
-        raise ExportError(f"{cfg_path}: vocab_size {hp['vocab_size']} but vocab.txt has "
-                          f"{len(vocab)} tokens")
-    return md
+def model_id_of(md: ModelDir) -> str:
+    """sha256 over the files that make the model: config.json, vocab.txt, model.keras."""
+    h = hashlib.sha256()
+    for name in (io.CONFIG_FILE, io.VOCAB_FILE, io.MODEL_FILE):
+        p = pathlib.Path(md.path, name)
+        h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b""))
+    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------
@@ -142,17 +64,17 @@ def write_saved_model(md: ModelDir, out: pathlib.Path, route: str = "auto") -> d
     """Writes the fixed-shape SavedModel; returns {"graph": route used, ...}."""
     import tensorflow as tf
 
-    model = md.load_keras()
+    model, hp = md.load_keras(), md.hparams
     shape = tuple(model.inputs[0].shape) if getattr(model, "inputs", None) else None
-    if shape is not None and shape[-1] not in (None, md.max_tokens):
+    if shape is not None and shape[-1] not in (None, hp.max_tokens):
         raise ExportError(f"{md.path}/model.keras: input length {shape[-1]} != max_tokens "
-                          f"{md.max_tokens} of config.json")
+                          f"{hp.max_tokens} of config.json")
     info: dict = {}
     if route in ("auto", "folded"):
         try:
             w = graphs.extract_weights(model)
-            fn = graphs.folded_function(w, md.architecture, md.max_frames, md.tokens_per_frame)
-            probe = graphs.probe_inputs(len(md.vocab), md.max_frames, md.tokens_per_frame)
+            fn = graphs.folded_function(w, hp.architecture, hp.max_frames, hp.tokens_per_frame)
+            probe = graphs.probe_inputs(len(md.vocab), hp.max_frames, hp.tokens_per_frame)
             info["folded_max_abs_dp"] = graphs.verify(model, fn, probe)
             module = tf.Module()
             module.serve = fn
@@ -170,7 +92,7 @@ def write_saved_model(md: ModelDir, out: pathlib.Path, route: str = "auto") -> d
     archive.add_endpoint(
         name="serving_default",
         fn=lambda token_ids: {graphs.FETCH: model(token_ids, training=False)},
-        input_signature=[tf.TensorSpec([1, md.max_tokens], tf.int32, name=graphs.FEED)])
+        input_signature=[tf.TensorSpec([1, hp.max_tokens], tf.int32, name=graphs.FEED)])
     archive.write_out(str(out), verbose=False)
     info["graph"] = "keras"
     return info
@@ -249,10 +171,11 @@ def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: path
     gen = work / "gen"
     gen.mkdir(parents=True, exist_ok=True)
     shutil.copy2(aot / "lifetime_model_xla.h", gen / "lifetime_model_xla.h")
+    hp = md.hparams
     (gen / "lifetime_model_data.h").write_text(codegen.data_header(
-        md.max_frames, md.tokens_per_frame, len(md.class_names), len(md.vocab)))
+        hp.max_frames, hp.tokens_per_frame, len(md.class_names), len(md.vocab)))
     (gen / "lifetime_model_data.cc").write_text(codegen.data_source(
-        md.vocab, md.class_names, md.max_frames, md.tokens_per_frame, model_id, route,
+        md.vocab.tokens, md.class_names, hp.max_frames, hp.tokens_per_frame, model_id, route,
         md.context.to_json()["version"], list(md.context.wrappers)))
     tf_include = runtime_build.tensorflow_dir() / "include"
     build = work / "build"
@@ -300,8 +223,8 @@ def _write_package(md: ModelDir, out: pathlib.Path, aot: pathlib.Path, model_id:
         .replace("@VERSION@", VERSION).replace("@MODEL_ID@", model_id[:12]))
     share = out / "share" / "lifetime_model"
     share.mkdir(parents=True, exist_ok=True)
-    for name in ("model_card.md", "config.json", "metrics.json"):
-        src = md.path / name
+    for name in (io.CARD_FILE, io.CONFIG_FILE, io.METRICS_FILE):
+        src = pathlib.Path(md.path, name)
         if src.is_file():
             shutil.copy2(src, share / name)
     if not (share / "model_card.md").exists():
@@ -315,18 +238,19 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                  keep_work: str | os.PathLike | None = None) -> dict:
     """Exports MODEL_DIR into out_dir; returns the export manifest (also written there)."""
     start = time.monotonic()
-    md = read_model_dir(model_dir)
+    md = io.read_model_dir(str(model_dir))
+    hp = md.hparams
     out = pathlib.Path(out_dir)
     if out.exists() and any(out.iterdir()) and not (out / "export_manifest.json").exists():
         raise ExportError(f"{out}: exists and is not an earlier export; refusing to overwrite")
     runtime = runtime_build.ensure_runtime()
-    model_id = md.model_id()
+    model_id = model_id_of(md)
     with tempfile.TemporaryDirectory(prefix="lifetime-export-") as tmp:
         work = pathlib.Path(keep_work) if keep_work else pathlib.Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         saved = work / "saved_model"
         shutil.rmtree(saved, ignore_errors=True)
-        log.info("writing the serving SavedModel (token_ids [1, %d])", md.max_tokens)
+        log.info("writing the serving SavedModel (token_ids [1, %d])", hp.max_tokens)
         info = write_saved_model(md, saved, graph)
         aot = aot_compile(saved, work, target_cpu, xla_flags)
         for sub in ("include", "lib", "share"):
@@ -338,13 +262,13 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         _write_package(md, out, aot, model_id)
     manifest = {
         "format": "lifetime-export-v1",
-        "model_dir": str(md.path.resolve()),
+        "model_dir": str(pathlib.Path(md.path).resolve()),
         "model_id": model_id,
         "graph": info["graph"],
         "folded_max_abs_dp": info.get("folded_max_abs_dp"),
-        "architecture": md.architecture,
-        "max_frames": md.max_frames, "tokens_per_frame": md.tokens_per_frame,
-        "max_tokens": md.max_tokens, "num_classes": len(md.class_names),
+        "architecture": hp.architecture,
+        "max_frames": hp.max_frames, "tokens_per_frame": hp.tokens_per_frame,
+        "max_tokens": hp.max_tokens, "num_classes": len(md.class_names),
         "class_names": md.class_names, "vocab_size": len(md.vocab),
         "context": md.context.to_json(),
         "tensorflow": runtime_build.tensorflow_version(),
@@ -357,5 +281,5 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         "parts_sha256": parts,
         "seconds": round(time.monotonic() - start, 1),
     }
-    (out / "export_manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_json(str(out / "export_manifest.json"), manifest)
     return manifest

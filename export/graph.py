@@ -7,8 +7,8 @@ Two routes:
   become constants of a graph written for a single prediction.  The embedding and the
   LSTM input projection are folded into one table, P = E @ W_x (the mean of projected
   rows equals the projection of the mean), so a step's input is a gather and a sum;
-  the recurrence is unrolled over the max_frames steps with h @ W_h written as a
-  broadcast-multiply-reduce that XLA fuses with the gate arithmetic.  The result is
+  the recurrence is unrolled over the architecture's steps (model/architectures/:
+  max_frames steps of a frame's slots, or one step per token slot).  The result is
   checked against the Keras model before it is used (`verify`).
 - "keras": the Keras model itself through keras.export.ExportArchive (any model; slower).
 """
@@ -21,6 +21,7 @@ import logging
 import numpy as np
 
 from lifetime.errors import LifetimeError
+from model import architectures
 
 log = logging.getLogger("export.graph")
 
@@ -89,7 +90,7 @@ def extract_weights(model) -> LstmWeights:
 
 
 def folded_function(w: LstmWeights, architecture: str, max_frames: int,
-                    tokens_per_frame: int, recurrent_op: str = "matmul"):
+                    tokens_per_frame: int):
     """A tf.function(token_ids [1, max_tokens]) -> {"probabilities": [1, C]} on constants."""
     import tensorflow as tf
 
@@ -98,12 +99,10 @@ def folded_function(w: LstmWeights, architecture: str, max_frames: int,
     # padding adds nothing to a frame's sum.
     table = (w.embedding.astype(np.float64) @ w.kernel.astype(np.float64)).astype(np.float32)
     table[0] = 0.0
-    if architecture == "frames":
-        steps, width = max_frames, tokens_per_frame
-    elif architecture == "tokens":
-        steps, width = max_frames * tokens_per_frame, 1
-    else:
+    if architecture not in architectures.names():
         raise UnsupportedModel(f"unknown architecture {architecture!r}")
+    # The architecture says how its LSTM steps map onto the token slots (model/architectures/).
+    steps, width = architectures.get(architecture).folded_steps(max_frames, tokens_per_frame)
 
     @tf.function(input_signature=[tf.TensorSpec([1, steps * width], tf.int32, name=FEED)],
                  jit_compile=False, autograph=False)
@@ -120,11 +119,7 @@ def folded_function(w: LstmWeights, architecture: str, max_frames: int,
         h = tf.zeros([1, units])
         c = tf.zeros([1, units])
         for t in (reversed(range(steps)) if w.go_backwards else range(steps)):
-            if recurrent_op == "matmul":
-                z = xs[t:t + 1] + tf.matmul(h, wh)
-            else:  # h @ W_h as multiply + reduce: fuses with the gates, no library call
-                z = xs[t:t + 1] + tf.reduce_sum(tf.reshape(h, [units, 1]) * wh, axis=0,
-                                                keepdims=True)
+            z = xs[t:t + 1] + tf.matmul(h, wh)
             i = tf.sigmoid(z[:, :units])
             f = tf.sigmoid(z[:, units:2 * units])
             g = tf.tanh(z[:, 2 * units:3 * units])
@@ -136,16 +131,6 @@ def folded_function(w: LstmWeights, architecture: str, max_frames: int,
             c = tf.where(keep, c_new, c)
         logits = tf.matmul(h, tf.constant(w.dense_kernel)) + tf.constant(w.dense_bias)
         return {FETCH: tf.nn.softmax(logits)}
-
-    return serve
-
-
-def keras_function(model, max_tokens: int):
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec([1, max_tokens], tf.int32, name=FEED)])
-    def serve(token_ids):
-        return {FETCH: model(token_ids, training=False)}
 
     return serve
 

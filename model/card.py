@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from model import architectures
+from model.compare import display_rows
+from model.hparams import HParams
 from model.metrics import headline
 
 
@@ -28,7 +31,7 @@ def model_card(config: dict, metrics: dict) -> str:
                    f"contexts, versions {', '.join(d['version_labels'])}"
                    for d in config["training_datasets"])
     ev = metrics["eval"]
-    rows = {"model": ev["model"], **{f"baseline: {k}": v for k, v in ev["baselines"].items()}}
+    layers = architectures.get(hp["architecture"]).describe(HParams.from_json(hp))
     return f"""# Lifetime model card
 
 Predicts the lifetime class of an allocation from its symbolized stack (llama-paper
@@ -38,12 +41,10 @@ Predicts the lifetime class of an allocation from its symbolized stack (llama-pa
 
 ## Architecture
 
-`{hp['architecture']}`: Embedding({hp['vocab_size']}, {hp['embedding_dim']}) ->
-{'per-frame masked mean of token embeddings -> ' if hp['architecture'] == 'frames' else ''}LSTM({hp['lstm_units']})
-over {'frames (' + str(hp['max_frames']) + ' steps)' if hp['architecture'] == 'frames' else 'tokens (' + str(hp['max_tokens']) + ' steps)'}
--> Dense softmax. Input `token_ids` int32[{hp['max_tokens']}] = {hp['max_frames']} frames x
-{hp['tokens_per_frame']} tokens, top of the stack first (model/features.py; tokenizer
-`{config['tokenizer_version']}`).
+`{hp['architecture']}`: {layers} -> Dense softmax.
+Input `token_ids` int32[{hp['max_tokens']}] = {hp['max_frames']} frames (the dataset's context
+definition) x {hp['tokens_per_frame']} tokens, top of the stack first (model/features.py;
+tokenizer `{config['tokenizer_version']}`).
 
 Hyperparameters: {', '.join(f'{k}={v}' for k, v in sorted(hp.items()))}.
 
@@ -57,9 +58,11 @@ eval split's loss (patience {hp['patience']}), stopped after {metrics['epochs_ru
 
 ## Held-out contexts (the datasets' eval split)
 
-{ev['model']['contexts']} contexts, {ev['model']['samples']:.0f} samples.
+{ev['overall']['model']['contexts']} contexts, {ev['overall']['model']['samples']:.0f} samples;
+{_pct(ev['unseen_share']['contexts'])} of them ({_pct(ev['unseen_share']['samples'])} of the
+samples) with an exact stack not in the train split.
 
-{metrics_table(rows)}
+{metrics_table(display_rows(ev['overall']))}
 
 ## Limitations
 

@@ -8,11 +8,13 @@ import os
 import sys
 
 from lifetime.errors import UsageError
-from model.hparams import ARCHITECTURES, HParams
+from model import architectures
+from model.hparams import HParams
 
 # hyperparameter -> (type, help); the defaults come from HParams, the one place they live.
 _HP_FLAGS = {
-    "architecture": (str, "frames: LSTM over frames (export default); tokens: over token slots"),
+    "architecture": (str, "; ".join(f"{a}: {architectures.get(a).help}"
+                                    for a in architectures.names())),
     "tokens_per_frame": (int, "tokens kept from the start of each frame"),
     "site_last": (str, "true: the LSTM reads the frames bottom-up, the site last"),
     "embedding_dim": (int, "token embedding size"),
@@ -37,8 +39,6 @@ def parse_hparams(values: dict, **overrides) -> HParams:
     return HParams(**{**values, **overrides})
 
 
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     from lifetime.files import writable_dir
     from model.train import train
@@ -49,7 +49,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     hp = parse_hparams(values, refit=args.refit)
     writable_dir(args.out)
     metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
-    m = metrics["eval"]["model"]
+    m = metrics["eval"]["overall"]["model"]
     print(f"model: {args.out}: {metrics['epochs_run']} epochs (best {metrics['best_epoch']}); "
           f"held-out eval split: {m['contexts']} contexts, weighted exact "
           f"{m['weighted']['exact']:.1%}, unweighted exact {m['unweighted']['exact']:.1%}")
@@ -59,23 +59,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _print_table(result: dict) -> None:
     from model.card import metrics_table
 
-    for part in ("overall", "unseen"):
-        rows = {k.replace("baseline_", "baseline: "): v for k, v in result[part].items()}
+    from model.compare import SCOPES, display_rows
+
+    for part in SCOPES:
+        rows = display_rows(result[part])
         print(f"\n{part}: {rows['model']['contexts']} contexts, {rows['model']['samples']:.0f} samples")
         if rows["model"]["contexts"]:
             print(metrics_table(rows))
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from lifetime.files import writable_parent
-    from model import io
+    from lifetime.files import writable_parent, write_json
     from model.evaluate import evaluate
 
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
         os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
     result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
     writable_parent(out)
-    io.write_json(out, result)
+    write_json(out, result)
     _print_table(result)
     print(f"\nevaluation: {out}")
     return 0
@@ -98,16 +99,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def add_subcommands(sub) -> None:
     """Adds train, evaluate and report to the `lifetime` subparsers."""
+    from model.evaluate import SPLIT_CHOICES
+
     p = sub.add_parser("train", help="train the LSTM lifetime model on datasets",
                        description="Hyperparameter defaults: " + ", ".join(
-                           f"{k}={v}" for k, v in dataclasses.asdict(HParams()).items()))
+                           f"{k}={'(from the datasets)' if v is None else v}"
+                           for k, v in dataclasses.asdict(HParams()).items()))
     p.add_argument("--dataset", action="append", required=True, metavar="DIR",
                    help="dataset from `lifetime build-dataset`; repeat for several (one vocabulary)")
     p.add_argument("--out", required=True, metavar="MODEL_DIR")
     for name, (kind, help_text) in _HP_FLAGS.items():
         flag = "--" + name.replace("_", "-")
         if name == "architecture":
-            p.add_argument(flag, choices=ARCHITECTURES, default=None, help=help_text)
+            p.add_argument(flag, choices=architectures.names(), default=None, help=help_text)
         elif name == "site_last":
             p.add_argument(flag, choices=("true", "false"), default=None, help=help_text)
         else:
@@ -120,7 +124,7 @@ def add_subcommands(sub) -> None:
     p = sub.add_parser("evaluate", help="model vs baselines on datasets (JSON + table)")
     p.add_argument("--model", required=True, metavar="MODEL_DIR")
     p.add_argument("--dataset", action="append", required=True, metavar="DIR")
-    p.add_argument("--split", choices=("auto", "train", "eval", "all"), default="auto",
+    p.add_argument("--split", choices=SPLIT_CHOICES, default="auto",
                    help="auto: eval split of the model's training datasets, all of any other")
     p.add_argument("--train", action="append", metavar="DIR",
                    help="training datasets for the baselines (default: the model's own)")

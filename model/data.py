@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import os
 
 import numpy as np
 
-from pipeline.tokenizer import Vocabulary
 from lifetime.errors import LifetimeError
+from model.io import read_json, read_vocab
+from pipeline.tokenizer import Vocabulary
 
 SPLITS = ("train", "eval")
 
@@ -118,24 +118,12 @@ def load_dataset(path: str) -> Dataset:
     """Reads a dataset directory; clear errors for anything missing."""
     if not os.path.isdir(path):
         raise DatasetError(f"dataset {path}: no such directory")
-    manifest_path = os.path.join(path, "manifest.json")
-    if not os.path.exists(manifest_path):
-        raise DatasetError(f"dataset {path}: no manifest.json (not written by "
-                           "`lifetime build-dataset`, or the job did not finish)")
-    with open(manifest_path, encoding="utf-8") as f:
-        try:
-            manifest = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"dataset {path}: manifest.json is not JSON ({e})") from e
+    manifest = read_json(os.path.join(path, "manifest.json"), DatasetError,
+                         "missing (not written by `lifetime build-dataset`, or the job did "
+                         "not finish)")
     if manifest.get("format") != "lifetime-dataset-v1":
         raise DatasetError(f"dataset {path}: unknown format {manifest.get('format')!r}")
-    vocab_path = os.path.join(path, "vocab.txt")
-    if not os.path.exists(vocab_path):
-        raise DatasetError(f"dataset {path}: no vocab.txt")
-    try:
-        vocab = Vocabulary.load(vocab_path)
-    except ValueError as e:
-        raise DatasetError(f"dataset {path}: {e}") from e
+    vocab = read_vocab(path, DatasetError, "the dataset's vocabulary")
     files = {s: sorted(glob.glob(os.path.join(path, f"{s}-*.tfrecord"))) for s in SPLITS}
     if not files["train"] and not files["eval"]:
         raise DatasetError(f"dataset {path}: no train-*.tfrecord or eval-*.tfrecord files")

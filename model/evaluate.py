@@ -7,7 +7,8 @@ Which contexts are scored (`split`):
 
 Baselines are fit on the model's training datasets (their train splits, as the
 model was), so the model is always compared on equal terms. Every figure is also
-given restricted to contexts whose exact stack does not occur in the training data.
+given restricted to contexts whose exact stack does not occur in the training data
+(the result is model/compare.py's comparison, plus what was scored).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import os
 
 import numpy as np
 
-from model import baselines, io
+from model import io
+from model.compare import compare
 from model.data import DatasetError, Examples, check_compatible, load_dataset
-from model.metrics import classification_metrics
 from model.train import predict_classes
 
 SPLIT_CHOICES = ("auto", "train", "eval", "all")
@@ -44,31 +45,13 @@ def select_split(dataset, split: str, training_paths: set[str]) -> tuple[str, Ex
     return split, ex
 
 
-def score(model, hp, class_names, train_ex: Examples, test: Examples) -> dict:
-    """Model + baselines on `test`, overall and on stacks unseen in `train_ex`."""
-    if not len(test):
-        raise DatasetError("no contexts to evaluate on (empty split)")
-    fitted = baselines.fit_baselines(train_ex.frames, train_ex.label, train_ex.weight)
-    preds = {"model": predict_classes(model, test, hp),
-             **{f"baseline_{k}": p(test.frames) for k, p in fitted.items()}}
-    unseen = ~baselines.seen_mask(train_ex.frames, test.frames)
-    out = {"overall": {}, "unseen": {}}
-    for name, pred in preds.items():
-        out["overall"][name] = classification_metrics(test.label, pred, test.weight, class_names)
-        out["unseen"][name] = classification_metrics(test.label[unseen], pred[unseen],
-                                                     test.weight[unseen], class_names)
-    out["unseen_share"] = {"contexts": float(unseen.mean()),
-                           "samples": float(test.weight[unseen].sum() / test.weight.sum())}
-    return out
-
-
 def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
              train_dirs: list[str] | None = None) -> dict:
-    model, config, vocab = io.load_model_dir(model_dir)
-    hp = io.hparams_of(config)
+    md = io.read_model_dir(model_dir)
+    model, config = md.load_keras(), md.config
     datasets = [load_dataset(d) for d in dataset_dirs]
-    check_compatible(datasets, vocab=vocab, label_scheme=config["label_scheme"], what="model",
-                     context=io.context_of(config, model_dir))
+    check_compatible(datasets, vocab=md.vocab, label_scheme=config["label_scheme"],
+                     what="model", context=md.context)
     train_sets, train_ex = training_data(config, train_dirs)
     training_paths = {d.path for d in train_sets}
     chosen = [select_split(d, split, training_paths) for d in datasets]
@@ -76,7 +59,8 @@ def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
     if not len(test):
         raise DatasetError(f"datasets {', '.join(dataset_dirs)}: no contexts in the "
                            f"{'/'.join(sorted({s for s, _ in chosen}))} split")
-    result = score(model, hp, config["class_names"], train_ex, test)
+    result = compare(predict_classes(model, test, md.hparams), train_ex, test,
+                     md.class_names)
     result.update({"model_dir": os.path.abspath(model_dir), "class_names": config["class_names"],
                    "datasets": [{"path": d.path, "split": s, "contexts": len(ex),
                                  "samples": float(np.sum(ex.weight))}

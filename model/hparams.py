@@ -2,6 +2,10 @@
 
 Every knob that changes the trained model lives in `HParams`; `config.json` in a
 model directory stores them all (`to_json`), so a model can be rebuilt exactly.
+Two are not choices but facts of the training data, filled in by `lifetime train`:
+`vocab_size` (the datasets' vocabulary) and `max_frames` (the frame limit of the
+datasets' context definition, pipeline/context.py: the model reads every frame the
+dataset kept, so there is one frame limit, not a second default that could disagree).
 """
 
 from __future__ import annotations
@@ -9,17 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 from lifetime.errors import UsageError
-
-ARCHITECTURES = ("frames", "tokens")
+from model import architectures
 
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
-    # "frames": mean-pooled tokens per frame, then an LSTM over frames (max_frames steps,
-    # the export default: XLA AOT costs ~1.2-3 us per LSTM step). "tokens": an LSTM
-    # over every token slot (max_tokens steps), for comparison.
-    architecture: str = "frames"
-    max_frames: int = 16          # set from the training datasets' context definition
+    architecture: str = "frames"  # a name in model/architectures/
+    max_frames: int | None = None  # set from the training datasets' context definition
     tokens_per_frame: int = 16    # tokens kept from the start of each frame
     vocab_size: int = 0           # set from the training datasets' vocab.txt
     # The LSTM reads the frames from the bottom of the stack up, so the allocation
@@ -50,11 +50,11 @@ class HParams:
     weight_power: float = 0.5
 
     def __post_init__(self):
-        if self.architecture not in ARCHITECTURES:
-            raise UsageError(f"unknown architecture {self.architecture!r} "
-                             f"(expected one of {', '.join(ARCHITECTURES)})")
+        architectures.get(self.architecture)  # UsageError naming the known ones
         for name in ("max_frames", "tokens_per_frame", "embedding_dim", "lstm_units",
                      "batch_size", "epochs"):
+            if name == "max_frames" and self.max_frames is None:
+                continue
             if getattr(self, name) <= 0:
                 raise UsageError(f"hyperparameter {name} must be positive")
         if not 0.0 <= self.unk_dropout < 1.0:
@@ -62,14 +62,28 @@ class HParams:
 
     @property
     def max_tokens(self) -> int:
+        if self.max_frames is None:
+            raise UsageError("max_frames is not known yet: it comes from the training "
+                             "datasets' context definition")
         return self.max_frames * self.tokens_per_frame
+
+    def for_context(self, context, where: str) -> "HParams":
+        """These hyperparameters with the frame limit of `context` (the training datasets'
+        ContextDefinition); a different max_frames given by the user is an error."""
+        if self.max_frames is not None and self.max_frames != context.max_frames:
+            raise UsageError(
+                f"max_frames {self.max_frames}: {where} keeps {context.max_frames} frames per "
+                "context (its context definition) and the model reads exactly those; leave "
+                "max_frames out, or rebuild the dataset with `lifetime build-dataset "
+                "--max-frames N`")
+        return self.replace(max_frames=context.max_frames)
 
     def replace(self, **changes) -> "HParams":
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["max_tokens"] = self.max_tokens
+        d["max_tokens"] = None if self.max_frames is None else self.max_tokens
         return d
 
     @classmethod

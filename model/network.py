@@ -1,4 +1,5 @@
-"""The Keras 3 model (llama-paper §2.2, Fig. 5): embedding -> LSTM -> softmax.
+"""The Keras 3 model (llama-paper §2.2, Fig. 5): embedding -> LSTM -> softmax; each
+architecture's layers are in model/architectures/.
 
 Only standard layers and keras.ops, so `keras.export.ExportArchive` and
 `saved_model_cli aot_compile_cpu` can compile it. Input "token_ids": int32
@@ -11,41 +12,15 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
+from model import architectures
 from pipeline.tokenizer import PAD_ID, UNK_ID
 
 
 def build_model(hp, num_classes: int) -> keras.Model:
+    """The network of `hp.architecture` (model/architectures/)."""
     ids = keras.Input(shape=(hp.max_tokens,), dtype="int32", name="token_ids")
-    if hp.architecture == "frames":
-        probs = _frames(ids, hp, num_classes)
-    else:
-        probs = _tokens(ids, hp, num_classes)
+    probs = architectures.get(hp.architecture).build(ids, hp, num_classes)
     return keras.Model(ids, probs, name=f"lifetime_{hp.architecture}")
-
-
-def _frames(ids, hp, num_classes):
-    """Per-frame masked mean of token embeddings, then an LSTM over the frames.
-
-    The masks are computed with explicit ops (not Keras mask propagation, which
-    does not survive the Reshape): a token counts iff it is not PAD, a frame is
-    present iff it has a token. LSTM steps = max_frames."""
-    F, T = hp.max_frames, hp.tokens_per_frame
-    emb = layers.Embedding(hp.vocab_size, hp.embedding_dim, name="embedding")(ids)  # [B, F*T, E]
-    emb = layers.Reshape((F, T, hp.embedding_dim), name="frame_slots")(emb)
-    tok_mask = ops.cast(ops.not_equal(ops.reshape(ids, (-1, F, T)), PAD_ID), "float32")
-    counts = ops.sum(tok_mask, axis=-1, keepdims=True)                         # [B, F, 1]
-    pooled = ops.sum(emb * ops.expand_dims(tok_mask, -1), axis=2) / ops.maximum(counts, 1.0)
-    frame_present = ops.greater(ops.squeeze(counts, -1), 0.0)                   # [B, F]
-    state = layers.LSTM(hp.lstm_units, go_backwards=hp.site_last, name="lstm")(
-        pooled, mask=frame_present)
-    return layers.Dense(num_classes, activation="softmax", name="classes")(state)
-
-
-def _tokens(ids, hp, num_classes):
-    """An LSTM over every token slot, PAD masked (LSTM steps = max_tokens)."""
-    emb = layers.Embedding(hp.vocab_size, hp.embedding_dim, mask_zero=True, name="embedding")(ids)
-    state = layers.LSTM(hp.lstm_units, go_backwards=hp.site_last, name="lstm")(emb)
-    return layers.Dense(num_classes, activation="softmax", name="classes")(state)
 
 
 class TokenDropout(layers.Layer):

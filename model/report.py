@@ -1,12 +1,12 @@
-"""`lifetime report`: the cross-version generalization report (issue 4, llama-paper
-Table 2 and Fig. 9) as report.md, report.html, report.json and PNG plots.
+"""`lifetime report`: the cross-version generalization report (llama-paper Table 2
+and Fig. 9) as report.md, report.html, report.json and PNG plots.
 
   1. datasets: contexts, samples, named-frame share per program;
   2. Table-2-style exact stack overlap between versions at several depths;
   3. token and function (frame name) overlap, and vocabulary coverage;
   4. model vs the three baselines on the test versions, overall and on stacks
-     unseen in training: exact and off-by-one accuracy, under-prediction, both
-     weighted and unweighted, with confusion matrices;
+     unseen in training (model/compare.py): exact and off-by-one accuracy,
+     under-prediction, both weighted and unweighted, with confusion matrices;
   5. accuracy against sampling fraction: the model retrained (same hyperparameters)
      on x% of the training samples, each context's sample count thinned binomially
      with its label kept (a context left with no samples drops out).
@@ -14,16 +14,17 @@ Table 2 and Fig. 9) as report.md, report.html, report.json and PNG plots.
 
 from __future__ import annotations
 
-import html
-import json
 import os
 
 import numpy as np
 
+from lifetime.files import write_json
 from model import io, plots
 from model.card import metrics_table
+from model.compare import PREDICTORS, compare, display_rows
 from model.data import DatasetError, Examples, check_compatible, load_dataset
-from model.evaluate import score, select_split, training_data
+from model.evaluate import select_split, training_data
+from model.html_page import markdown_page
 from model.metrics import headline
 from pipeline import tokenizer
 
@@ -75,67 +76,22 @@ def thin(examples: Examples, fraction: float, rng: np.random.Generator) -> Examp
     return thinned
 
 
-def _fraction_run(model_dir, config, datasets, test, fraction, out_dir, class_names):
-    from model.train import fit, predict_classes  # noqa: F401  (TensorFlow import is slow)
-    from model.metrics import classification_metrics
+def _fraction_run(hp, train_sets, test: Examples, fraction: float, class_names):
+    """The model retrained (and the baselines refit) on `fraction` of the training
+    samples, compared on `test`; None when no train or eval context is left."""
+    from model.train import fit, predict_classes  # TensorFlow: imported only when needed
 
-    hp = io.hparams_of(config)
     rng = np.random.default_rng(hp.seed)
-    tr = thin(Examples.concat([d.splits["train"] for d in datasets]), fraction, rng)
-    ev = thin(Examples.concat([d.splits["eval"] for d in datasets]), fraction, rng)
+    tr = thin(Examples.concat([d.splits["train"] for d in train_sets]), fraction, rng)
+    ev = thin(Examples.concat([d.splits["eval"] for d in train_sets]), fraction, rng)
     if not len(tr) or not len(ev):
         return None
     model, _, best = fit(tr, ev, hp, len(class_names), None, verbose=0)
     if hp.refit:
         tr = Examples.concat([tr, ev])
         model, _, _ = fit(tr, None, hp.replace(epochs=best), len(class_names), None, verbose=0)
-    from model import baselines
-
-    fitted = baselines.fit_baselines(tr.frames, tr.label, tr.weight)
-    res = {"train_contexts": len(tr), "train_samples": float(tr.weight.sum()),
-           "model": classification_metrics(test.label, predict_classes(model, test, hp),
-                                           test.weight, class_names)}
-    for name in ("exact", "site"):
-        res[f"baseline_{name}"] = classification_metrics(
-            test.label, fitted[name](test.frames), test.weight, class_names)
-    return res
-
-
-def _md_to_html(md: str, title: str) -> str:
-    """Just enough Markdown for our reports: headings, tables, images, lists, text."""
-    out, table = [], []
-
-    def flush_table():
-        if table:
-            rows = [r for r in table if not set(r.replace("|", "").strip()) <= set("-: ")]
-            out.append("<table>")
-            for i, r in enumerate(rows):
-                tag = "th" if i == 0 else "td"
-                cells = [c.strip() for c in r.strip().strip("|").split("|")]
-                out.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
-            out.append("</table>")
-            table.clear()
-
-    for line in md.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush_table()
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line[level:].strip())}</h{level}>")
-        elif line.startswith("![") and "](" in line:
-            alt, src = line[2:].split("](", 1)
-            out.append(f'<p><img src="{html.escape(src.rstrip(")"))}" alt="{html.escape(alt)}"></p>')
-        elif line.startswith("- "):
-            out.append(f"<li>{html.escape(line[2:])}</li>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush_table()
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
-            "</head><body>\n" + "\n".join(out) + "\n</body></html>\n")
+    return {"train_contexts": len(tr), "train_samples": float(tr.weight.sum()),
+            **compare(predict_classes(model, test, hp), tr, test, class_names)}
 
 
 def _by_version(ex: Examples) -> dict:
@@ -144,13 +100,15 @@ def _by_version(ex: Examples) -> dict:
 
 def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], out_dir: str,
                  fractions=(0.1, 0.3, 1.0), depths=DEPTHS) -> dict:
-    model, config, vocab = io.load_model_dir(model_dir)
-    hp = io.hparams_of(config)
-    class_names = config["class_names"]
+    from model.train import predict_classes
+
+    mdir = io.read_model_dir(model_dir)
+    model, config, vocab, hp = mdir.load_keras(), mdir.config, mdir.vocab, mdir.hparams
+    class_names = mdir.class_names
     train_sets, train_ex = training_data(config, train_dirs)
     test_sets = [load_dataset(d) for d in test_dirs]
     check_compatible(train_sets + test_sets, vocab=vocab, label_scheme=config["label_scheme"],
-                     context=io.context_of(config, model_dir))
+                     context=mdir.context)
     training_paths = {d.path for d in train_sets}
     test_ex = Examples.concat([select_split(d, "auto", training_paths)[1] for d in test_sets])
     if not len(test_ex):
@@ -182,20 +140,21 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     rep["name_overlap"] = name_overlap(train_all, test_ex, vocab)
 
     # 4. model vs baselines on the test versions
-    rep["test"] = score(model, hp, class_names, train_ex, test_ex)
-    with open(os.path.join(model_dir, io.METRICS_FILE), encoding="utf-8") as f:
-        rep["within_version_held_out"] = json.load(f)["eval"]
+    rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names)
+    held = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
+                        "missing (not a model directory written by `lifetime train`)"
+                        ).get("eval") or {}
+    # None: a metrics.json from before the comparison schema (the section says so).
+    rep["within_version_held_out"] = held if "overall" in held else None
 
     # 5. accuracy against sampling fraction
     rep["sampling"] = []
     for fr in sorted(fractions):
         if fr >= 1:
-            o = rep["test"]["overall"]
             run = {"train_contexts": len(train_ex), "train_samples": float(train_ex.weight.sum()),
-                   "model": o["model"], "baseline_exact": o["baseline_exact"],
-                   "baseline_site": o["baseline_site"]}
+                   **rep["test"]}
         else:
-            run = _fraction_run(model_dir, config, train_sets, test_ex, fr, out_dir, class_names)
+            run = _fraction_run(hp, train_sets, test_ex, fr, class_names)
         rep["sampling"].append({"fraction": fr, **({"skipped": "no train or eval contexts left"}
                                                     if run is None else run)})
 
@@ -205,12 +164,9 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
         f.write(md)
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as f:
-        f.write(_md_to_html(md, "Cross-version lifetime model report"))
-    io.write_json(os.path.join(out_dir, "report.json"), rep)
+        f.write(markdown_page(md, "Cross-version lifetime model report"))
+    write_json(os.path.join(out_dir, "report.json"), rep)
     return rep
-
-
-PREDICTORS = ("model", "baseline_majority", "baseline_exact", "baseline_site")
 
 
 def _summary(rep) -> dict:
@@ -243,12 +199,13 @@ def _figures(rep, class_names, out_dir) -> dict:
         if groups:
             figs[f"bars_{part}"] = plots.bars_png(
                 groups, f"test versions, {part} contexts", os.path.join(out_dir, f"bars_{part}.png"))
-    runs = [r for r in rep["sampling"] if "model" in r]
+    runs = [r for r in rep["sampling"] if "overall" in r]
     if runs:
         series = {}
         for name in ("model", "baseline_exact", "baseline_site"):
-            series[f"{name} weighted"] = [r[name]["weighted"]["exact"] for r in runs]
-            series[f"{name} unweighted"] = [r[name]["unweighted"]["exact"] for r in runs]
+            series[f"{name} weighted"] = [r["overall"][name]["weighted"]["exact"] for r in runs]
+            series[f"{name} unweighted"] = [r["overall"][name]["unweighted"]["exact"]
+                                            for r in runs]
         figs["sampling"] = plots.lines_png(
             [100 * r["fraction"] for r in runs], series, "% of training samples kept",
             "exact accuracy on the test versions vs sampling", os.path.join(out_dir, "sampling.png"),
@@ -295,7 +252,7 @@ def _markdown(rep, figs, depths) -> str:
     share = rep["test"]["unseen_share"]
     for part, title in (("overall", "all test contexts"),
                         ("unseen", "test contexts whose exact stack is unseen in training")):
-        rows = {k.replace("baseline_", "baseline: "): m for k, m in rep["test"][part].items()}
+        rows = display_rows(rep["test"][part])
         count = rows["model"]["contexts"]
         L += [f"## Model vs baselines: {title}", "",
               f"{count} contexts, {rows['model']['samples']:.0f} samples"
@@ -316,16 +273,17 @@ def _markdown(rep, figs, depths) -> str:
     L += [f"| {names[i]} | " + " | ".join(f"{v:.0f}" for v in row) + " |" for i, row in enumerate(conf)]
     held = rep["within_version_held_out"]
     L += ["", "## Within-version held-out contexts (training datasets' eval split)", "",
-          metrics_table({"model": held["model"],
-                         **{f"baseline: {k}": v for k, v in held["baselines"].items()}}), "",
-          "## Accuracy against sampling fraction", "",
+          metrics_table(display_rows(held["overall"])) if held else
+          "(the model's metrics.json predates this comparison; retrain the model to see it)",
+          "", "## Accuracy against sampling fraction", "",
           "| % of samples | train contexts | model w / u exact | exact table w / u | site table w / u |",
           "|---|---|---|---|---|"]
     for r in rep["sampling"]:
-        if "model" not in r:
+        if "overall" not in r:
             L.append(f"| {100 * r['fraction']:g} | skipped: {r['skipped']} | | | |")
             continue
-        cells = [f"{_pct(r[k]['weighted']['exact'])} / {_pct(r[k]['unweighted']['exact'])}"
+        o = r["overall"]
+        cells = [f"{_pct(o[k]['weighted']['exact'])} / {_pct(o[k]['unweighted']['exact'])}"
                  for k in ("model", "baseline_exact", "baseline_site")]
         L.append(f"| {100 * r['fraction']:g} | {r['train_contexts']} | " + " | ".join(cells) + " |")
     if "sampling" in figs:

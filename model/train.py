@@ -16,8 +16,10 @@ import time
 
 import numpy as np
 
-from model import baselines, io
+from lifetime.files import write_json
+from model import io
 from model.card import model_card
+from model.compare import compare
 from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.features import layout_from_token_ids
 from model.hparams import HParams
@@ -98,17 +100,6 @@ def predict_classes(model, examples: Examples, hp: HParams) -> np.ndarray:
     return np.argmax(probs, axis=-1).astype(np.int32)
 
 
-def compare(model, hp, train: Examples, test: Examples, class_names) -> dict:
-    """Model and the three baselines (fit on `train`) on `test`."""
-    fitted = baselines.fit_baselines(train.frames, train.label, train.weight)
-    out = {"model": classification_metrics(test.label, predict_classes(model, test, hp),
-                                           test.weight, class_names),
-           "baselines": {name: classification_metrics(test.label, predict(test.frames),
-                                                      test.weight, class_names)
-                         for name, predict in fitted.items()}}
-    return out
-
-
 def load_training_data(dataset_dirs: list[str]):
     if not dataset_dirs:
         raise DatasetError("no training datasets given")
@@ -133,14 +124,14 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
     class_names = labels["class_names"]
     context = datasets[0].context
     # One frame limit: the model reads every frame of the dataset's contexts.
-    hp = hp.replace(vocab_size=len(vocab), max_frames=context.max_frames)
+    hp = hp.for_context(context, f"dataset {datasets[0].path}").replace(vocab_size=len(vocab))
     os.makedirs(out_dir, exist_ok=True)
     LOG.info("train: %d train / %d eval contexts, vocabulary %d, %s",
              len(train_ex), len(eval_ex), len(vocab), hp)
     start = time.monotonic()
     model, history, best = fit(train_ex, eval_ex, hp, len(class_names),
                                os.path.join(out_dir, "checkpoints"), verbose)
-    held_out = compare(model, hp, train_ex, eval_ex, class_names)
+    held_out = compare(predict_classes(model, eval_ex, hp), train_ex, eval_ex, class_names)
     if hp.refit:
         LOG.info("train: refit on train + eval splits for %d epochs", best)
         train_ex = Examples.concat([train_ex, eval_ex])
@@ -166,9 +157,9 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
                    train_ex.label, predict_classes(model, train_ex, hp), train_ex.weight,
                    class_names)},
                "epochs_run": len(history["loss"]), "best_epoch": best}
-    io.write_json(os.path.join(out_dir, io.CONFIG_FILE), config)
-    io.write_json(os.path.join(out_dir, io.METRICS_FILE), metrics)
-    io.write_json(os.path.join(out_dir, io.LOG_FILE), {"seconds": seconds, "history": history})
+    write_json(os.path.join(out_dir, io.CONFIG_FILE), config)
+    write_json(os.path.join(out_dir, io.METRICS_FILE), metrics)
+    write_json(os.path.join(out_dir, io.LOG_FILE), {"seconds": seconds, "history": history})
     with open(os.path.join(out_dir, io.CARD_FILE), "w", encoding="utf-8") as f:
         f.write(model_card(config, metrics))
     LOG.info("train: %d epochs in %.1f s -> %s", len(history["loss"]), seconds, out_dir)

@@ -19,7 +19,6 @@ max_frames, number of classes) before it runs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable
 
@@ -47,6 +46,7 @@ class ModelInput:
 
 def load_export(export_dir: str):
     """(manifest, ContextDefinition) of an export directory; ModelInputError, one line."""
+    from model.io import read_json
     from pipeline.context import ContextDefinition, ContextDefinitionError
 
     if not os.path.isdir(export_dir):
@@ -55,12 +55,8 @@ def load_export(export_dir: str):
     if not os.path.isfile(path):
         raise ModelInputError(f"--model {export_dir}: not a `lifetime export` output "
                               "(no export_manifest.json)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ModelInputError(f"{path}: unreadable export manifest ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
+    manifest = read_json(path, ModelInputError, "missing")
+    if manifest.get("format") != EXPORT_FORMAT:
         raise ModelInputError(f"{path}: not a {EXPORT_FORMAT} manifest")
     try:
         definition = ContextDefinition.from_json(manifest.get("context"), where=path)

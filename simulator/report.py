@@ -316,7 +316,7 @@ def markdown_report(rep: dict, figs: dict) -> str:
 def write_report(sim: dict, side: dict, tables, out_dir: str, *, workload: str,
                  simulation_json: str, settings: dict) -> dict:
     """Writes report.json, report.md, report.html and the PNGs into out_dir."""
-    import markdown
+    from model.html_page import markdown_page
 
     rep = build_report(sim, side, tables, workload=workload, simulation_json=simulation_json,
                        settings=settings)
@@ -329,13 +329,8 @@ def write_report(sim: dict, side: dict, tables, out_dir: str, *, workload: str,
     md = markdown_report(rep, figs)
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
         f.write(md)
-    body = markdown.markdown(md, extensions=["tables"])
     with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as f:
-        f.write("<!doctype html><html><head><meta charset='utf-8'>"
-                f"<title>Heap simulation: {_esc(workload)}</title>"
-                "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-                "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-                "</style></head><body>\n" + body + "\n</body></html>\n")
+        f.write(markdown_page(md, f"Heap simulation: {workload}"))
     with open(os.path.join(out_dir, "report.json"), "w", encoding="utf-8") as f:
         json.dump(rep, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -350,9 +345,3 @@ def _md(s) -> str:
 
     s = printable(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`*_\[\]|#!])", r"\\\1", s)
-
-
-def _esc(s: str) -> str:
-    import html
-
-    return html.escape(s)

@@ -47,8 +47,9 @@ _BUILD_ID = "5eed5eed"
 _CLASS_MS = [3.0 * 10 ** k for k in range(NUM_CLASSES - 1)]
 
 # The session model's hyperparameters: HParams' defaults for everything that shapes the
-# network (architecture, max_frames, tokens_per_frame, embedding_dim, lstm_units), a
-# short schedule for the rest (little word dropout: the site's token decides the class).
+# network (architecture, tokens_per_frame, embedding_dim, lstm_units; max_frames is the
+# dataset's), a short schedule for the rest (little word dropout: the site's token
+# decides the class).
 TRAIN_SCHEDULE = dict(epochs=6, min_epochs=3, patience=2, batch_size=64,
                       learning_rate=0.02, unk_dropout=0.1, seed=7)
 

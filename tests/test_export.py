@@ -90,6 +90,7 @@ def _check_parity(build, stacks, ids, want, tmp_path, route):
 
 def test_package_layout(exported_model):
     from model.hparams import HParams
+    from pipeline.context import ContextDefinition
 
     model_dir, out = exported_model
     manifest = json.loads((out / "export_manifest.json").read_text())
@@ -99,15 +100,17 @@ def test_package_layout(exported_model):
         assert (out / rel).is_file(), rel
     assert manifest["graph"] == "folded" and manifest["num_classes"] == 8
     assert manifest["folded_max_abs_dp"] < 1e-5
-    # The session model is what `lifetime train` writes with the default network shape.
+    # The session model is what `lifetime train` writes with the default network shape;
+    # its frame limit is its dataset's (the dataset job's default context definition).
     config = json.loads((model_dir / "config.json").read_text())
     hp = config["hyperparameters"]
     default = HParams()
-    for key in ("architecture", "max_frames", "tokens_per_frame", "embedding_dim",
-                "lstm_units"):
+    for key in ("architecture", "tokens_per_frame", "embedding_dim", "lstm_units"):
         assert hp[key] == getattr(default, key), key
-        if key in manifest:
-            assert manifest[key] == hp[key], key
+        assert manifest.get(key, hp[key]) == hp[key], key
+    dataset_context = ContextDefinition.load(str(training_dataset(model_dir) / "manifest.json"))
+    assert hp["max_frames"] == manifest["max_frames"] == dataset_context.max_frames
+    assert manifest["context"] == config["context"] == dataset_context.to_json()
     assert manifest["class_names"] == config["class_names"]
     assert manifest["vocab_size"] == hp["vocab_size"]
     assert (out / "share" / "lifetime_model" / "config.json").read_text() == \
@@ -238,7 +241,7 @@ def test_bad_model_directories(exported_model, tmp_path):
     shutil.copytree(model_dir, broken, dirs_exist_ok=True)
     (broken / "vocab.txt").unlink()
     proc = _lifetime_export(broken, "--out", tmp_path / "o3")
-    assert proc.returncode == 1 and "vocab.txt is missing" in proc.stderr
+    assert proc.returncode == 1 and "no vocab.txt" in proc.stderr
 
     shutil.copytree(model_dir, broken, dirs_exist_ok=True)
     (broken / "model.keras").write_bytes(b"truncated")

@@ -76,3 +76,47 @@ def test_frame_slot_layout_and_truncation():
     assert unknown.tolist() == [tokenizer.UNK_ID, 0, 0, 0, 0, 0]
     assert features.frame_mask(unknown, hp).tolist() == [True, False]
     assert features.layout_from_token_ids([], hp).tolist() == [0] * 6
+
+
+def test_compare_scores_model_and_baselines_overall_and_unseen():
+    from model.compare import PREDICTORS, compare
+    from model.data import Examples
+
+    def examples(frames, labels, weights):
+        n = len(frames)
+        return Examples([np.zeros(0, np.int64)] * n, frames, np.array(labels, np.int32),
+                        np.array(weights, np.float32), *(np.array(["x"] * n, dtype=object)
+                                                          for _ in range(3)))
+
+    train = examples([("f", "main"), ("g", "main")], [0, 3], [5, 2])
+    test = examples([("f", "main"), ("g", "other"), ("h", "main")], [0, 3, 7], [1, 1, 2])
+    out = compare(np.array([0, 3, 0]), train, test, NAMES)
+    assert set(out) == {"overall", "unseen", "unseen_share"}
+    assert all(set(out[s]) == set(PREDICTORS) for s in ("overall", "unseen"))
+    assert out["overall"]["model"]["weighted"]["exact"] == pytest.approx(2 / 4)
+    assert out["overall"]["baseline_exact"]["weighted"]["exact"] == pytest.approx(1 / 4)
+    assert out["overall"]["baseline_site"]["weighted"]["exact"] == pytest.approx(2 / 4)
+    # ("g", "other") and ("h", "main") are unseen: 2 of 3 contexts, 3 of 4 samples.
+    assert out["unseen_share"] == {"contexts": pytest.approx(2 / 3), "samples": 0.75}
+    assert out["unseen"]["model"]["contexts"] == 2
+    assert out["unseen"]["model"]["weighted"]["exact"] == pytest.approx(1 / 3)
+
+
+def test_architecture_registry_is_what_hparams_accept():
+    from lifetime.errors import UsageError
+    from model import architectures
+
+    assert architectures.names() == ("frames", "tokens")
+    assert architectures.get("frames").folded_steps(16, 4) == (16, 4)
+    assert architectures.get("tokens").folded_steps(16, 4) == (64, 1)
+    with pytest.raises(UsageError, match="unknown architecture 'gru'.*frames, tokens"):
+        HParams(architecture="gru")
+
+
+def test_report_html_keeps_profile_text_as_text():
+    from model.html_page import markdown_page
+
+    page = markdown_page("# v1 -> <v2>\n\n| a | b |\n|---|---|\n| <script>x</script> | 1 |\n",
+                         "t <1>")
+    assert "<title>t &lt;1&gt;</title>" in page and "<h1>v1 -&gt; &lt;v2&gt;</h1>" in page
+    assert "<td>&lt;script&gt;x&lt;/script&gt;</td>" in page and "<script>" not in page

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from model import io
-from model.data import DatasetError
+from lifetime.errors import UsageError
+from model.data import DatasetError, load_dataset
 from model.hparams import HParams
 from model.io import ModelDirError
 from tests.model_support import build_tiny_dataset
@@ -60,8 +61,17 @@ def test_model_dir_holds_the_contract(trained, tiny_dataset):
     assert probs.shape == (3, 8) and probs.dtype == np.float32
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     m = json.load(open(os.path.join(trained, "metrics.json")))
-    assert set(m["eval"]["baselines"]) == {"majority", "exact", "site"}
-    assert "| model |" in open(os.path.join(trained, "model_card.md")).read()
+    # The same comparison schema as `lifetime evaluate` and `lifetime report`.
+    assert set(m["eval"]) == {"overall", "unseen", "unseen_share"}
+    for scope in ("overall", "unseen"):
+        assert set(m["eval"][scope]) == {"model", "baseline_majority", "baseline_exact",
+                                         "baseline_site"}
+    assert m["eval"]["overall"]["model"]["contexts"] == len(
+        load_dataset(tiny_dataset).splits["eval"])
+    card = open(os.path.join(trained, "model_card.md")).read()
+    assert "| model |" in card and "| baseline: site |" in card
+    # One frame limit: the dataset's context definition, recorded in the config.
+    assert hp["max_frames"] == config["context"]["max_frames"] == 4
 
 
 def test_training_is_deterministic(trained, tiny_dataset, tmp_path):
@@ -76,6 +86,17 @@ def test_training_is_deterministic(trained, tiny_dataset, tmp_path):
     assert c["epochs_run"] >= 1  # a different seed trains too (weights differ, checked below)
     d, _, _ = io.load_model_dir(str(tmp_path / "other_seed"))
     assert not np.array_equal(a.get_weights()[0], d.get_weights()[0])
+
+
+def test_max_frames_is_the_datasets(tiny_dataset, tmp_path):
+    """A frame limit other than the dataset's context definition is refused before any
+    training; left out, it is the dataset's."""
+    with pytest.raises(UsageError, match=r"max_frames 5: dataset .* keeps 4 frames"):
+        _train(tiny_dataset, tmp_path / "m", HP.replace(max_frames=5))
+    assert not os.path.exists(tmp_path / "m" / "model.keras")
+    assert HParams().max_frames is None
+    assert HP.replace(max_frames=None).for_context(
+        load_dataset(tiny_dataset).context, "dataset").max_frames == 4
 
 
 def test_tokens_architecture_and_refit_train(tiny_dataset, tmp_path):
@@ -96,6 +117,9 @@ def test_evaluate_cli_writes_json(trained, tiny_dataset, tmp_path, capsys):
     assert set(result["overall"]) == {"model", "baseline_majority", "baseline_exact",
                                       "baseline_site"}
     assert result["overall"]["model"]["contexts"] == result["datasets"][0]["contexts"]
+    # The held-out comparison training wrote is the one evaluate computes on that split.
+    held_out = json.loads(open(os.path.join(trained, "metrics.json")).read())["eval"]
+    assert {k: result[k] for k in held_out} == held_out
     assert "| baseline: site |" in capsys.readouterr().out
 
 
@@ -114,9 +138,16 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
                 "overlap.png", "bars_overall.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"]({png})" in md
-    assert "<table>" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert "<table>" in page and '<img alt="stack overlap" src="overlap.png"' in page
     saved = json.loads((out / "report.json").read_text())
     assert saved["summary"] == rep["summary"] and len(saved["sampling"]) == 2
+    # One comparison schema: the test versions, each sampling run, the held-out split.
+    trained_eval = json.loads(open(os.path.join(trained, "metrics.json")).read())["eval"]
+    assert saved["within_version_held_out"] == trained_eval
+    for comparison in (saved["test"], *saved["sampling"], trained_eval):
+        assert set(comparison["overall"]) == set(saved["test"]["overall"]), comparison.keys()
+    assert saved["sampling"][-1]["overall"] == saved["test"]["overall"]  # fraction 1
     assert saved["stack_overlap"][0]["depths"]["1"]["contexts"] == 1.0  # same version
 
 
@@ -144,7 +175,7 @@ def test_vocabulary_mismatch_fails_clearly(trained, tmp_path):
 def test_bad_model_dirs_fail_clearly(trained, tmp_path):
     import shutil
 
-    with pytest.raises(ModelDirError, match="no such directory"):
+    with pytest.raises(ModelDirError, match="nope: model directory does not exist"):
         io.load_model_dir(str(tmp_path / "nope"))
     broken = tmp_path / "broken"
     shutil.copytree(trained, broken)
@@ -153,9 +184,18 @@ def test_bad_model_dirs_fail_clearly(trained, tmp_path):
         io.load_model_dir(str(broken))
     shutil.copy(os.path.join(trained, "vocab.txt"), broken / "vocab.txt")
     (broken / "model.keras").write_bytes(b"not a zip file at all")
-    with pytest.raises(ModelDirError, match="corrupt"):
+    with pytest.raises(ModelDirError, match="model.keras: cannot load the Keras model, corrupt"):
         io.load_model_dir(str(broken))
     assert not zipfile.is_zipfile(broken / "model.keras")
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(ModelDirError, match="config.json: not valid JSON"):
+        io.read_model_dir(str(broken))
+    config = json.loads(open(os.path.join(trained, "config.json")).read())
+    # A frame limit that disagrees with the model's context definition.
+    config["hyperparameters"].update(max_frames=3, max_tokens=12)
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelDirError, match="reads 3 frames but its contexts hold 4"):
+        io.read_model_dir(str(broken))
 
 
 def test_context_definition_mismatch_and_old_models_fail_clearly(trained, tmp_path):
