@@ -75,12 +75,12 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import io
 import os
 import re
+import zlib
 from typing import BinaryIO, Iterator
 
-from lifetime.errors import InputError
+from lifetime.errors import InputError, LifetimeError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
 
@@ -123,49 +123,83 @@ class Summary:
 
 # ---------------------------------------------------------------- reading the file
 
-def _open_stream(path: str) -> BinaryIO:
-    """The recording's decompressed bytes (zstd, gzip or plain), as a buffered stream."""
+class TruncatedStream(Exception):
+    """The compressed stream ends inside a frame (the file was cut)."""
+
+
+def _open(path: str) -> BinaryIO:
     try:
-        f, _ = open_regular(path)
+        return open_regular(path)[0]
     except Exception as e:  # ProfileFormatError names the file and the problem
         raise InputError(str(e)) from None
+
+
+def _chunks(f: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
+    """The file's decompressed bytes (zstd, gzip or plain), in pieces.  Raises
+    TruncatedStream when a compressed stream ends early; what came before is yielded."""
     magic = f.read(4)
     f.seek(0)
     if magic.startswith(_ZSTD_MAGIC):
         import zstandard  # a dependency of apache-beam
-        return io.BufferedReader(
-            zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True,
-                                                       closefd=True), 1 << 20)
-    if magic.startswith(_GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=f, mode="rb")
-    return f
+        dctx = zstandard.ZstdDecompressor()
+        obj, started = dctx.decompressobj(), False
+        while data := f.read(size):
+            while data:  # frames one after another (zstd -c of a pipe writes one)
+                if obj.eof:
+                    obj = dctx.decompressobj()
+                try:
+                    out = obj.decompress(data)
+                except zstandard.ZstdError as e:
+                    raise TruncatedStream(f"zstd: {e}") from None
+                started = True
+                if out:
+                    yield out
+                data = obj.unused_data if obj.eof else b""
+        if started and not obj.eof:
+            raise TruncatedStream("the zstd stream ends inside a frame")
+    elif magic.startswith(_GZIP_MAGIC):
+        with gzip.GzipFile(fileobj=f, mode="rb") as g:
+            try:
+                while data := g.read(size):
+                    yield data
+            except (EOFError, OSError, zlib.error) as e:
+                raise TruncatedStream(f"gzip: {e}") from None
+    else:
+        while data := f.read(size):
+            yield data
 
 
 def sniff(path: str) -> bool:
     """A heaptrack file (raw or interpreted) starts with `v VERSION FORMAT`."""
     try:
-        with _open_stream(path) as f:
-            first = f.readline(256)
-    except Exception:  # unreadable, not decompressible: not ours to say
+        with _open(path) as f:
+            head = b""
+            for data in _chunks(f, 4096):
+                head += data
+                if b"\n" in head or len(head) > 256:
+                    break
+    except (LifetimeError, TruncatedStream, OSError):
         return False
-    return bool(_VERSION_LINE.match(first.rstrip(b"\n")))
+    return bool(_VERSION_LINE.match(head.split(b"\n", 1)[0]))
 
 
-def _lines(stream: BinaryIO, path: str, summary: Summary) -> Iterator[bytes]:
-    """The stream's complete lines; a cut last line or an early end of the compressed
-    stream is reported, and everything before it kept."""
+def _lines(f: BinaryIO, summary: Summary) -> Iterator[bytes]:
+    """The file's complete lines, without their newline; a cut last line or an early
+    end of the compressed stream is reported, and everything before it kept."""
+    rest, n = b"", 0
     try:
-        for line in stream:
-            if not line.endswith(b"\n"):
-                _malformed(summary, "cut_last_line", summary.lines + 1,
-                           "the file ends inside this line (truncated); it is dropped")
-                return
-            yield line
-    except Exception as e:  # zstandard.ZstdError, gzip's EOFError, OSError
-        summary.problems.append(
-            f"truncated: the compressed stream ends after line {summary.lines} "
-            f"({type(e).__name__}: {e}); everything before is kept")
+        for data in _chunks(f):
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            n += len(lines)
+            yield from lines
+    except TruncatedStream as e:
+        summary.problems.append(f"truncated: {e}, after line {n}; everything before is kept")
         summary.malformed["truncated_stream"] = 1
+    if rest:
+        _malformed(summary, "cut_last_line", n + 1,
+                   "the file ends inside this line (truncated); it is dropped")
+    summary.lines = n
 
 
 def _malformed(summary: Summary, kind: str, lineno: int, detail: str) -> None:
@@ -273,12 +307,12 @@ def convert(path: str, out_path: str, version_label: str = "", sysroot: str | No
             **_ignored) -> Summary:
     """Converts one raw heaptrack recording into one `.ltprof` at out_path."""
     summary = Summary(source=path, output=out_path)
-    stream = _open_stream(path)
-    with stream:
-        lines = _lines(stream, path, summary)
+    with _open(path) as stream:
+        lines = _lines(stream, summary)
         first = next(lines, b"")
-        summary.lines = 1
-        if not _VERSION_LINE.match(first.rstrip(b"\r\n")):
+        if not _VERSION_LINE.match(first):
+            if summary.problems:  # not even the first line could be read
+                raise InputError(f"{path}: {summary.problems[0]}")
             shown = first[:60].decode("utf-8", "backslashreplace").rstrip()
             raise InputError(f"{path}: not a heaptrack recording (line 1 is {shown!r}, "
                              "expected 'v VERSION FORMAT')")
@@ -432,7 +466,7 @@ class _Converter:
                 elif kind == b"c":
                     self._stamp(int(line[2:], 16))
                 elif kind == b"m":
-                    name, rest = _parse_string(line[2:].rstrip(b"\r\n"), self.sized)
+                    name, rest = _parse_string(line[2:], self.sized)
                     if name != "-":
                         numbers = [int(x, 16) for x in rest.split()]
                         if not numbers or len(numbers) % 2 != 1:
@@ -440,7 +474,9 @@ class _Converter:
                         self.modules.add(self.exe if name == "x" else name, numbers[0],
                                          list(zip(numbers[1::2], numbers[2::2])))
                 elif kind == b"x":
-                    self.exe = _parse_string(line[2:].rstrip(b"\r\n"), self.sized)[0]
+                    self.exe, rest = _parse_string(line[2:], self.sized)
+                    if rest.strip():
+                        raise ValueError(f"{len(rest.strip())} bytes after the path")
                 elif kind == b"X":
                     self.argv = line[2:].decode("utf-8", "surrogateescape").split()
                 elif kind in (b"a", b"i", b"s"):
@@ -456,7 +492,6 @@ class _Converter:
                 what = _KINDS.get(kind, "line")
                 _malformed(summary, f"bad_{what}", lineno,
                            f"cannot parse {line[:80]!r} ({e}); skipped")
-        summary.lines = lineno
         self._finish()
 
     def _interpreted(self, lineno: int):
