@@ -267,10 +267,9 @@ class _Converter:
             sample.value.extend((0, 0, 0, 0, n, space))
         else:
             sample.value.extend((n, space, n, space, 0, 0))
-        bytes_ = "bytes"
         for name, value in (("bytes", size), ("request", size), ("alignment", alignment)):
-            if value > 0:
-                self._num(sample, name, value, bytes_)
+            if value > 0:  # TCMalloc's add_positive_label
+                self._num(sample, name, value, "bytes")
         if self.view == LIFETIMES:
             self.pair_id += 1
             self._num(sample, "callstack-pair-id", self.pair_id, "count")
