@@ -175,7 +175,7 @@ def redis(out: str, version: str, seconds: float, seed: int = 1) -> dict:
     rd.check_version(version)  # refuses 7.0 and newer
     build, bench = rd.ensure(version), rd.benchmark_tool()
     plan = rd.load_plan(seed, seconds)
-    os.makedirs(out, exist_ok=True)
+    os.makedirs(os.path.join(out, "ours"), exist_ok=True)
     raw = os.path.join(out, f"heaptrack.redis-server.{version}.raw")
     envs = {"heaptrack": {**os.environ, "LD_PRELOAD": PRELOAD, "DUMP_HEAPTRACK_OUTPUT": raw},
             "ours": launch.profiled_env(os.path.join(out, "ours"), None, f"redis-{version}",
