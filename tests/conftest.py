@@ -17,10 +17,10 @@ PROXY_SECONDS = 8
 PROXY_INTERVAL = 512 * 1024
 
 # ------------------------------------------------------------------ slow tests
-# `make test-fast` (pytest -m "not slow") runs everything else in about a minute.  A
-# test is slow when it uses one of these fixtures or lives in one of these modules
-# (each with the reason); single slow cases elsewhere carry @pytest.mark.slow
-# themselves (sanitizer builds, fuzz campaigns).
+# `make test-fast` (pytest -m "not slow") runs everything else.  A test is slow when it
+# uses one of these fixtures, lives in one of these modules or has one of these names
+# (each with the reason); in the sampler, server and fuzz tests single slow cases carry
+# @pytest.mark.slow themselves (sanitizer builds, a real server, fuzz campaigns).
 SLOW_FIXTURES = {
     "exported_model": "trains a model and compiles it with XLA AOT",
     "proxy_profile": "profiles the proxy workload for 8 s per version",
@@ -31,11 +31,15 @@ SLOW_MODULES = {
     "test_model_training.py": "trains Keras models",
     "test_flink.py": "a Beam job on the Flink runner",
 }
+SLOW_TESTS = {
+    "test_invariants_random_trace": "100k random objects, heap invariants checked throughout",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_MODULES or SLOW_FIXTURES.keys() & set(item.fixturenames):
+        if (item.path.name in SLOW_MODULES or item.originalname in SLOW_TESTS
+                or SLOW_FIXTURES.keys() & set(item.fixturenames)):
             item.add_marker(pytest.mark.slow)
 
 
