@@ -149,20 +149,22 @@ LTPROF = register(Source("ltprof", _sniff_ltprof, _open_ltprof, ("*" + container
 
 
 class _Importer:
-    """An interop importer module as a source's sniff; loaded on first use, so a
-    missing importer fails only the formats that need it."""
+    """An importer module (interop's contract: sniff, convert) as a source's sniff;
+    loaded on first use, so a missing importer fails only the formats that need it."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, load: Callable | None = None):
         self.name = name
+        self._load = load
 
     def module(self):
         import interop
 
         try:
-            return interop.importer(self.name)
+            return self._load() if self._load else interop.importer(self.name)
         except ImportError as e:
             raise UsageError(f"profile format {self.name!r}: its importer "
-                             f"{interop.IMPORTERS[self.name]} is not available ({e})") from e
+                             f"{interop.IMPORTERS.get(self.name, self.name)} is not "
+                             f"available ({e})") from e
 
     def __call__(self, path: str) -> bool:
         try:
@@ -172,8 +174,9 @@ class _Importer:
         return bool(module.sniff(path))
 
 
-def _importer_source(name: str) -> Source:
-    sniff = _Importer(name)
+def importer_source(name: str, load: Callable | None = None) -> Source:
+    """The source of an importer: interop.importer(name), or what `load()` returns."""
+    sniff = _Importer(name, load)
 
     @contextlib.contextmanager
     def open_imported(path: str) -> Iterator[ProfileReader]:
@@ -195,7 +198,7 @@ def _register_importers() -> None:
     import interop
 
     for name in interop.IMPORTERS:
-        register(_importer_source(name))
+        register(importer_source(name))
 
 
 _register_importers()

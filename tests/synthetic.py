@@ -35,13 +35,16 @@ def build_sites(out_dir: pathlib.Path) -> tuple[str, dict[str, int]]:
 def make_profile(path: str, binary: str, addresses: dict[str, int],
                  samples: list[tuple[str, float, bool]], program: str = "sites",
                  version_label: str = "", build_id: bytes = bytes.fromhex("1234abcd"),
-                 interval: int = 1024) -> None:
-    """samples: (site function, lifetime ms (age if censored), censored)."""
+                 interval: int = 1024, **header) -> None:
+    """samples: (site function, lifetime ms (age if censored), censored); `header`:
+    other Header fields (imported_from=..., lifetimes_derived=...)."""
     chunk = profile_pb2.ProfileChunk()
     h = chunk.header
     h.schema_version = profile_pb2.SCHEMA_VERSION
     h.program, h.version_label, h.pid = program, version_label, 1
     h.sampling_interval_bytes = interval
+    for field, value in header.items():
+        setattr(h, field, value)
     chunk.mappings.add(id=1, start=LOAD, limit=LOAD + 0x100000, file_offset=0, path=binary,
                        build_id=build_id)
     stack_ids = {}

@@ -239,3 +239,219 @@ def test_build_dataset_survives_a_huge_declared_length(profiles, tmp_path):
     dead = [json.loads(line) for line in (tmp_path / "ds" / "dead_letters.jsonl").open()]
     assert [d["category"] for d in dead] == ["truncated"]
     assert "record 0 at byte 0" in dead[0]["reason"]
+
+
+# -- BuildDataset on in-memory inputs (no files) -------------------------------------
+
+
+def _stats(freed_ms=(), censored_ms=()):
+    from pipeline.contexts import ContextStats
+
+    st = ContextStats()
+    for ms in freed_ms:
+        st.add(ms, False, 2.0, 64)
+    for ms in censored_ms:
+        st.add(ms, True, 2.0, 64)
+    return st
+
+
+# (program, version label, machinery-free stack) -> partial stats, as ReadProfiles makes
+# them; parse_request comes from two files and is merged.
+PARTIALS = [
+    (("prog", "v1", ("parse_request", "main")), [3.0] * 4, []),
+    (("prog", "v1", ("parse_request", "main")), [3.0] * 2, []),
+    (("prog", "v1", ("cache_insert", "Cache::Put(int)", "main")), [300.0] * 3, []),
+    (("prog", "v1", ("registry_add", "main")), [], [5000.0] * 2),
+]
+FILE_STATS = [
+    {"file": "a.ltprof", "program": "prog", "version_label": "v1", "samples": 9, "frames": 20,
+     "named_frames": 20, "modules": {"/bin/prog": "ok"}, "complete": True,
+     "dropped_samples": {}, "imported_from": "", "lifetimes_derived": False},
+    {"file": "b.heaptrack", "program": "prog", "version_label": "v1", "samples": 2,
+     "frames": 4, "named_frames": 2, "modules": {"/bin/prog": "ok"}, "complete": False,
+     "dropped_samples": {}, "imported_from": "heaptrack", "lifetimes_derived": True},
+]
+DEAD = [{"file": "c.ltprof", "category": "corrupt", "reason": "corrupt: record 0"},
+        {"file": "a.ltprof", "category": "bad_weight", "reason": "bad_weight: 1 sample"}]
+INPUTS = [("a.ltprof", "v1"), ("b.heaptrack", "v1"), ("c.ltprof", "v1")]
+
+
+def _build_in_memory(p, config, vocab=None, vocab_path=None):
+    contexts = p | "Partials" >> beam.Create(PARTIALS) | beam.MapTuple(
+        lambda key, freed, censored: (key, _stats(freed, censored)))
+    return ({"contexts": contexts,
+             "dead_letters": p | "Dead" >> beam.Create(DEAD),
+             "file_stats": p | "Stats" >> beam.Create(FILE_STATS)}
+            | dataset.BuildDataset(config, INPUTS, vocab, vocab_path))
+
+
+def _decode_shard(shard):
+    import tensorflow as tf
+
+    name, records = shard
+    rows = []
+    for raw in records:
+        f = tf.train.Example.FromString(raw).features.feature
+        rows.append((f["context_id"].bytes_list.value[0].decode(),
+                     f["frames"].bytes_list.value[0].decode(), f["label"].int64_list.value[0],
+                     f["weight"].float_list.value[0]))
+    return name, rows
+
+
+def test_build_dataset_transform_labels_shards_vocabulary_and_manifest():
+    from pipeline.contexts import context_id
+
+    config = DatasetConfig(eval_percent=0, vocab_size=5, num_shards=2)
+    ids = {site: context_id("prog", "v1", stack) for (_, _, stack), _, _ in PARTIALS
+           for site in stack[:1]}
+    # A context's shard is its id mod 2; a shard's records are sorted by id.
+    expected = {}
+    for site, label, samples in (("parse_request", 0, 6.0), ("cache_insert", 2, 3.0),
+                                 ("registry_add", 7, 2.0)):
+        cid = ids[site]
+        expected.setdefault(f"train-{int(cid, 16) % 2:05d}-of-00002", []).append(
+            (cid, site, label, samples))
+    expected = [(name, sorted(rows)) for name, rows in expected.items()]
+
+    def check_manifest(manifests):
+        [m] = manifests
+        train = m["splits"]["train"]
+        assert (train["contexts"], m["splits"]["eval"]["contexts"]) == (3, 0)
+        assert train["class_histogram_samples"] == [6, 0, 3, 0, 0, 0, 0, 2]
+        assert train["class_histogram_contexts"] == [1, 0, 1, 0, 0, 0, 0, 1]
+        assert m["dropped"]["bad_records_or_files"] == 2
+        assert m["dropped"]["by_category"] == {"bad_weight": 1, "corrupt": 1}
+        assert m["dropped"]["files_with_problems"] == ["a.ltprof", "c.ltprof"]
+        assert m["inputs"][1] == {"file": "b.heaptrack", "version_label": "v1"}
+        assert m["vocabulary"] == {"file": "vocab.txt", "size": 8, "given": None}
+        assert m["context"]["max_frames"] == 16 == m["config"]["context"]["max_frames"]
+        assert m["lifetimes_derived"] == {"files": 1}
+        assert m["files"]["imported_from"] == {"b.heaptrack": "heaptrack"}
+        program = m["files"]["programs"]["prog (v1)"]
+        assert (program["files"], program["samples"], program["incomplete_files"]) == (2, 11, 1)
+
+    with TestPipeline() as p:
+        out = _build_in_memory(p, config)
+        # By the number of training contexts holding a token, then alphabetically
+        # (byte order); 5 of them after the reserved three.
+        assert_that(out["vocabulary"], equal_to([[
+            "<pad>", "<unk>", "<sep>", "main", "Cache", "Put", "cache_insert", "int"]]),
+            label="vocabulary")
+        assert_that(out["shards"] | beam.Map(_decode_shard), equal_to(expected), label="shards")
+        assert_that(out["dead_letters"], equal_to([[
+            '{"category": "bad_weight", "file": "a.ltprof", "reason": "bad_weight: 1 sample"}',
+            '{"category": "corrupt", "file": "c.ltprof", "reason": "corrupt: record 0"}']]),
+            label="dead letters sorted")
+        assert_that(out["manifest"], check_manifest, label="manifest")
+
+
+def test_build_dataset_transform_uses_a_given_vocabulary_and_split():
+    given = Vocabulary.from_ranked(["registry_add", "main"])
+
+    def check(manifests):
+        [m] = manifests
+        assert m["vocabulary"] == {"file": "vocab.txt", "size": 5, "given": "given.txt"}
+        assert m["splits"]["train"]["contexts"] + m["splits"]["eval"]["contexts"] == 3
+        assert "lifetimes_derived" in m  # b.heaptrack's header says so
+
+    with TestPipeline() as p:
+        out = _build_in_memory(p, DatasetConfig(eval_percent=100), given, "given.txt")
+        assert_that(out["vocabulary"], equal_to([given.tokens]), label="given vocabulary")
+        assert_that(out["shards"] | beam.Map(lambda s: (s[0], len(s[1]))),
+                    equal_to([("eval-00000-of-00001", 3)]), label="all in eval")
+        assert_that(out["manifest"], check, label="manifest")
+
+
+# -- profile sources --------------------------------------------------------------
+
+
+class ToyImporter:
+    """A test-only importer (interop's contract: sniff, convert) of a text format:
+    a "toy-profile" line, then "site ms censored" lines."""
+
+    converted: list = []
+
+    def __init__(self, binary, addresses):
+        self.binary, self.addresses = binary, addresses
+
+    def sniff(self, path):
+        with open(path, "rb") as f:
+            return f.read(12) == b"toy-profile\n"
+
+    def convert(self, path, out_path):
+        from lifetime.errors import InputError
+
+        ToyImporter.converted.append(out_path)
+        samples = []
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f.read().splitlines()[1:], 2):
+                try:
+                    site, ms, censored = line.split()
+                    samples.append((site, float(ms), censored == "1"))
+                except ValueError:
+                    raise InputError(f"{path}: line {n}: not 'site ms censored'") from None
+        make_profile(out_path, self.binary, self.addresses, samples, version_label="v1",
+                     imported_from="toy", lifetimes_derived=True)
+
+
+@pytest.fixture
+def toy_source(sites):
+    from pipeline import sources
+
+    toy = ToyImporter(*sites)
+    source = sources.register(sources.importer_source("toy", load=lambda: toy))
+    yield source
+    sources.unregister("toy")
+
+
+def test_profile_sources_auto_detects_converts_and_dead_letters_the_rest(
+        profiles, tmp_path, toy_source):
+    import json
+    import os
+
+    (profiles / "c.toy").write_text("toy-profile\n" + "cache_insert 2 0\n" * 5
+                                    + "session_open 9000 0\n" * 3)
+    (profiles / "bad.toy").write_text("toy-profile\nnot a sample line\n")
+    (profiles / "notes.txt").write_text("nothing anyone recognises\n")
+    ToyImporter.converted.clear()
+    manifest = dataset.build_dataset([(str(profiles / "*"), "v1")], str(tmp_path / "ds"),
+                                     DatasetConfig(eval_percent=0))
+    # The imported file's samples are in the contexts with ours; its temporary
+    # .ltprof is gone.
+    assert manifest["files"]["programs"]["sites (v1)"]["files"] == 3
+    assert manifest["files"]["programs"]["sites (v1)"]["samples"] == 50 + 20 + 8
+    assert manifest["files"]["imported_from"] == {str(profiles / "c.toy"): "toy"}
+    assert manifest["lifetimes_derived"] == {"files": 1}
+    assert len(ToyImporter.converted) == 2
+    assert not any(os.path.exists(os.path.dirname(p)) for p in ToyImporter.converted)
+    dead = {d["file"].rsplit("/", 1)[1]: d for d in
+            map(json.loads, (tmp_path / "ds" / "dead_letters.jsonl").open())}
+    assert sorted(dead) == ["bad.toy", "notes.txt"]
+    assert dead["notes.txt"]["category"] == "unsupported"
+    assert "ltprof, heaptrack, tcmalloc, toy" in dead["notes.txt"]["reason"]
+    assert dead["bad.toy"]["category"] == "import_failed"
+    assert "line 2" in dead["bad.toy"]["reason"]
+    # A named format reads every file as that format: ours are then bad toy files.
+    named = dataset.build_dataset([(str(profiles / "c.toy"), "v1")], str(tmp_path / "toy"),
+                                  DatasetConfig(eval_percent=0), profile_format="toy")
+    assert named["splits"]["train"]["samples"] == 8
+
+
+def test_profile_formats_are_checked_before_the_job(profiles, tmp_path, capsys):
+    from lifetime.cli import main
+    from pipeline import sources
+
+    assert main(["build-dataset", "--profiles", str(profiles), "--format", "nope",
+                 "--out", str(tmp_path / "ds")]) == 1
+    assert "build-dataset: error: unknown profile format 'nope' (known: auto, ltprof" \
+        in capsys.readouterr().err
+    sources.register(sources.importer_source(
+        "broken", load=lambda: __import__("interop.no_such_importer")))
+    try:
+        with pytest.raises(LifetimeError, match="'broken'.*not available"):
+            sources.check_format("broken")
+        # Under auto, an importer that does not load recognises nothing; the rest read on.
+        assert sources.detect(str(profiles / "a.ltprof")) is sources.LTPROF
+        assert sources.detect(str(profiles / "nothing.bin")) is None
+    finally:
+        sources.unregister("broken")
