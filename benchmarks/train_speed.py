@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
-"""Training time to convergence on >= 100k contexts (issue 4 benchmark; target <= 10 min
-on 2 cores).
+"""Training time to convergence on >= 100k contexts (target <= 10 min on 2 cores).
 
 No real profile set here has 100k distinct contexts, so this writes a synthetic
-dataset in the exact `lifetime build-dataset` format (pipeline.dataset.make_example,
+dataset in the exact `lifetime build-dataset` format (pipeline.examples.make_example,
 vocab.txt, manifest.json): C++-like stacks drawn from a generated call graph, the
 label a hidden function of the allocation site's class and one caller's
 namespace (plus 3% label noise), sample counts Zipf(2)-distributed (capped at 1000). Then it times
@@ -34,7 +33,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from pipeline import tokenizer  # noqa: E402
-from pipeline.dataset import DatasetConfig, _summarize_contexts, make_example  # noqa: E402
+from lifetime.files import write_json  # noqa: E402
+from pipeline.dataset import DatasetConfig, summarize_contexts  # noqa: E402
+from pipeline.examples import make_example, shard_name, write_tfrecord  # noqa: E402
 
 
 def synthetic_contexts(n: int, seed: int = 0) -> list[dict]:
@@ -65,13 +66,12 @@ def synthetic_contexts(n: int, seed: int = 0) -> list[dict]:
         contexts.append({"context_id": cid, "program": "synthetic", "version_label": "v1",
                          "frames": list(frames), "tokens": tokenizer.tokenize(frames),
                          "label": label, "split": "eval" if rng.random() < 0.2 else "train",
-                         "stats": {"samples": samples}})
+                         # one label per context: every sample is in its class
+                         "stats": {"samples": samples, "pure_samples": samples}})
     return contexts
 
 
 def write_dataset(contexts: list[dict], out: str) -> None:
-    import tensorflow as tf
-
     os.makedirs(out, exist_ok=True)
     counts: dict[str, int] = {}
     for c in contexts:
@@ -80,18 +80,15 @@ def write_dataset(contexts: list[dict], out: str) -> None:
     vocab = tokenizer.Vocabulary.from_ranked(sorted(counts, key=lambda t: (-counts[t], t))[:5000])
     vocab.save(os.path.join(out, "vocab.txt"))
     for split in ("train", "eval"):
-        with tf.io.TFRecordWriter(os.path.join(out, f"{split}-00000-of-00001.tfrecord")) as w:
-            for c in contexts:
-                if c["split"] == split:
-                    w.write(make_example(c, vocab))
+        write_tfrecord(os.path.join(out, shard_name(split, 0, 1) + ".tfrecord"),
+                       (make_example(c, vocab) for c in contexts if c["split"] == split))
     config = DatasetConfig()
     manifest = {"format": "lifetime-dataset-v1", "tokenizer_version": tokenizer.TOKENIZER_VERSION,
                 "config": config.to_json(), "inputs": [], "synthetic": True,
                 "vocabulary": {"file": "vocab.txt", "size": len(vocab), "given": None},
-                "splits": _summarize_contexts(contexts, config.labels.num_classes),
+                "splits": summarize_contexts(contexts, config.labels.num_classes),
                 "files": {"programs": {}, "modules": {}}, "dropped": {"bad_records_or_files": 0}}
-    with open(os.path.join(out, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=2)
+    write_json(os.path.join(out, "manifest.json"), manifest)
 
 
 def main() -> int:

@@ -280,7 +280,7 @@ def _neg(token: str) -> tuple:
     return tuple(-b for b in token.encode("utf-8")) + (1,)
 
 
-def _summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
+def summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
     summary = {}
     for split in ("train", "eval"):
         rows = [c for c in labeled if c["split"] == split]
@@ -408,7 +408,7 @@ class BuildDataset(beam.PTransform):
                            | "Slim" >> beam.Map(lambda c: {k: c[k] for k in ("split", "label", "stats")})
                            | "AllContexts" >> beam.combiners.ToList()
                            | "SummarizeContexts" >> beam.Map(
-                               _summarize_contexts, config.labels.num_classes))
+                               summarize_contexts, config.labels.num_classes))
         file_stats = (inputs["file_stats"] | "AllFiles" >> beam.combiners.ToList())
         dead = inputs["dead_letters"] | "DeadLetters" >> SortedDeadLetters()
         manifest = (p | "One" >> beam.Create([None])
