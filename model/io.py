@@ -37,7 +37,7 @@ class ModelDirError(LifetimeError):
 
 def read_json(path: str, error: type[LifetimeError], missing: str) -> dict:
     """A JSON object file; `error` naming the file if it is absent (`missing` says what
-    that means), unreadable, not JSON or not an object."""
+    that means), unreadable, not JSON or not a JSON object."""
     if not os.path.isfile(path):
         raise error(f"{path}: {missing}")
     try:
@@ -46,7 +46,7 @@ def read_json(path: str, error: type[LifetimeError], missing: str) -> dict:
     except (OSError, ValueError) as e:  # ValueError: bad JSON or bad UTF-8
         raise error(f"{path}: not valid JSON ({e})") from None
     if not isinstance(value, dict):
-        raise error(f"{path}: not valid JSON (a {type(value).__name__}, not an object)")
+        raise error(f"{path}: not a JSON object (a JSON {type(value).__name__})")
     return value
 
 
