@@ -69,6 +69,7 @@ Malformed lines (unparsable numbers, a `+` naming an undefined node, a cut last 
 are counted by kind and the first of each named with its line number; the rest is
 kept.  A compressed stream that ends early keeps everything before the cut.  Memory:
 the live objects, the trace tree, the mappings, and the events of one ~10 ms window.
+(About 520 lines, a sixth of them this description of the format: one reader, one job.)
 """
 
 from __future__ import annotations
