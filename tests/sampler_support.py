@@ -104,6 +104,22 @@ def harness_binary(target: str, sanitizer: str = "") -> str:
     return str(build / "profiler" / target)
 
 
+def run_harness(binary: str, rounds: int, out_dir, env: dict[str, str]) -> str:
+    """Runs a harness (harness_binary) for `rounds`, writing its profile to out_dir,
+    under SANITIZER_ENV; fails on a hang, a sanitizer report or an exit status.
+    Returns its stdout."""
+    os.makedirs(out_dir, exist_ok=True)
+    env = dict(plain_env(), **SANITIZER_ENV, LIFETIME_OUT_DIR=str(out_dir), **env)
+    try:
+        proc = subprocess.run([binary, str(rounds)], env=env, capture_output=True, text=True,
+                              timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{binary} hung")
+    assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
 def run_sampled(argv, out_dir, interval=None, extra_env=None, check=True, timeout=120,
                 make_dir=True, **kwargs) -> subprocess.CompletedProcess:
     """Runs argv with the sampler (the launcher's environment); captures output."""

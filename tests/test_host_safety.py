@@ -29,8 +29,8 @@ import pytest
 from lifetime.errors import LifetimeError
 from profiler import launch
 from profiler_proto import read_profile
-from tests.sampler_support import (SANITIZER_ENV, SANITIZERS, compile_c, harness_binary,
-                                   only_profile, pb, plain_env, profile_files, read_all,
+from tests.sampler_support import (SANITIZERS, compile_c, harness_binary, only_profile, pb,
+                                   plain_env, profile_files, read_all, run_harness,
                                    run_sampled)
 
 
@@ -91,18 +91,11 @@ def test_signal_handler_harness(kind, full, tmp_path):
     and without ThreadSanitizer/AddressSanitizer, flushing every millisecond."""
     binary = harness_binary("lifetime_sampler_signals", kind)
     out = tmp_path / "out"
-    out.mkdir()
-    env = dict(plain_env(), **SANITIZER_ENV, LIFETIME_OUT_DIR=str(out), LIFETIME_FLUSH_MS="1",
-               **(FULL_TRACE if full else {"LIFETIME_INTERVAL_BYTES": "4096"}))
     rounds = 100000 if full else 300000
-    try:
-        proc = subprocess.run([binary, str(rounds)], env=env, capture_output=True, text=True,
-                              timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the harness hung (malloc in a SIGALRM handler)")
-    assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    words = proc.stdout.split()
+    stdout = run_harness(binary, rounds, out, {"LIFETIME_FLUSH_MS": "1",
+                                               **(FULL_TRACE if full else
+                                                  {"LIFETIME_INTERVAL_BYTES": "4096"})})
+    words = stdout.split()
     assert words[:2] == ["signals", "ok"] and words[4] == "1"
     assert words[2] == words[3], "the sampler started a thread"
     prof = only_profile(out)

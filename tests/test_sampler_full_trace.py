@@ -23,9 +23,9 @@ import pytest
 from lifetime import cli
 from profiler import launch
 from profiler_proto import ProfileReader
-from tests.sampler_support import (PRODUCERS, SANITIZER_ENV, SANITIZERS, harness_binary,
+from tests.sampler_support import (PRODUCERS, SANITIZERS, harness_binary,
                                    only_profile, pb, plain_env, profile_files, read_all,
-                                   run_sampled)
+                                   run_harness, run_sampled)
 
 FULL = {"LIFETIME_FULL_TRACE": "1"}
 MARK_BEGIN, MARK_END = 987651, 987652
@@ -230,16 +230,11 @@ def test_sanitizer_stress_harness(kind, tmp_path):
     TSan/ASan, every allocation traced, back-pressure on a 64-record buffer."""
     binary = harness_binary("lifetime_sampler_stress", kind)
     out = tmp_path / "out"
-    out.mkdir()
     per = 10000
-    env = dict(plain_env(), **SANITIZER_ENV, LIFETIME_OUT_DIR=str(out),
-               LIFETIME_FULL_TRACE="1", LIFETIME_FULL_TRACE_BUFFER="64",
-               LIFETIME_FLUSH_MS="20")
-    proc = subprocess.run([binary, str(per)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout == f"produced {per * PRODUCERS} consumed {per * PRODUCERS}\n"
+    stdout = run_harness(binary, per, out, {"LIFETIME_FULL_TRACE": "1",
+                                            "LIFETIME_FULL_TRACE_BUFFER": "64",
+                                            "LIFETIME_FLUSH_MS": "20"})
+    assert stdout == f"produced {per * PRODUCERS} consumed {per * PRODUCERS}\n"
     prof = only_profile(out)
     _complete(prof)
     assert len(prof.samples) >= per * PRODUCERS

@@ -15,13 +15,11 @@ threads, final flush).
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from tests.sampler_support import (PER_PRODUCER, PRODUCERS, SANITIZER_ENV, SANITIZERS,
+from tests.sampler_support import (PER_PRODUCER, PRODUCERS, SANITIZERS,
                                    check_cross_thread_profile, harness_binary, only_profile,
-                                   plain_env, run_sampled)
+                                   run_harness, run_sampled)
 
 
 def test_cross_thread_frees_lose_and_duplicate_nothing(bins, tmp_path):
@@ -35,16 +33,11 @@ def test_cross_thread_frees_lose_and_duplicate_nothing(bins, tmp_path):
 def test_sanitizer_harness_is_clean(kind, tmp_path):
     binary = harness_binary("lifetime_sampler_stress", kind)
     out = tmp_path / "out"
-    out.mkdir()
     per = 20000  # long enough (>100 ms even under ASan) for several periodic flushes
-    env = dict(plain_env(), **SANITIZER_ENV, LIFETIME_OUT_DIR=str(out),
-               LIFETIME_INTERVAL_BYTES="1",
-               LIFETIME_FLUSH_MS="20")  # many concurrent flushes while threads run
-    proc = subprocess.run([binary, str(per)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert "Sanitizer" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout == f"produced {per * PRODUCERS} consumed {per * PRODUCERS}\n"
+    stdout = run_harness(binary, per, out, {"LIFETIME_INTERVAL_BYTES": "1",
+                                            # many concurrent flushes while threads run
+                                            "LIFETIME_FLUSH_MS": "20"})
+    assert stdout == f"produced {per * PRODUCERS} consumed {per * PRODUCERS}\n"
     prof = only_profile(out)
     assert prof.chunks > 1  # periodic flushes ran on the threads, concurrently with the others
     check_cross_thread_profile(prof, per)
