@@ -34,7 +34,8 @@ import numpy as np  # noqa: E402
 
 from pipeline import tokenizer  # noqa: E402
 from lifetime.files import write_json  # noqa: E402
-from pipeline.dataset import DatasetConfig, summarize_contexts  # noqa: E402
+from pipeline.dataset import DatasetConfig  # noqa: E402
+from pipeline.manifest import FORMAT, summarize_contexts  # noqa: E402
 from pipeline.examples import make_example, shard_name, write_tfrecord  # noqa: E402
 
 
@@ -83,7 +84,7 @@ def write_dataset(contexts: list[dict], out: str) -> None:
         write_tfrecord(os.path.join(out, shard_name(split, 0, 1) + ".tfrecord"),
                        (make_example(c, vocab) for c in contexts if c["split"] == split))
     config = DatasetConfig()
-    manifest = {"format": "lifetime-dataset-v1", "tokenizer_version": tokenizer.TOKENIZER_VERSION,
+    manifest = {"format": FORMAT, "tokenizer_version": tokenizer.TOKENIZER_VERSION,
                 "config": config.to_json(), "inputs": [], "synthetic": True,
                 "vocabulary": {"file": "vocab.txt", "size": len(vocab), "given": None},
                 "splits": summarize_contexts(contexts, config.labels.num_classes),

@@ -26,7 +26,6 @@ example's `weight` feature, the training weight, is its number of samples.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
@@ -42,6 +41,7 @@ from lifetime.files import write_json
 from lifetime.errors import InputError
 from pipeline import context as context_def
 from pipeline import contexts, examples, lifetimes, sources, symbolize, tokenizer
+from pipeline.manifest import DEAD_LETTERS, MANIFEST, VOCAB, make_manifest, summarize_contexts
 from pipeline.contexts import MergeContextStats
 from pipeline.runner import make_pipeline
 from profiler_proto.container import ProfileFormatError, dead_letter
@@ -49,9 +49,6 @@ from profiler_proto.container import ProfileFormatError, dead_letter
 LOG = logging.getLogger(__name__)
 DEAD_LETTER = "dead_letter"
 FILE_STATS = "file_stats"
-MANIFEST = "manifest.json"
-VOCAB = "vocab.txt"
-DEAD_LETTERS = "dead_letters.jsonl"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,48 +277,6 @@ def _neg(token: str) -> tuple:
     return tuple(-b for b in token.encode("utf-8")) + (1,)
 
 
-def summarize_contexts(labeled: list[dict], num_classes: int) -> dict:
-    summary = {}
-    for split in ("train", "eval"):
-        rows = [c for c in labeled if c["split"] == split]
-        by_contexts, by_samples = [0] * num_classes, [0] * num_classes
-        pure = 0
-        for c in rows:
-            by_contexts[c["label"]] += 1
-            by_samples[c["label"]] += c["stats"]["samples"]
-            pure += c["stats"]["pure_samples"]
-        summary[split] = {"contexts": len(rows), "samples": sum(by_samples),
-                          # share of sampled objects whose own lifetime is in their
-                          # context's class: the ceiling of any stack-keyed predictor
-                          "label_purity": pure / sum(by_samples) if sum(by_samples) else None,
-                          "class_histogram_contexts": by_contexts,
-                          "class_histogram_samples": by_samples}
-    return summary
-
-
-def _summarize_files(file_stats: list[dict]) -> dict:
-    by_program = collections.defaultdict(lambda: {"files": 0, "samples": 0, "frames": 0,
-                                                  "named_frames": 0, "incomplete_files": 0})
-    modules, imported = {}, {}
-    for f in sorted(file_stats, key=lambda f: f["file"]):  # a module's last status wins
-        p = by_program[f"{f['program']} ({f['version_label']})"]
-        p["files"] += 1
-        p["samples"] += f["samples"]
-        p["frames"] += f["frames"]
-        p["named_frames"] += f["named_frames"]
-        p["incomplete_files"] += not f["complete"]
-        modules.update(f["modules"])
-        if f.get("imported_from"):
-            imported[f["file"]] = f["imported_from"]
-    for p in by_program.values():
-        p["symbolized_frame_share"] = p["named_frames"] / p["frames"] if p["frames"] else 0.0
-    summary = {"programs": dict(sorted(by_program.items())),
-               "modules": dict(sorted(modules.items()))}
-    if imported:  # the importer that made each file (Header.imported_from); ours: none
-        summary["imported_from"] = imported
-    return summary
-
-
 def write_lines(path: str, lines: Iterable[str]) -> str:
     """A text file of lines, through FileSystems (like lifetime.files.write_json)."""
     with FileSystems.create(path) as f:
@@ -413,7 +368,7 @@ class BuildDataset(beam.PTransform):
         dead = inputs["dead_letters"] | "DeadLetters" >> SortedDeadLetters()
         manifest = (p | "One" >> beam.Create([None])
                     | "Manifest" >> beam.Map(
-                        lambda _, ctx, fs, dl, v, d, st: _manifest(
+                        lambda _, ctx, fs, dl, v, d, st: make_manifest(
                             self._files, config, self._vocab_path, ctx, fs, dl, v, d, st),
                         beam.pvalue.AsSingleton(context_summary),
                         beam.pvalue.AsSingleton(file_stats), beam.pvalue.AsSingleton(dead),
@@ -477,29 +432,4 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
             f"{dropped['bad_records_or_files']} problems in "
             f"{len(dropped['files_with_problems'])} files, see "
             f"{FileSystems.join(out_dir, dropped['details'])}")
-    return manifest
-
-
-def _manifest(files, config, vocab_path, context_summary, file_stats, dead_lines, vocab,
-              definition, stripped):
-    dead = [json.loads(line) for line in dead_lines]
-    manifest = {
-        "format": "lifetime-dataset-v1",
-        "tokenizer_version": tokenizer.TOKENIZER_VERSION,
-        "config": config.to_json(),
-        "context": definition.to_json(),
-        "context_cuts": stripped,  # samples whose context starts below each wrapper
-        "inputs": [{"file": f, "version_label": label} for f, label in files],
-        "vocabulary": {"file": VOCAB, "size": len(vocab), "given": vocab_path},
-        "splits": context_summary,
-        "files": _summarize_files(file_stats),
-        "dropped": {"bad_records_or_files": len(dead),
-                    "by_category": dict(sorted(collections.Counter(
-                        d.get("category", "other") for d in dead).items())),
-                    "files_with_problems": sorted({d["file"] for d in dead}),
-                    "details": DEAD_LETTERS},
-    }
-    derived = sum(1 for f in file_stats if f.get("lifetimes_derived"))
-    if derived:  # lifetimes from per-stack aggregates (an importer), not per object
-        manifest["lifetimes_derived"] = {"files": derived}
     return manifest

@@ -57,10 +57,6 @@ def unregister(name: str) -> None:
     _SOURCES.pop(name, None)
 
 
-def names() -> list[str]:
-    return list(_SOURCES)
-
-
 def get(name: str) -> Source:
     """The source a --format value names (UsageError for an unknown one)."""
     if name not in _SOURCES:
