@@ -106,10 +106,9 @@ class ProfileToContextsFn(beam.DoFn):
             source = sources.resolve(path, self._format)
             with source.open(path) as reader:
                 yield from self._read(path, version_label, reader)
-        except (ProfileFormatError, sources.ImportFailed) as e:
+        except ProfileFormatError as e:  # unrecognised, unopenable, or import failed
             self._bad.inc()
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(
-                path, e.reason if isinstance(e, ProfileFormatError) else str(e)))
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(path, e.reason))
 
     def _read(self, path, version_label, reader):
         per_stack = contexts.stack_stats(reader.samples(), self._config.labels.clock)

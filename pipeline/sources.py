@@ -40,8 +40,8 @@ class Source:
     globs: tuple[str, ...] = ()     # what a directory of such files holds ("*.ltprof")
 
 
-class ImportFailed(Exception):
-    """An importer could not convert a file (the message says why)."""
+class ImportFailed(container.ProfileFormatError):
+    """An importer could not convert a file (category "import_failed")."""
 
 
 _SOURCES: dict[str, Source] = {}
@@ -184,7 +184,7 @@ def importer_source(name: str, load: Callable | None = None) -> Source:
             try:
                 module.convert(path, out)
             except (LifetimeError, OSError) as e:
-                raise ImportFailed(f"import_failed: {name}: {e}") from e
+                raise ImportFailed(path, f"import_failed: {name}: {e}") from e
             yield ProfileReader(out)
 
     return Source(name, sniff, open_imported)
