@@ -4,7 +4,7 @@ import pathlib
 import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = pathlib.Path(__file__).parent
@@ -30,14 +30,17 @@ def requirements() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+TOP_PACKAGES = ("lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator",
+                "interop")
+
 setup(
     name="lifetime-models",
     version="0.1.0",
     description="Offline training pipeline for learned memory-allocation lifetime models "
                 "(after LLAMA, Maas et al.)",
     python_requires=">=3.11",
-    packages=["lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator", "interop",
-              "interop.pprof"],
+    # Every package and sub-package of the project's folders (a new sub-package needs no edit).
+    packages=find_packages(include=[f"{top}{sub}" for top in TOP_PACKAGES for sub in ("", ".*")]),
     package_data={"profiler_proto": ["profile.proto", "README.md"],
                   "interop.pprof": ["profile.proto"]},
     install_requires=requirements(),
