@@ -364,6 +364,7 @@ def test_model_predictor_reports_cache_and_cost(model_run):
     assert m["model_id"] == manifest["model_id"]
     row = next(r for r in rep["table3"] if r["predictor"] == "model")
     assert row["accuracy_by_allocations"] > 0.5 and row["accuracy_per_context"] is not None
+    assert 0 <= row["accuracy_per_context_weighted"] <= 1
     md = (out / "report.md").read_text()
     assert "## Model predictor" in md and "model call (miss or revalidation)" in md
 
