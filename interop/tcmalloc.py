@@ -59,7 +59,8 @@ is no allocated-bytes clock (`Header.clocks` is CLOCK_MONOTONIC_NS only).
 
 Also mapped: mappings (hex build ids to bytes), stacks (each address + 1: return
 addresses like the sampler's), size (`request`, else `bytes`), alignment, the start
-time and duration.  Not carried over (counted or noted in the summary): deallocation
+time and duration; `Trailer.total_allocations`/`total_allocated_bytes` are the sums of
+the aggregates' counts and spaces (TCMalloc's estimates, not observed totals).  Not carried over (counted or noted in the summary): deallocation
 stacks (our schema has one stack per sample; an allocation sample without its
 deallocation partner is kept and counted), the CPU/thread matching labels, function
 names of symbolized locations (the dataset job symbolizes from the binaries).  Each
@@ -109,6 +110,7 @@ class Summary:
     format: str = NAME
     aggregates: int = 0          # allocation-side and censored pprof samples used
     objects: int = 0             # their counts (n), = the output's total weight
+    bytes: int = 0               # their allocated_space + censored_allocated_space
     censored_objects: int = 0
     samples: int = 0             # derived samples written
     censored: int = 0
@@ -282,6 +284,13 @@ class _Converter:
                if i < len(v) and v[i] != 0]
         return got[0] if len(got) == 1 else None
 
+    def _space(self, sample, kind: str) -> int:
+        """The sample's allocated_space or censored_allocated_space (0 if absent)."""
+        name = "censored_allocated_space" if kind == "censored" else "allocated_space"
+        types = [_string(self.path, self.strings, t.type) for t in self.profile.sample_type]
+        i = types.index(name) if name in types else len(sample.value)
+        return max(0, sample.value[i]) if i < len(sample.value) else 0
+
     def _mappings(self) -> list:
         out, statuses = [], {}
         for m in self.profile.mapping:
@@ -405,6 +414,7 @@ class _Converter:
                     s.stddev_clamped += clamped
                     s.aggregates += 1
                     s.objects += n
+                    s.bytes += self._space(sample, kind)
                     size = max(0, labels.get("request", (0, ""))[0]
                                or labels.get("bytes", (0, ""))[0])
                     alignment = max(0, labels.get("alignment", (0, ""))[0])
@@ -424,12 +434,17 @@ class _Converter:
                         write_record(out, chunk.SerializeToString())
                         chunk = profile_pb2.ProfileChunk()
                 chunk.trailer.CopyFrom(profile_pb2.Trailer(
+                    total_allocations=s.objects, total_allocated_bytes=s.bytes,
                     end_monotonic_ns=max(self.profile.duration_nanos, 0),
                     end_time_unix_ns=self.profile.time_nanos + self.profile.duration_nanos,
                     samples=s.samples, censored_samples=s.censored))
                 write_record(out, chunk.SerializeToString())
         except OSError as e:
             raise InputError(f"{out_path}: cannot write: {e.strerror or e}") from None
+        if not s.aggregates:  # every usable-looking sample named an undefined location
+            os.unlink(out_path)
+            raise InputError(f"{self.path}: no usable lifetime samples in this TCMalloc "
+                             f"profile ({self.summary.problems[0]})")
         s.stacks = len(self.stack_ids)
         return s
 

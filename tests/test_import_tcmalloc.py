@@ -218,6 +218,9 @@ def test_real_tcmalloc_profile(tmp_path):
     assert summary.objects == allocated + censored and summary.censored_objects == censored
     assert summary.dropped == {} and summary.unpaired_allocations == 0
     assert sum(s.weight for s in p.samples) == pytest.approx(allocated + censored)
+    assert p.trailer.total_allocations == allocated + censored
+    space = [names.index(n) for n in ("allocated_space", "censored_allocated_space")]
+    assert p.trailer.total_allocated_bytes == sum(s.value[i] for s in raw.sample for i in space)
     # Stacks are the locations' addresses + 1, leaf first, under the executable's mappings.
     addresses = {loc.address + 1 for loc in raw.location}
     assert {a for st in p.stacks.values() for a in st.addresses} <= addresses
@@ -274,6 +277,14 @@ def test_unusable_samples_are_dropped_counted_and_named(sites, tmp_path):
                                "undefined_location": 1}
     assert len(summary.problems) == 3 and summary.aggregates == 1
     assert summary.objects == 5
+    # Nothing usable at all: an error, and no output file.
+    only = Builder(binary)
+    only.freed(only.stack([addr["main"] + 8]), [999], 2, (MS, MS, MS, 1))
+    only.p.sample[0].location_id[:] = [999]
+    with pytest.raises(InputError, match=r"only\.pb: no usable lifetime samples .*"
+                                         r"undefined_location"):
+        tcmalloc.convert(only.write(tmp_path / "only.pb"), str(tmp_path / "only.ltprof"))
+    assert not os.path.exists(tmp_path / "only.ltprof")
 
 
 def test_bad_input_is_refused_naming_the_file(sites, sites_profile, tmp_path):
