@@ -19,7 +19,7 @@ from lifetime import cli
 from profiler_proto import profile_pb2, write_profile
 from simulator import NEVER, read_trace
 from simulator.convert import ConvertError, convert_profile, load_stacks, stacks_path
-from tests.conftest import proxy_binary
+from tests.proxy_support import proxy_binary
 
 MS = 1_000_000
 
@@ -384,3 +384,38 @@ def test_model_with_another_context_definition_is_refused(model_run, tmp_path, c
     line = _one_error_line(capsys)
     assert f"--model {other}" in line and "lifetime-context-v1" in line
     assert "cannot give the model the contexts it was trained on" in line
+
+
+def test_oracle_classes_match_the_proxy_ground_truth(full_profile, tmp_path):
+    """The proxy's designed lifetimes give the oracle a second check: on a full trace, the
+    T95 of the oracle classes of each ground-truth site's objects is the site's designed
+    class.  Checked for the sites whose objects die well inside the 3 s run (10ms, 100ms)
+    or never (inf); longer classes are cut short by the end of the run."""
+    from pipeline import symbolize as sym
+    from simulator.tables import context_label
+    from tests.proxy_support import GROUND_TRUTH
+
+    result = convert_profile(full_profile, tmp_path / "t.lttrace")
+    side = load_stacks(stacks_path(result.trace))
+    names = side["class_names"] if "class_names" in side and len(side["class_names"]) > 1 else \
+        side["label_scheme"]["class_names"]
+    symbolizer = sym.Symbolizer([profile_pb2.Mapping(**{k: (bytes.fromhex(v) if k == "build_id" else v)
+                                                        for k, v in m.items()})
+                                 for m in side["mappings"]], cache=sym.ModuleCache())
+    per_site: dict[str, list] = {}
+    for s in side["stacks"]:
+        site = sym.allocation_site(symbolizer.symbolize_stack(s["addresses"], leaf_is_return_address=True))
+        if site is not None:
+            acc = per_site.setdefault(site.function, [0] * len(s["objects"]))
+            per_site[site.function] = [a + b for a, b in zip(acc, s["objects"])]
+    checked = []
+    for site in GROUND_TRUTH["sites"]:
+        if site["class"] not in ("10ms", "100ms", "inf"):
+            continue
+        counts = per_site.get(site["functions"]["v1"])
+        assert counts is not None and sum(counts) >= 20, f"{site['id']}: too few objects {counts}"
+        got = names[context_label(counts)]
+        assert got == site["class"], f"{site['id']}: oracle T95 class {got}, designed {site['class']}"
+        checked.append(site["id"])
+    print("oracle vs ground truth:", checked)
+    assert len(checked) >= 4, checked
