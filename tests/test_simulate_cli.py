@@ -419,3 +419,14 @@ def test_oracle_classes_match_the_proxy_ground_truth(full_profile, tmp_path):
         checked.append(site["id"])
     print("oracle vs ground truth:", checked)
     assert len(checked) >= 4, checked
+
+
+def test_profiles_with_derived_lifetimes_are_refused(tmp_path):
+    """An imported TCMalloc lifetime profile has lifetimes but no timeline to replay."""
+    from interop import tcmalloc
+
+    data = os.path.join(os.path.dirname(__file__), "data", "tcmalloc_lifetimes.pb.gz")
+    ltprof = tmp_path / "tc.ltprof"
+    tcmalloc.convert(data, str(ltprof))
+    with pytest.raises(ConvertError, match="derived from per-stack aggregates .imported from tcmalloc"):
+        convert_profile(str(ltprof), tmp_path / "tc.lttrace")
