@@ -7,9 +7,7 @@ import os
 
 import pytest
 
-# proxy_binary and GROUND_TRUTH live in tests/proxy_support.py; kept importable from here
-# until every test module imports them from there.
-from tests.proxy_support import GROUND_TRUTH, proxy_binary  # noqa: F401
+from tests.proxy_support import proxy_binary
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
 

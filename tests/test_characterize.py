@@ -3,15 +3,14 @@
 import pytest
 
 from lifetime import cli
-from tests.synthetic import build_sites, make_profile
-from tests.test_dataset import SAMPLES_A, SAMPLES_B
+from tests.dataset_support import write_profiles
+from tests.synthetic import build_sites
 
 
 @pytest.fixture
 def profiles(tmp_path):
     binary, addresses = build_sites(tmp_path)
-    make_profile(str(tmp_path / "a.ltprof"), binary, addresses, SAMPLES_A, version_label="v1")
-    make_profile(str(tmp_path / "b.ltprof"), binary, addresses, SAMPLES_B, version_label="v1")
+    write_profiles(tmp_path, binary, addresses)
     return tmp_path
 
 

@@ -11,13 +11,10 @@ from lifetime.errors import LifetimeError
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
 from pipeline.tokenizer import Vocabulary
+from tests.dataset_support import EXPECTED_LABELS, SAMPLES_B, write_profiles
 from tests.synthetic import make_profile
 
 CONFIG = DatasetConfig(eval_percent=0)
-SAMPLES_A = ([("parse_request", 3.0, False)] * 20 + [("cache_insert", 300.0, False)] * 20
-             + [("registry_add", 5000.0, True)] * 10)
-SAMPLES_B = [("session_open", 3000.0, False)] * 19 + [("session_open", 10.0, True)]
-EXPECTED_LABELS = {"parse_request": 0, "cache_insert": 2, "session_open": 3, "registry_add": 7}
 
 
 @pytest.fixture
@@ -25,8 +22,7 @@ def profiles(tmp_path, sites):
     binary, addresses = sites
     d = tmp_path / "profiles"
     d.mkdir()
-    make_profile(str(d / "a.ltprof"), binary, addresses, SAMPLES_A, version_label="v1")
-    make_profile(str(d / "b.ltprof"), binary, addresses, SAMPLES_B, version_label="v1")
+    write_profiles(d, binary, addresses)
     return d
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig
-from tests.synthetic import build_sites, make_profile
-from tests.test_dataset import SAMPLES_A, SAMPLES_B
+from tests.dataset_support import write_profiles
+from tests.synthetic import build_sites
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,7 @@ def job_server_jar():
 
 def test_flink_writes_the_same_dataset_as_direct_runner(tmp_path, job_server_jar):
     binary, addresses = build_sites(tmp_path)
-    for name, samples in (("a", SAMPLES_A), ("b", SAMPLES_B)):
-        make_profile(str(tmp_path / f"{name}.ltprof"), binary, addresses, samples)
+    write_profiles(tmp_path, binary, addresses)
     inputs = [(str(tmp_path / "*.ltprof"), "v1")]
     config = DatasetConfig(eval_percent=50, num_shards=2)
     dataset.build_dataset(inputs, str(tmp_path / "direct"), config)

@@ -20,8 +20,9 @@ import sys
 import pytest
 
 from profiler import launch
-from tests.sampler_support import compile_c, only_profile, read_all, run_sampled
-from tests.test_sampler_threads import PER_PRODUCER, PRODUCERS, check_cross_thread_profile
+from tests.proxy_support import proxy_binary
+from tests.sampler_support import (PER_PRODUCER, PRODUCERS, check_cross_thread_profile, compile_c,
+                                   only_profile, read_all, run_sampled)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,6 @@ def _model_env(plugin: str) -> dict:
 
 
 def test_every_sample_carries_a_prediction(exported, tmp_path):
-    from tests.conftest import proxy_binary
 
     export_dir, _ = exported
     out = tmp_path / "out"
@@ -116,7 +116,6 @@ def test_fork_and_exec_with_a_model(exported, tmp_path):
 
 
 def test_an_unloadable_model_leaves_plain_profiling(tmp_path):
-    from tests.conftest import proxy_binary
 
     bad = tmp_path / "not-a-model.so"
     bad.write_bytes(b"\x7fELF garbage")
@@ -139,7 +138,6 @@ def test_profile_with_a_missing_export_is_a_clear_error(tmp_path):
 
 
 def test_evaluate_online_needs_predictions(exported, tmp_path):
-    from tests.conftest import proxy_binary
 
     export_dir, _ = exported
     out = tmp_path / "out"

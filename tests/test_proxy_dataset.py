@@ -6,7 +6,7 @@ import collections
 
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig
-from tests.conftest import GROUND_TRUTH
+from tests.proxy_support import GROUND_TRUTH
 
 
 def _read_examples(out_dir):
