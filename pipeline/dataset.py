@@ -44,6 +44,7 @@ from pipeline import contexts, examples, lifetimes, sources, symbolize, tokenize
 from pipeline.manifest import DEAD_LETTERS, MANIFEST, VOCAB, make_manifest, summarize_contexts
 from pipeline.contexts import MergeContextStats
 from pipeline.runner import make_pipeline
+from profiler_proto import profile_pb2
 from profiler_proto.container import ProfileFormatError, dead_letter
 
 LOG = logging.getLogger(__name__)
@@ -117,6 +118,13 @@ class ProfileToContextsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(path, e.reason))
         self._dropped.inc(sum(reader.dropped.values()))
         if reader.header is None:
+            return
+        if (self._config.labels.clock == "bytes"
+                and profile_pb2.CLOCK_ALLOCATED_BYTES not in reader.header.clocks):
+            # e.g. an imported TCMalloc lifetime profile: its bytes readings would all be 0.
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(
+                path, "clock_not_recorded: the labels use the allocated-bytes clock, which "
+                      "this profile does not record"))
             return
         if not reader.kept:
             self._empty.inc()

@@ -199,6 +199,13 @@ def test_build_dataset_on_the_import_marks_derived_lifetimes(sites_profile, tmp_
     # one context in each of classes 0 (<10ms), 1 (<100ms), 2 (<1s) and inf
     assert [i for i, c in enumerate(train["class_histogram_contexts"]) if c] == [0, 1, 2, 7]
 
+    # TCMalloc records no allocated-bytes clock: labels on that clock refuse the file
+    # (its bytes readings would all read as lifetime 0) instead of labelling it.
+    assert cli.main(["build-dataset", "--profiles", str(ltprof), "--out", str(tmp_path / "ds-bytes"),
+                     "--clock", "bytes", "--no-detect-wrappers"]) == 1
+    dead = (tmp_path / "ds-bytes" / "dead_letters.jsonl").read_text()
+    assert "clock_not_recorded" in dead and str(ltprof) in dead
+
 
 def test_real_tcmalloc_profile(tmp_path):
     """The committed real profile: counts carried over, designed lifetimes recovered."""
