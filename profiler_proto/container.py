@@ -56,7 +56,8 @@ FILE_CATEGORIES = {
     "truncated": "the file ends inside a record",
     "too_large": "a record declares more bytes than the reader accepts",
     "corrupt": "a checksum fails or a record is not a ProfileChunk",
-    "unsupported": "a schema version this reader does not know",
+    "unsupported": "a schema version this reader does not know, or a file no profile "
+                   "source (pipeline/sources.py) recognises",
     "bad_header": "no header first, a repeated header, or an impossible header field",
     "duplicate_chunk": "the same record bytes twice in one file (skipped)",
     "after_trailer": "a record after the trailer (skipped)",
@@ -73,7 +74,12 @@ SAMPLE_CATEGORIES = {  # why a sample is dropped (counted in ProfileReader.dropp
     "after_trailer": "in a record after the trailer",
     "duplicate_chunk": "in a duplicated record",
 }
-CATEGORIES = {**FILE_CATEGORIES, **SAMPLE_CATEGORIES}
+DATASET_CATEGORIES = {  # why the dataset job (pipeline/) sets a file aside, beyond the reader
+    "import_failed": "an importer (interop/) failed to convert it",
+    "clock_not_recorded": "the profile does not record the clock the labels use",
+    "symbolize_failed": "symbolizing its stacks raised an error",
+}
+CATEGORIES = {**FILE_CATEGORIES, **SAMPLE_CATEGORIES, **DATASET_CATEGORIES}
 
 
 class ProfileFormatError(LifetimeError):

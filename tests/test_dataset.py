@@ -11,6 +11,7 @@ from lifetime.errors import LifetimeError
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
 from pipeline.tokenizer import Vocabulary
+from profiler_proto import CATEGORIES
 from tests.dataset_support import EXPECTED_LABELS, SAMPLES_B, write_profiles
 from tests.synthetic import make_profile
 
@@ -207,6 +208,8 @@ def test_read_step_dead_letters_impossible_records_and_never_dies(profiles):
             ("huge.ltprof", "truncated", True), ("fifo.ltprof", "not_regular", True),
             ("neg.ltprof", "negative_lifetime", True), ("nan.ltprof", "bad_weight", True),
             ("dup.ltprof", "duplicate_chunk", True), ("zero.ltprof", "bad_header", True)]))
+        undocumented = read["dead_letter"] | beam.Filter(lambda x: x["category"] not in CATEGORIES)
+        assert_that(undocumented, equal_to([]), label="every category documented")
         counts = (read.contexts | beam.Map(lambda kv: (kv[0][2][0], kv[1].samples))
                   | beam.CombinePerKey(sum))
         # a, enum (unknown values are kept), dup (counted once) in full; neg and nan
@@ -426,6 +429,7 @@ def test_profile_sources_auto_detects_converts_and_dead_letters_the_rest(
     assert dead["notes.txt"]["category"] == "unsupported"
     assert "ltprof, heaptrack, tcmalloc, toy" in dead["notes.txt"]["reason"]
     assert dead["bad.toy"]["category"] == "import_failed"
+    assert {d["category"] for d in dead.values()} <= CATEGORIES.keys()
     assert "line 2" in dead["bad.toy"]["reason"]
     # A named format reads every file as that format: ours are then bad toy files.
     named = dataset.build_dataset([(str(profiles / "c.toy"), "v1")], str(tmp_path / "toy"),
