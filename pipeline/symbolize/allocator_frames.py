@@ -27,6 +27,9 @@ _GLIBC_INTERNAL = re.compile(
     r"^_mid_memalign$|^tcache_init$|^malloc_hook_ini$")
 #: Rule 1: modules that are allocation machinery as a whole (basename prefixes).
 SAMPLER_MODULE_PREFIXES = ("liblifetime_sampler",)
+#: Rule 2: other allocators' internals, by qualified-name prefix (TCMalloc linked into
+#: the program, as in an imported TCMalloc lifetime profile).
+ALLOCATOR_PREFIXES = ("tcmalloc::", "TCMallocInternal")
 #: Rule 4: runtime modules whose *unnamed* frames are stripped (basename prefixes).
 RUNTIME_MODULE_PREFIXES = ("libc.so", "libc-", "libstdc++.so", "ld-linux", "libgcc_s.so",
                            "libpthread.so")
@@ -46,7 +49,7 @@ def allocator_rule(frame: SymbolizedFrame) -> str | None:
     qualified = qualified_name(name)
     if qualified in ALLOCATOR_FUNCTIONS or _GLIBC_INTERNAL.match(qualified):
         return "allocator"
-    if qualified.startswith(("operator new", "operator delete")):
+    if qualified.startswith(("operator new", "operator delete", *ALLOCATOR_PREFIXES)):
         return "allocator"
     if qualified.startswith(STD_NAMESPACES):
         return "std"
@@ -69,7 +72,9 @@ def strip_allocator_frames(frames: Sequence[SymbolizedFrame]) -> list[Symbolized
        libc/C++-runtime function allocating for its caller (``strdup strndup
        wcsdup asprintf vasprintf __cxa_allocate_exception``, listed in
        ``ALLOCATOR_FUNCTIONS``), or any ``operator new`` / ``operator new[]`` /
-       ``operator delete`` overload (nothrow, sized, aligned), in any module.
+       ``operator delete`` overload (nothrow, sized, aligned), in any module; or
+       another allocator's internals linked into the program (``ALLOCATOR_PREFIXES``:
+       TCMalloc's ``tcmalloc::`` namespace and ``TCMallocInternal*`` entry points).
     3. ``std``: a function of the C++ standard library, i.e. whose qualified name
        starts with ``std::``, ``__gnu_cxx::`` or ``__cxxabiv1::`` -- allocators
        (``std::__new_allocator``, ``__gnu_cxx::new_allocator``,

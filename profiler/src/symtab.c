@@ -631,6 +631,8 @@ int lt_is_allocator_frame(const char *frame, size_t len, const char *module_base
   const char *q = frame + st;
   if (is_allocator_name(q, n)) return 1;
   if (starts(q, n, "operator new") || starts(q, n, "operator delete")) return 1;
+  /* symbolize.ALLOCATOR_PREFIXES */
+  if (starts(q, n, "tcmalloc::") || starts(q, n, "TCMallocInternal")) return 1;
   if (starts(q, n, "std::") || starts(q, n, "__gnu_cxx::") || starts(q, n, "__cxxabiv1::"))
     return 1;
   return 0;
