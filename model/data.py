@@ -15,6 +15,7 @@ import numpy as np
 
 from lifetime.errors import LifetimeError
 from model.io import read_json, read_vocab
+from pipeline.manifest import FORMAT, MANIFEST
 from pipeline.tokenizer import Vocabulary
 
 SPLITS = ("train", "eval")
@@ -118,10 +119,10 @@ def load_dataset(path: str) -> Dataset:
     """Reads a dataset directory; clear errors for anything missing."""
     if not os.path.isdir(path):
         raise DatasetError(f"dataset {path}: no such directory")
-    manifest = read_json(os.path.join(path, "manifest.json"), DatasetError,
+    manifest = read_json(os.path.join(path, MANIFEST), DatasetError,
                          "missing (not written by `lifetime build-dataset`, or the job did "
                          "not finish)")
-    if manifest.get("format") != "lifetime-dataset-v1":
+    if manifest.get("format") != FORMAT:
         raise DatasetError(f"dataset {path}: unknown format {manifest.get('format')!r}")
     vocab = read_vocab(path, DatasetError, "the dataset's vocabulary")
     files = {s: sorted(glob.glob(os.path.join(path, f"{s}-*.tfrecord"))) for s in SPLITS}

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import array
 import collections
+import os
 
 import numpy as np
 
+from model import io
 from model.metrics import classification_metrics, headline
 from pipeline import context as context_def
 from pipeline import contexts, lifetimes, symbolize
@@ -29,6 +31,9 @@ from pipeline.contexts import ContextStats
 from profiler_proto import ProfileReader
 from profiler_proto.container import dead_letter
 from lifetime.errors import LifetimeError
+
+
+EXPORT_MANIFEST = "export_manifest.json"  # what `lifetime export` writes beside the library
 
 
 class OnlineEvaluationError(LifetimeError):
@@ -40,18 +45,20 @@ def _percentile(values, q):
 
 
 def model_context(path: str) -> context_def.ContextDefinition:
-    """The context definition of a model directory or of a `lifetime export` directory."""
-    import os
-
-    for name in ("config.json", "export_manifest.json"):
-        file = os.path.join(path, name)
-        if os.path.isfile(file):
-            try:
-                return context_def.ContextDefinition.load(file)
-            except context_def.ContextDefinitionError as e:
-                raise OnlineEvaluationError(str(e)) from e
-    raise OnlineEvaluationError(f"{path}: neither a model directory (config.json) nor an "
-                                "export directory (export_manifest.json)")
+    """The context definition of a model directory (every `read_model_dir` check, a
+    ModelDirError naming the file otherwise) or of a `lifetime export` directory."""
+    if os.path.isfile(os.path.join(path, io.CONFIG_FILE)):
+        return io.read_model_dir(path).context
+    manifest_path = os.path.join(path, EXPORT_MANIFEST)
+    if not os.path.isfile(manifest_path):
+        raise OnlineEvaluationError(f"{path}: neither a model directory ({io.CONFIG_FILE}) "
+                                    f"nor an export directory ({EXPORT_MANIFEST})")
+    manifest = io.read_json(manifest_path, OnlineEvaluationError, "missing")
+    try:
+        return context_def.ContextDefinition.from_json(manifest.get("context"),
+                                                       where=manifest_path)
+    except context_def.ContextDefinitionError as e:
+        raise OnlineEvaluationError(str(e)) from e
 
 
 class _Predictions:

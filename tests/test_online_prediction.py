@@ -159,7 +159,7 @@ def test_evaluate_online_model_without_a_context_definition_fails_clearly(tmp_pa
     old.mkdir()
     (old / "export_manifest.json").write_text('{"format": "lifetime-export-v1"}')
     for model, expected in ((tmp_path / "empty", "neither a model directory"),
-                            (broken, "cannot read a context definition"),
+                            (broken, "config.json: not valid JSON"),
                             (old, "no context definition")):
         proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "evaluate-online",
                                "--model", str(model), str(tmp_path / "x.ltprof")],
