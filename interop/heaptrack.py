@@ -81,6 +81,7 @@ import re
 import zlib
 from typing import BinaryIO, Iterator
 
+from interop import ImportSummary
 from lifetime.errors import InputError, LifetimeError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
@@ -99,27 +100,14 @@ _KINDS = {b"+": "allocation", b"-": "free", b"t": "trace", b"c": "timestamp",
 
 
 @dataclasses.dataclass
-class Summary:
-    """What one import kept and dropped (`lifetime import` prints it as JSON)."""
+class Summary(ImportSummary):
+    """What one import kept and dropped, with heaptrack's own counters."""
 
-    source: str
-    output: str
     format: str = NAME
     lines: int = 0
-    samples: int = 0
-    censored: int = 0
-    stacks: int = 0
-    mappings: int = 0
     allocated_bytes: int = 0
     unmatched_frees: int = 0
-    dropped: dict = dataclasses.field(default_factory=dict)     # reason -> samples
     malformed: dict = dataclasses.field(default_factory=dict)   # kind -> lines
-    modules: dict = dataclasses.field(default_factory=dict)     # status -> [paths]
-    problems: list = dataclasses.field(default_factory=list)    # first of each kind
-    notes: list = dataclasses.field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 # ---------------------------------------------------------------- reading the file

@@ -80,6 +80,7 @@ import zlib
 
 from google.protobuf.message import DecodeError
 
+from interop import ImportSummary
 from lifetime.errors import InputError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
@@ -102,30 +103,18 @@ LIFETIME_LABELS = ("min_lifetime", "avg_lifetime", "max_lifetime", "stddev_lifet
 
 
 @dataclasses.dataclass
-class Summary:
-    """What one import kept and dropped (`lifetime import` prints it as JSON)."""
+class Summary(ImportSummary):
+    """What one import kept and dropped, with the aggregates' own counters (`samples`
+    are the derived samples written, `dropped` counts pprof samples)."""
 
-    source: str
-    output: str
     format: str = NAME
     aggregates: int = 0          # allocation-side and censored pprof samples used
     objects: int = 0             # their counts (n), = the output's total weight
     bytes: int = 0               # their allocated_space + censored_allocated_space
     censored_objects: int = 0
-    samples: int = 0             # derived samples written
-    censored: int = 0
-    stacks: int = 0
-    mappings: int = 0
     stddev_clamped: int = 0
     unpaired_allocations: int = 0
     deallocation_stacks_not_kept: int = 0
-    dropped: dict = dataclasses.field(default_factory=dict)   # reason -> pprof samples
-    modules: dict = dataclasses.field(default_factory=dict)   # status -> [paths]
-    problems: list = dataclasses.field(default_factory=list)  # first of each kind
-    notes: list = dataclasses.field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 # ---------------------------------------------------------------- reading the file

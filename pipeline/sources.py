@@ -182,10 +182,15 @@ def importer_source(name: str, load: Callable | None = None) -> Source:
         with tempfile.TemporaryDirectory(prefix=f"lifetime-{name}-") as tmp:
             out = os.path.join(tmp, os.path.basename(path) + container.SUFFIX)
             try:
-                module.convert(path, out)
+                summary = module.convert(path, out)
             except (LifetimeError, OSError) as e:
                 raise ImportFailed(path, f"import_failed: {name}: {e}") from e
-            yield ProfileReader(out)
+            reader = ProfileReader(out)
+            # What the importer kept but found wrong (a cut tail, malformed lines) is
+            # dead-lettered against the original file, like a reader's own problems.
+            reader.problems.extend(container.ProfileFormatError(path, f"import_problem: {name}: {p}")
+                                   for p in getattr(summary, "problems", ()))
+            yield reader
 
     return Source(name, sniff, open_imported)
 

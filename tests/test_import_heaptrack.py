@@ -133,6 +133,18 @@ def test_malformed_lines_are_counted_and_the_rest_kept(ls_raw, tmp_path):
     assert summary.samples == good.samples
     assert any(p.startswith(f"bad_allocation: line {first_alloc + 1}:") for p in summary.problems)
 
+    # Fed straight to build-dataset, the file's samples are used and what the importer
+    # found wrong is dead-lettered against it (one line per problem kind).
+    import json
+
+    ds = tmp_path / "ds"
+    assert cli.main(["build-dataset", "--format", "heaptrack", "--profiles", str(path),
+                     "--out", str(ds), "--no-detect-wrappers"]) == 0
+    dead = [json.loads(line) for line in (ds / "dead_letters.jsonl").read_text().splitlines()]
+    assert {d["category"] for d in dead} == {"import_problem"}
+    assert all(d["file"] == str(path) for d in dead) and len(dead) == 3
+    assert any("heaptrack: bad_allocation: line" in d["reason"] for d in dead)
+
 
 def test_wrong_format_and_interpreted_files_are_refused(ls_raw, tmp_path):
     junk = tmp_path / "notes.txt"
