@@ -76,6 +76,8 @@ SAMPLE_CATEGORIES = {  # why a sample is dropped (counted in ProfileReader.dropp
 }
 DATASET_CATEGORIES = {  # why the dataset job (pipeline/) sets a file aside, beyond the reader
     "import_failed": "an importer (interop/) failed to convert it",
+    "import_problem": "an importer kept the file but found part of it unusable (a cut "
+                      "tail, malformed lines); its usable part is read",
     "clock_not_recorded": "the profile does not record the clock the labels use",
     "symbolize_failed": "symbolizing its stacks raised an error",
 }
