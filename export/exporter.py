@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from export import codegen, graph as graphs, runtime_build
+from export import EXPORT_MANIFEST, codegen, graph as graphs, runtime_build
 from lifetime.errors import LifetimeError
 from lifetime.files import write_json
 from model import io
@@ -241,7 +241,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     md = io.read_model_dir(str(model_dir))
     hp = md.hparams
     out = pathlib.Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not (out / "export_manifest.json").exists():
+    if out.exists() and any(out.iterdir()) and not (out / EXPORT_MANIFEST).exists():
         raise ExportError(f"{out}: exists and is not an earlier export; refusing to overwrite")
     runtime = runtime_build.ensure_runtime()
     model_id = model_id_of(md)
@@ -281,5 +281,5 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         "parts_sha256": parts,
         "seconds": round(time.monotonic() - start, 1),
     }
-    write_json(str(out / "export_manifest.json"), manifest)
+    write_json(str(out / EXPORT_MANIFEST), manifest)
     return manifest

@@ -23,6 +23,7 @@ import os
 
 import numpy as np
 
+from export import EXPORT_MANIFEST
 from model import io
 from model.metrics import classification_metrics, headline
 from pipeline import context as context_def
@@ -33,7 +34,6 @@ from profiler_proto.container import dead_letter
 from lifetime.errors import LifetimeError
 
 
-EXPORT_MANIFEST = "export_manifest.json"  # what `lifetime export` writes beside the library
 
 
 class OnlineEvaluationError(LifetimeError):

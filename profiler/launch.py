@@ -42,6 +42,7 @@ import sys
 import time
 from typing import Mapping, Sequence
 
+from export import EXPORT_MANIFEST
 from lifetime.errors import LifetimeError, UsageError
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def _check_context(root: pathlib.Path) -> None:
     from pipeline.context import ContextDefinition, ContextDefinitionError
 
     try:
-        ContextDefinition.load(str(root / "export_manifest.json"))
+        ContextDefinition.load(str(root / EXPORT_MANIFEST))
     except ContextDefinitionError as e:
         raise ModelExportError(f"{e}; the sampler would not give the model the contexts it "
                                "was trained on (re-train and re-export)") from e

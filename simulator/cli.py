@@ -23,6 +23,7 @@ import sys
 import time
 
 from lifetime.errors import LifetimeError, UsageError
+from pipeline.manifest import MANIFEST
 
 
 class SimulateError(LifetimeError):
@@ -93,7 +94,7 @@ def _label_scheme(dataset: str):
         dataset_context(dataset)  # fails early: a dataset with no context definition
     except LifetimeError as e:
         raise SimulateError(f"--train {dataset}: {e}") from e
-    manifest = os.path.join(dataset, "manifest.json")
+    manifest = os.path.join(dataset, MANIFEST)
     try:
         with open(manifest, encoding="utf-8") as f:
             labels = json.load(f)["config"]["labels"]

@@ -22,6 +22,7 @@ import dataclasses
 import os
 from typing import Callable
 
+from export import EXPORT_MANIFEST
 from lifetime.errors import LifetimeError
 
 FORMAT = "lifetime-model-contexts-v1"
@@ -51,7 +52,7 @@ def load_export(export_dir: str):
 
     if not os.path.isdir(export_dir):
         raise ModelInputError(f"--model {export_dir}: no such model export directory")
-    path = os.path.join(export_dir, "export_manifest.json")
+    path = os.path.join(export_dir, EXPORT_MANIFEST)
     if not os.path.isfile(path):
         raise ModelInputError(f"--model {export_dir}: not a `lifetime export` output "
                               "(no export_manifest.json)")
