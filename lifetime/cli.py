@@ -9,6 +9,7 @@ import sys
 
 from lifetime.errors import LifetimeError, UsageError, printable
 from lifetime.files import writable_dir, writable_parent
+from lifetime.symbol_options import add_symbol_options, symbol_options
 
 
 def _positive_int(text: str) -> int:
@@ -44,7 +45,7 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
     from model.online import evaluate_online, model_context
 
     result = evaluate_online(args.profiles, model_context(args.model), _label_scheme(args),
-                             **_symbol_options(args))
+                             **symbol_options(args))
     h, cache, cost = result["headline"], result["cache"], result["cost_ns_per_sampled_allocation"]
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print(f"{result['profiles']} profiles, {result['contexts']} contexts, "
@@ -134,25 +135,6 @@ def _context_options(args: argparse.Namespace) -> dict:
     return {"context": definition, "detect_wrappers": not args.no_detect_wrappers}
 
 
-def _symbol_options(args: argparse.Namespace) -> dict:
-    """debug_dirs and sysroot (DatasetConfig fields, ModuleCache arguments)."""
-    from pipeline import symbolize
-
-    symbolize.check_search_paths(args.debug_dir, args.sysroot)
-    return {"debug_dirs": tuple(args.debug_dir or symbolize.DEFAULT_DEBUG_DIRS),
-            "sysroot": args.sysroot or ""}
-
-
-def _add_symbol_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--debug-dir", action="append", metavar="DIR",
-                   help="directory of separate debug files (.build-id/xx/yyyy.debug, "
-                        ".gnu_debuglink targets); repeatable (default: /usr/lib/debug)")
-    p.add_argument("--sysroot", metavar="DIR",
-                   help="read the profiled binaries from under DIR first (another machine's "
-                        "files, or packages unpacked under a private root); debug "
-                        "directories are searched under it too")
-
-
 def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
     import os
 
@@ -160,7 +142,7 @@ def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
 
     config = DatasetConfig(vocab_size=args.vocab_size, eval_percent=args.eval_percent,
                            num_shards=args.shards, labels=_label_scheme(args),
-                           **_context_options(args), **_symbol_options(args))
+                           **_context_options(args), **symbol_options(args))
     vocab = args.vocab or (os.path.join(args.like, "vocab.txt") if args.like else None)
     writable_dir(args.out)
     manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
@@ -187,7 +169,7 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
     from pipeline.dataset import DatasetConfig
 
     config = DatasetConfig(labels=_label_scheme(args), **_context_options(args),
-                           **_symbol_options(args))
+                           **symbol_options(args))
     writable_dir(args.out)
     workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
                                     config, args.out, beam_args, profile_format=args.format)
@@ -218,7 +200,7 @@ def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
                    help="do not add the wrappers found in the data")
     p.add_argument("--no-builtin-wrappers", action="store_true",
                    help="do not strip the built-in list of well-known allocation APIs")
-    _add_symbol_options(p)
+    add_symbol_options(p)
     p.add_argument("--clock", choices=("wall", "bytes"), default="wall",
                    help="label clock: wall time (ms) or allocated bytes")
     p.add_argument("--boundaries", metavar="B1,B2,...",
@@ -260,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clock", choices=("wall", "bytes"), default="wall")
     p.add_argument("--boundaries", metavar="B1,B2,...")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    _add_symbol_options(p)
+    add_symbol_options(p)
     p.set_defaults(func=_cmd_evaluate_online)
 
     p = sub.add_parser("inspect", help="print a profile file's header, counts and samples")

@@ -23,6 +23,7 @@ import sys
 import time
 
 from lifetime.errors import LifetimeError, UsageError
+from lifetime.symbol_options import add_symbol_options
 from pipeline.manifest import MANIFEST
 
 
@@ -59,9 +60,7 @@ def add_parser(sub) -> None:
     p.add_argument("--run-records", type=int, default=None, metavar="N",
                    help="records per sorted run when converting (memory: 48 bytes each; "
                         "default 1M)")
-    p.add_argument("--debug-dir", action="append", metavar="DIR",
-                   help="directory of separate debug files for symbolizing; repeatable")
-    p.add_argument("--sysroot", metavar="DIR", help="read the profiled binaries from under DIR first")
+    add_symbol_options(p)
     p.set_defaults(func=run)
 
 

@@ -257,23 +257,26 @@ def test_bad_debug_dir_and_sysroot_options(tmp_path):
 
 def test_cli_flags_reach_the_dataset_config(tmp_path):
     from lifetime import cli
+    from lifetime.symbol_options import symbol_options
     from pipeline.dataset import DatasetConfig
 
     parser = cli.build_parser()
     for argv in (["build-dataset", "--profiles", "x", "--out", str(tmp_path)],
                  ["characterize", "--profiles", "x", "--out", str(tmp_path)],
-                 ["evaluate-online", "p.ltprof", "--model", str(tmp_path)]):
+                 ["evaluate-online", "p.ltprof", "--model", str(tmp_path)],
+                 ["simulate", "p.ltprof", "--train", str(tmp_path), "--out", str(tmp_path)],
+                 ["pprof", "p.ltprof", "-o", str(tmp_path / "p.pb.gz")]):
         args, _ = parser.parse_known_args(argv + ["--debug-dir", str(tmp_path),
                                                   "--debug-dir", "/usr/lib/debug",
                                                   "--sysroot", str(tmp_path)])
-        options = cli._symbol_options(args)
+        options = symbol_options(args)
         assert options == {"debug_dirs": (str(tmp_path), "/usr/lib/debug"),
                            "sysroot": str(tmp_path)}, argv
         args, _ = parser.parse_known_args(argv + ["--debug-dir", str(tmp_path / "missing")])
         with pytest.raises(UsageError, match="--debug-dir .*missing: not a directory"):
-            cli._symbol_options(args)
+            symbol_options(args)
         args, _ = parser.parse_known_args(argv)
-        assert cli._symbol_options(args) == {"debug_dirs": sym.DEFAULT_DEBUG_DIRS, "sysroot": ""}
+        assert symbol_options(args) == {"debug_dirs": sym.DEFAULT_DEBUG_DIRS, "sysroot": ""}
     # Recorded in the manifest's configuration (manifest["config"] is config.to_json()).
     config = DatasetConfig(debug_dirs=(str(tmp_path),), sysroot=str(tmp_path)).to_json()
     assert json.loads(json.dumps(config))["debug_dirs"] == [str(tmp_path)]

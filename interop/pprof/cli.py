@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from lifetime.errors import printable
+from lifetime.symbol_options import add_symbol_options, symbol_options
 
 
 def add_parser(sub) -> None:
@@ -28,9 +29,7 @@ def add_parser(sub) -> None:
                         "lifetime_class (<10ms ... >=1000s, never freed)")
     p.add_argument("--no-inline-frames", action="store_true",
                    help="one frame per address (no DWARF inline frames)")
-    p.add_argument("--debug-dir", action="append", metavar="DIR",
-                   help="directory of separate debug files for symbolizing; repeatable")
-    p.add_argument("--sysroot", metavar="DIR", help="read the profiled binaries from under DIR first")
+    add_symbol_options(p)
     p.set_defaults(func=run)
 
 
@@ -42,9 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from interop import pprof
     from pipeline import symbolize
 
-    symbolize.check_search_paths(args.debug_dir, args.sysroot)
-    cache = symbolize.ModuleCache(
-        debug_dirs=args.debug_dir or symbolize.DEFAULT_DEBUG_DIRS, sysroot=args.sysroot)
+    opts = symbol_options(args)
+    cache = symbolize.ModuleCache(debug_dirs=opts["debug_dirs"], sysroot=opts["sysroot"] or None)
     summary = pprof.write(
         args.profiles, args.out, view=args.view, group_by_class=args.group_by_class,
         cache=cache, inline_frames=not args.no_inline_frames,
