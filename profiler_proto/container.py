@@ -18,6 +18,11 @@ is allocated; only regular files are opened; and every impossible record is repo
 as a `ProfileFormatError` (category + detail naming the file, the record and its byte
 offset) and left out, never used.  `read_profile` merges a whole (small) file on top
 of it.  Whatever the bytes, the reader raises nothing but `ProfileFormatError`.
+
+Why one module past 500 lines: the framing, the dead-letter categories and the
+validating reader are one contract (what a record may hold is what the reader checks,
+and a category names what it refused); split, each part would import the others'
+internals.
 """
 
 from __future__ import annotations
