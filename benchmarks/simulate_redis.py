@@ -51,6 +51,8 @@ from benchmarks.servers import redis, redis_phases  # noqa: E402
 
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 ROWS = ("oracle", "model", "exact", "site", "one_class")
+NAMES = {"oracle": "LLAMA + oracle", "model": "LLAMA + model", "exact": "LLAMA + exact table",
+         "site": "LLAMA + site table", "one_class": "LLAMA + one class"}
 MB = 1 << 20
 LOG: list[str] = []
 
@@ -236,8 +238,6 @@ def combine(outs: list[str]) -> int:
             text += f" ± {s['sd'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})"
         return text
 
-    names = {"oracle": "LLAMA + oracle", "model": "LLAMA + model", "exact": "LLAMA + exact table",
-             "site": "LLAMA + site table", "one_class": "LLAMA + one class"}
     lines = [f"# Redis {out['test']} (full trace), trained on {', '.join(out['train'])}: "
              f"load seeds {out['load_seeds']}, {out['runs']} runs (load seed x model seed)", "",
              f"baseline steady {pm(base['baseline_steady_state_bytes'], 1 / MB)} MiB, peak "
@@ -251,7 +251,7 @@ def combine(outs: list[str]) -> int:
         return text if text == "n/a" else text + "%"
 
     for label, r in rows.items():
-        lines.append(f"| {names[label]} | {pc(r['accuracy_by_allocations'])} | "
+        lines.append(f"| {NAMES[label]} | {pc(r['accuracy_by_allocations'])} | "
                      f"{pc(r['accuracy_per_context_weighted'])} | {pc(r['accuracy_per_context'])} | "
                      f"{pm(r['llama_steady_state_bytes'], 1 / MB)} | {pm(r['llama_peak_bytes'], 1 / MB)} | "
                      f"{pc(r['fragmentation_reduction'])} | {pc(r['peak_fragmentation_reduction'])} |")
@@ -271,8 +271,6 @@ def markdown(r: dict) -> str:
         return (f"{s['mean'] * scale:.{digits}f}" if s["sd"] < 5e-7 * max(1, abs(s["mean"]))
                 else f"{s['mean'] * scale:.{digits}f} ± {s['sd'] * scale:.{digits}f}")
 
-    names = {"oracle": "LLAMA + oracle", "model": "LLAMA + model", "exact": "LLAMA + exact table",
-             "site": "LLAMA + site table", "one_class": "LLAMA + one class"}
     s = r["summary"]
     b = s["oracle"]
     lines = [f"# Redis {r['test']} (full trace), model trained on {', '.join(r['train'])} "
@@ -286,7 +284,7 @@ def markdown(r: dict) -> str:
              f"{pm(b['baseline_peak_bytes'], 1 / MB)} | {pm(b['live_steady_state_bytes'], 1 / MB)} "
              f"| {pm(b['live_peak_bytes'], 1 / MB)} | 0 | 0 |"]
     for label, row in s.items():
-        lines.append(f"| {names.get(label, label)} | {pm(row['accuracy_by_allocations'], 100)}% | "
+        lines.append(f"| {NAMES.get(label, label)} | {pm(row['accuracy_by_allocations'], 100)}% | "
                      f"{pm(row['accuracy_by_bytes'], 100)}% | "
                      f"{pm(row['llama_steady_state_bytes'], 1 / MB)} | "
                      f"{pm(row['llama_peak_bytes'], 1 / MB)} | "

@@ -23,7 +23,7 @@ import sys
 import time
 
 from lifetime.errors import LifetimeError, UsageError
-from lifetime.symbol_options import add_symbol_options
+from lifetime.symbol_options import add_symbol_options, symbol_options
 from pipeline.manifest import MANIFEST
 
 
@@ -128,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         model_input.load_export(args.model)  # a bad --model fails before any work
     if args.series_interval_ms is not None and args.series_interval_ms <= 0:
         raise UsageError(f"--series-interval-ms {args.series_interval_ms}: must be positive")
+    symbols = symbol_options(args)  # checked before any work, like the other commands
+    debug_dirs, sysroot = symbols["debug_dirs"], symbols["sysroot"] or None
     if args.deadline_k is not None and args.deadline_k <= 0:
         raise UsageError(f"--deadline-k {args.deadline_k}: must be positive")
     engine = _engine()
@@ -151,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
              "sampled objects only and underestimates the heap (nothing is scaled up)")
 
     tbl = tables.build_tables(args.train, side, os.path.join(args.out, "tables"),
-                              debug_dirs=args.debug_dir, sysroot=args.sysroot, progress=_say)
+                              debug_dirs=debug_dirs, sysroot=sysroot, progress=_say)
     specs = ["oracle", f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
              f"one_class=constant:{tbl.majority}"]
     mi, served_path = None, None
@@ -160,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             mi = model_input.prepare(args.model, side, os.path.join(args.out, "model"),
                                      class_names=tbl.class_names,
                                      reuse=(tbl.context, tbl.stack_context),
-                                     debug_dirs=args.debug_dir, sysroot=args.sysroot, progress=_say)
+                                     debug_dirs=debug_dirs, sysroot=sysroot, progress=_say)
         except model_input.ModelInputError as e:
             raise SimulateError(str(e)) from None
         specs.append(f"model=model:{mi.contexts_file}")

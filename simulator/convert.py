@@ -241,13 +241,6 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
         a_alloc, a_free, a_size, a_stack, a_tid, a_align = (cols[k] for k in
                                                             ("alloc", "free", "size", "stack", "tid", "align"))
         for s in reader.samples():
-            if reader.header is not None and reader.header.lifetimes_derived:
-                # Imported aggregates (e.g. TCMalloc's lifetime profiles) have lifetimes
-                # but no timeline: there is no order of events to replay.
-                raise ConvertError(f"{path}: its lifetimes were derived from per-stack "
-                                   f"aggregates (imported from "
-                                   f"{reader.header.imported_from or 'another profiler'}), "
-                                   "not recorded object by object: there is no trace to replay")
             size = s.size
             if size >= MAX_SIZE:
                 skipped["size_over_16TiB"] = skipped.get("size_over_16TiB", 0) + 1
@@ -282,6 +275,13 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
         if reader.header is None:
             reason = reader.problems[0].reason if reader.problems else "empty: no header"
             raise ConvertError(f"{path}: {reason}")
+        if reader.header.lifetimes_derived:
+            # Imported aggregates (e.g. TCMalloc's lifetime profiles, a few samples per
+            # stack) have lifetimes but no timeline: there is no order of events to replay.
+            raise ConvertError(f"{path}: its lifetimes were derived from per-stack "
+                               f"aggregates (imported from "
+                               f"{reader.header.imported_from or 'another profiler'}), "
+                               "not recorded object by object: there is no trace to replay")
         if not runs:
             dropped = sum(reader.dropped.values())
             raise ConvertError(f"{path}: empty: the profile holds no usable samples"

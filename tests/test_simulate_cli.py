@@ -260,6 +260,9 @@ def test_bad_inputs_give_one_clear_line(train_dataset, full_profile, tmp_path, c
     assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
                      "--model", str(tmp_path / "nodir")]) == 1
     assert "no such model export directory" in _one_error_line(capsys)
+    assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
+                     "--debug-dir", str(tmp_path / "nodebug")]) == 1
+    assert "--debug-dir" in (line := _one_error_line(capsys)) and "not a directory" in line
 
     # A trace without its side file, and a trace the engine refuses.
     trace = tmp_path / "t.lttrace"
@@ -392,16 +395,14 @@ def test_oracle_classes_match_the_proxy_ground_truth(full_profile, tmp_path):
     class.  Checked for the sites whose objects die well inside the 3 s run (10ms, 100ms)
     or never (inf); longer classes are cut short by the end of the run."""
     from pipeline import symbolize as sym
+    from simulator.convert import MappingRecord
     from simulator.tables import context_label
     from tests.proxy_support import GROUND_TRUTH
 
     result = convert_profile(full_profile, tmp_path / "t.lttrace")
     side = load_stacks(stacks_path(result.trace))
-    names = side["class_names"] if "class_names" in side and len(side["class_names"]) > 1 else \
-        side["label_scheme"]["class_names"]
-    symbolizer = sym.Symbolizer([profile_pb2.Mapping(**{k: (bytes.fromhex(v) if k == "build_id" else v)
-                                                        for k, v in m.items()})
-                                 for m in side["mappings"]], cache=sym.ModuleCache())
+    names = side["class_names"]
+    symbolizer = sym.Symbolizer([MappingRecord(m) for m in side["mappings"]], cache=sym.ModuleCache())
     per_site: dict[str, list] = {}
     for s in side["stacks"]:
         site = sym.allocation_site(symbolizer.symbolize_stack(s["addresses"], leaf_is_return_address=True))
