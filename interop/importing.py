@@ -11,7 +11,6 @@ to OUT_DIR/import_summary.json.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -69,14 +68,6 @@ def output_name(path: str) -> str:
     return _COMPRESSION.sub("", base) + SUFFIX
 
 
-def summary_json(summary) -> dict:
-    if hasattr(summary, "to_json"):
-        return summary.to_json()
-    if dataclasses.is_dataclass(summary):
-        return dataclasses.asdict(summary)
-    return dict(summary)
-
-
 def import_files(files: list[str], fmt: str, out_dir: str, **options) -> tuple[list, list]:
     """(summaries of the imported files, [(file, error message)] of the others)."""
     if fmt != "auto":
@@ -92,7 +83,7 @@ def import_files(files: list[str], fmt: str, out_dir: str, **options) -> tuple[l
         names[out] = path
         try:
             name = detect(path) if fmt == "auto" else fmt
-            done.append(summary_json(interop.importer(name).convert(path, out, **options)))
+            done.append(interop.importer(name).convert(path, out, **options).to_json())
         except UsageError:
             raise
         except LifetimeError as e:

@@ -3,7 +3,7 @@ profile's samples into them.
 
 A context is (program, version label, symbolized frames).  A profile's samples are
 aggregated per stack as they stream in (`stack_stats`, lifetimes on the label clock:
-`lifetime_on_clock`), then per context once the stacks are symbolized
+`lifetimes.lifetime_on_clock`), then per context once the stacks are symbolized
 (`merge_by`); the dataset job's read step and `lifetime evaluate-online` both do
 exactly this.  Each profile file contributes one partial `ContextStats` per context;
 `MergeContextStats` merges partials across files, so raw samples never travel
@@ -22,8 +22,6 @@ import apache_beam as beam
 import numpy as np
 
 from pipeline import lifetimes
-
-NS_PER_MS = 1e6
 
 
 def _lifetimes():
@@ -156,18 +154,6 @@ def context_id(program: str, version_label: str, frames: tuple[str, ...]) -> str
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def lifetime_on_clock(sample, clock: str) -> float:
-    """A sample's lifetime (or, censored, its observed age) on the label clock: ms of
-    wall time ("wall"), or bytes allocated meanwhile ("bytes")."""
-    if clock == "wall":
-        if sample.censored:
-            return sample.observed_age_ns / NS_PER_MS
-        return (sample.free_monotonic_ns - sample.alloc_monotonic_ns) / NS_PER_MS
-    if sample.censored:
-        return float(sample.observed_age_bytes)
-    return float(sample.free_allocated_bytes - sample.alloc_allocated_bytes)
-
-
 def stack_stats(samples: Iterable, clock: str) -> dict[int, ContextStats]:
     """A profile reader's samples (`ProfileReader.samples()`) -> stats per stack id,
     aggregated as they stream in, so a file's samples are never held as messages."""
@@ -176,7 +162,7 @@ def stack_stats(samples: Iterable, clock: str) -> dict[int, ContextStats]:
         stats = per_stack.get(s.stack_id)
         if stats is None:
             stats = per_stack[s.stack_id] = ContextStats()
-        stats.add(lifetime_on_clock(s, clock), s.censored, s.weight, s.size)
+        stats.add(lifetimes.lifetime_on_clock(s, clock), s.censored, s.weight, s.size)
     return per_stack
 
 

@@ -23,6 +23,19 @@ from lifetime.errors import UsageError
 
 INF = math.inf
 PERCENTILE = 0.95
+NS_PER_MS = 1e6
+
+
+def lifetime_on_clock(sample, clock: str) -> float:
+    """A sample's lifetime (or, censored, its observed age) on the label clock: ms of
+    wall time ("wall"), or bytes allocated meanwhile ("bytes")."""
+    if clock == "wall":
+        if sample.censored:
+            return sample.observed_age_ns / NS_PER_MS
+        return (sample.free_monotonic_ns - sample.alloc_monotonic_ns) / NS_PER_MS
+    if sample.censored:
+        return float(sample.observed_age_bytes)
+    return float(sample.free_allocated_bytes - sample.alloc_allocated_bytes)
 
 
 @dataclasses.dataclass(frozen=True)

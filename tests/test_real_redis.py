@@ -109,7 +109,7 @@ def test_context_cut_agrees_with_c_and_strips_redis_wrappers(redis_profiles):
 def test_zmalloc_is_detected_from_the_data_alone(redis_profiles):
     from pipeline import lifetimes
     from pipeline.contexts import ContextStats
-    from pipeline.contexts import lifetime_on_clock
+    from pipeline.lifetimes import lifetime_on_clock
 
     _, profiles = redis_profiles
     scheme = lifetimes.LabelScheme()

@@ -226,12 +226,8 @@ class _Converter:
         return key, lifetime_ns
 
     def _class(self, s) -> str:
-        if s.censored:
-            return self.classes[self.scheme.label(lifetimes.INF)]
-        if self.scheme.clock == "wall":
-            value = (s.free_monotonic_ns - s.alloc_monotonic_ns) / 1e6
-        else:
-            value = s.free_allocated_bytes - s.alloc_allocated_bytes
+        # An object still live at the end is "never freed" (the scheme's rule for one object).
+        value = lifetimes.INF if s.censored else lifetimes.lifetime_on_clock(s, self.scheme.clock)
         return self.classes[self.scheme.label(value)]
 
     # -- tables -----------------------------------------------------------------
