@@ -7,19 +7,10 @@ import logging
 import os
 import sys
 
+from lifetime import options
 from lifetime.errors import LifetimeError, UsageError, printable
 from lifetime.files import writable_dir, writable_parent
 from lifetime.symbol_options import add_symbol_options, symbol_options
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {value}")
-    return value
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -70,10 +61,10 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
           f"{cost['p50'] / 1e3:.2f} us (hits {(cost['hit_p50'] or 0) / 1e3:.2f} us, misses "
           f"{(cost['miss_p50'] or 0) / 1e3:.2f} us), p99 {cost['p99'] / 1e3:.2f} us")
     if args.json:
-        writable_parent(args.json)
+        writable_parent(args.json, "--json")
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, sort_keys=True)
-        print(f"wrote {args.json}")
+        print(f"wrote {printable(args.json)}")
     return 0
 
 
@@ -95,13 +86,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _label_scheme(args: argparse.Namespace):
     from pipeline.lifetimes import LabelScheme
 
-    if args.boundaries:
-        try:
-            boundaries = tuple(float(x) for x in args.boundaries.split(","))
-        except ValueError:
-            raise UsageError(f"--boundaries {args.boundaries!r}: not a comma-separated list "
-                             "of numbers") from None
-        return LabelScheme(clock=args.clock, boundaries=boundaries)
+    if args.boundaries:  # checked as parsed (lifetime/options.py)
+        return LabelScheme(clock=args.clock, boundaries=args.boundaries)
     return LabelScheme(clock=args.clock) if args.clock == "wall" else LabelScheme(
         clock="bytes", boundaries=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9))
 
@@ -179,7 +165,18 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
     return 0
 
 
+def _add_boundaries(p: argparse.ArgumentParser) -> None:
+    from pipeline import lifetimes
+
+    p.add_argument("--boundaries", type=options.boundaries, metavar="B1,B2,...",
+                   help="class upper bounds on the label clock, strictly increasing, "
+                        f"{lifetimes.MIN_BOUNDARY:g} to {lifetimes.MAX_BOUNDARY:g}, at most "
+                        f"{lifetimes.MAX_BOUNDARIES} (default: 10,...,1e6 ms)")
+
+
 def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
+    from pipeline import context
+
     p.add_argument("--profiles", action="append", nargs="+", required=True,
                    metavar="FILE|DIR|GLOB",
                    help="profile files, directories of them, or quoted globs; repeat for "
@@ -191,8 +188,11 @@ def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
                         "recognises is a dead letter), ltprof (our sampler's), or an "
                         "importer's (heaptrack, tcmalloc: converted on the fly)")
     p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--max-frames", type=_positive_int, default=None,
-                   help="frames kept per context, from the allocation site (default: 16)")
+    p.add_argument("--max-frames", type=options.positive_int(context.MAX_FRAMES_LIMIT),
+                   default=None, metavar=f"1-{context.MAX_FRAMES_LIMIT}",
+                   help=f"frames kept per context, from the allocation site (default: "
+                        f"{context.MAX_FRAMES}; no recorded stack is deeper than "
+                        f"{context.MAX_FRAMES_LIMIT})")
     p.add_argument("--wrapper", action="append", metavar="NAME",
                    help="a function of the program that allocates on its callers' behalf "
                         "(qualified name, e.g. zmalloc or Pool::Take); repeatable")
@@ -203,8 +203,29 @@ def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
     add_symbol_options(p)
     p.add_argument("--clock", choices=("wall", "bytes"), default="wall",
                    help="label clock: wall time (ms) or allocated bytes")
-    p.add_argument("--boundaries", metavar="B1,B2,...",
-                   help="class upper bounds on the label clock (default: 10,...,1e6 ms)")
+    _add_boundaries(p)
+
+
+class _BadOptionValue(UsageError):
+    def __init__(self, subcommand: str, message: str):
+        super().__init__(message)
+        self.subcommand = subcommand
+
+
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: a bad option value (a type= function of
+    lifetime/options.py refused it, or an unknown choice) is a UsageError that main
+    prints as one line, like every other error a user can fix."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        try:
+            return super().parse_known_args(args, namespace)
+        except argparse.ArgumentError as e:
+            raise _BadOptionValue(self.prog.split()[-1], str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,10 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lifetime",
         description="Learned allocation-lifetime models: profile, build datasets, train, "
                     "evaluate, export.")
-    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND",
+                                parser_class=_SubcommandParser)
 
     p = sub.add_parser("profile", help="run a program under the sampling profiler")
-    p.add_argument("--interval", type=_positive_int, default=None, metavar="BYTES",
+    p.add_argument("--interval", type=options.positive_int(), default=None, metavar="BYTES",
                    help="mean bytes between samples (default: the sampler's own)")
     p.add_argument("--out", default="out/profiles", metavar="DIR",
                    help="directory for the profile files, one per process (default: %(default)s)")
@@ -227,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-trace", action="store_true",
                    help="record every allocation and free with its stack, not samples "
                         "(the header says full_trace; much slower, ~65 bytes/allocation)")
-    p.add_argument("--full-trace-capacity", type=_positive_int, default=None, metavar="OBJECTS",
+    p.add_argument("--full-trace-capacity", type=options.positive_int(), default=None,
+                   metavar="OBJECTS",
                    help="with --full-trace: the most objects live at once it follows; more "
                         "are dropped and counted (default: 4194304)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
@@ -240,14 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model (or its export) the profiles were taken with: its context "
                         "definition cuts the stacks into contexts")
     p.add_argument("--clock", choices=("wall", "bytes"), default="wall")
-    p.add_argument("--boundaries", metavar="B1,B2,...")
+    _add_boundaries(p)
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     add_symbol_options(p)
     p.set_defaults(func=_cmd_evaluate_online)
 
     p = sub.add_parser("inspect", help="print a profile file's header, counts and samples")
     p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--samples", type=int, default=5, help="samples to show (default: 5)")
+    p.add_argument("--samples", type=options.int_range(0, options.MAX_INSPECT_SAMPLES),
+                   default=5, metavar=f"0-{options.MAX_INSPECT_SAMPLES}",
+                   help="samples to show (default: 5)")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser(
@@ -260,10 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--like", metavar="DATASET",
                    help="cut contexts exactly as this (training) dataset did and use its "
                         "vocabulary: for test versions")
-    p.add_argument("--vocab-size", type=_positive_int, default=5000)
-    p.add_argument("--eval-percent", type=int, choices=range(0, 101), default=20,
-                   metavar="0-100")
-    p.add_argument("--shards", type=_positive_int, default=1)
+    p.add_argument("--vocab-size", type=options.positive_int(options.MAX_VOCAB_SIZE),
+                   default=5000, metavar=f"1-{options.MAX_VOCAB_SIZE}",
+                   help="tokens kept, besides the reserved ones (default: %(default)s)")
+    p.add_argument("--eval-percent", type=options.int_range(0, 100), default=20,
+                   metavar="0-100", help="share of contexts in the eval split (default: "
+                                         "%(default)s)")
+    p.add_argument("--shards", type=options.positive_int(options.MAX_SHARDS), default=1,
+                   metavar=f"1-{options.MAX_SHARDS}", help="files per split (default: 1)")
     p.set_defaults(func=_cmd_build_dataset, beam=True)
 
     p = sub.add_parser("characterize", help="Markdown report with plots per workload",
@@ -305,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_DropNoise())
     parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except _BadOptionValue as e:  # before any work
+        print(f"lifetime {e.subcommand}: error: {printable(str(e))}", file=sys.stderr)
+        return 1
     if rest and not getattr(args, "beam", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:

@@ -9,9 +9,10 @@ from typing import BinaryIO
 from lifetime.errors import UsageError
 
 
-def writable_dir(path: str) -> str:
+def writable_dir(path: str, option: str = "--out") -> str:
     """Creates an output directory (and its parents) and checks a file can be written
-    in it, so a job fails at once rather than after its work."""
+    in it, so a job fails at once rather than after its work.  `option` is the flag
+    the user gave the path with: the error names it."""
     try:
         os.makedirs(path, exist_ok=True)
         probe = os.path.join(path, f".lifetime-write-probe.{os.getpid()}")
@@ -19,13 +20,38 @@ def writable_dir(path: str) -> str:
             pass
         os.remove(probe)
     except OSError as e:
-        raise UsageError(f"--out {path}: cannot write there ({e.strerror})") from None
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror})") from None
     return path
 
 
-def writable_parent(path: str) -> None:
-    """writable_dir for the directory an output file goes into."""
-    writable_dir(os.path.dirname(os.path.abspath(path)))
+def writable_parent(path: str, option: str = "--out") -> None:
+    """writable_dir for the directory an output file goes into; an existing path that
+    is not a regular file (a fifo would block the write, a directory fail it late) is
+    refused too."""
+    writable_dir(os.path.dirname(os.path.abspath(path)), option)
+    try:
+        check_regular(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror})") from None
+
+
+def _refuse_irregular(st: os.stat_result, path: str) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a fifo" if stat.S_ISFIFO(st.st_mode) else
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise OSError(errno.ENODEV, f"is {kind}, not a regular file", path)
+
+
+def check_regular(path: str) -> None:
+    """The OSError open_regular would raise for `path`, from stat alone (no open, so
+    never blocking): for files another library opens by name (a Keras model, TFRecord
+    shards)."""
+    _refuse_irregular(os.stat(path), path)
 
 
 def open_regular(path: str) -> tuple[BinaryIO, int]:
@@ -35,18 +61,29 @@ def open_regular(path: str) -> tuple[BinaryIO, int]:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a fifo" if stat.S_ISFIFO(st.st_mode) else
-                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
-                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise OSError(errno.ENODEV, f"is {kind}, not a regular file", path)
+        _refuse_irregular(st, path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb"), st.st_size
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_text(path: str) -> str:
+    """The whole text (UTF-8) of a file a command reads as a member of a directory (a
+    dataset's manifest.json or vocab.txt, a model's config.json, an export manifest),
+    through open_regular: a fifo or device is refused, never waited on.  OSError for
+    an unreadable or non-regular file, UnicodeDecodeError (a ValueError) for bad text."""
+    f, _ = open_regular(path)
+    with f:
+        return f.read().decode("utf-8")
+
+
+def read_json(path: str):
+    """read_text parsed as JSON (ValueError for bad JSON)."""
+    import json
+
+    return json.loads(read_text(path))
 
 
 def write_json(path: str, value) -> str:
@@ -58,6 +95,21 @@ def write_json(path: str, value) -> str:
     from apache_beam.io.filesystems import FileSystems
 
     data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+    refuse_irregular_output(path)
     with FileSystems.create(path) as f:
         f.write(data)
     return path
+
+
+def refuse_irregular_output(path: str) -> None:
+    """An OSError if `path` is a local fifo, device or socket: opening one to write
+    would block (a fifo with no reader) or write somewhere else than a file.  Other
+    filesystems' paths (gs://...) and absent files pass."""
+    if "://" in path:
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        _refuse_irregular(st, path)

@@ -7,26 +7,27 @@ import dataclasses
 import os
 import sys
 
+from lifetime import options
 from lifetime.errors import UsageError
 from model import architectures
-from model.hparams import HParams
+from model.hparams import OPEN_ABOVE, OPEN_BELOW, RANGES, HParams, range_text
 
-# hyperparameter -> (type, help); the defaults come from HParams, the one place they live.
+# hyperparameter -> help; the defaults and ranges come from HParams, the one place they live.
 _HP_FLAGS = {
-    "architecture": (str, "; ".join(f"{a}: {architectures.get(a).help}"
-                                    for a in architectures.names())),
-    "tokens_per_frame": (int, "tokens kept from the start of each frame"),
-    "site_last": (str, "true: the LSTM reads the frames bottom-up, the site last"),
-    "embedding_dim": (int, "token embedding size"),
-    "lstm_units": (int, "LSTM units"),
-    "learning_rate": (float, "Adam learning rate"),
-    "batch_size": (int, "examples per step"),
-    "epochs": (int, "maximum epochs"),
-    "patience": (int, "early-stopping patience (epochs)"),
-    "min_epochs": (int, "epochs before early stopping watches"),
-    "seed": (int, "random seed (training is deterministic)"),
-    "unk_dropout": (float, "training-time probability of replacing a token by <unk>"),
-    "weight_power": (float, "example weight = samples ** this (1: by samples, 0: by context)"),
+    "architecture": "; ".join(f"{a}: {architectures.get(a).help}"
+                              for a in architectures.names()),
+    "tokens_per_frame": "tokens kept from the start of each frame",
+    "site_last": "true: the LSTM reads the frames bottom-up, the site last",
+    "embedding_dim": "token embedding size",
+    "lstm_units": "LSTM units",
+    "learning_rate": "Adam learning rate",
+    "batch_size": "examples per step",
+    "epochs": "maximum epochs",
+    "patience": "early-stopping patience (epochs)",
+    "min_epochs": "epochs before early stopping watches",
+    "seed": "random seed (training is deterministic)",
+    "unk_dropout": "training-time probability of replacing a token by <unk>",
+    "weight_power": "example weight = samples ** this (1: by samples, 0: by context)",
 }
 
 
@@ -86,15 +87,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from lifetime.files import writable_dir
     from model.report import write_report
 
-    try:
-        fractions = [float(x) for x in args.fractions.split(",") if x]
-    except ValueError:
-        raise UsageError(f"--fractions {args.fractions!r}: not a comma-separated list of "
-                         "numbers") from None
     writable_dir(args.out)
-    write_report(args.model, args.train, args.test, args.out, fractions=fractions)
+    write_report(args.model, args.train, args.test, args.out, fractions=args.fractions)
     print(f"report: {os.path.join(args.out, 'report.md')} (also report.html, report.json)")
     return 0
+
+
+def _hp_type(name: str):
+    """The flag's type: HParams' own range for the hyperparameter (model/hparams.py)."""
+    lo, hi = RANGES[name]
+    if isinstance(lo, int):
+        return options.int_range(lo, hi)
+    return options.finite_float(lo, hi, lo_open=name in OPEN_BELOW, hi_open=name in OPEN_ABOVE)
 
 
 def add_subcommands(sub) -> None:
@@ -108,14 +112,15 @@ def add_subcommands(sub) -> None:
     p.add_argument("--dataset", action="append", required=True, metavar="DIR",
                    help="dataset from `lifetime build-dataset`; repeat for several (one vocabulary)")
     p.add_argument("--out", required=True, metavar="MODEL_DIR")
-    for name, (kind, help_text) in _HP_FLAGS.items():
+    for name, help_text in _HP_FLAGS.items():
         flag = "--" + name.replace("_", "-")
         if name == "architecture":
             p.add_argument(flag, choices=architectures.names(), default=None, help=help_text)
         elif name == "site_last":
             p.add_argument(flag, choices=("true", "false"), default=None, help=help_text)
         else:
-            p.add_argument(flag, type=kind, default=None, help=help_text)
+            p.add_argument(flag, type=_hp_type(name), default=None,
+                           help=f"{help_text} ({range_text(name)})")
     p.add_argument("--refit", action="store_true",
                    help="after early stopping, retrain on train + eval splits for the best "
                         "epoch count (for models used on other versions)")
@@ -139,6 +144,9 @@ def add_subcommands(sub) -> None:
                    help="the model's training datasets (baselines, overlap statistics)")
     p.add_argument("--test", action="append", required=True, metavar="DIR")
     p.add_argument("--out", required=True, metavar="REPORT_DIR")
-    p.add_argument("--fractions", default="0.1,0.3,1",
-                   help="training-sample fractions for the accuracy-vs-sampling plot")
+    p.add_argument("--fractions", type=options.fractions, default=[0.1, 0.3, 1.0],
+                   metavar="F1,F2,...",
+                   help="training-sample fractions for the accuracy-vs-sampling plot, each "
+                        f"in (0, 1], at most {options.MAX_FRACTIONS} (each trains a model; "
+                        "default: 0.1,0.3,1)")
     p.set_defaults(func=_cmd_report)

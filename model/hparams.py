@@ -14,6 +14,7 @@ import dataclasses
 
 from lifetime.errors import UsageError
 from model import architectures
+from pipeline import context
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +52,17 @@ class HParams:
 
     def __post_init__(self):
         architectures.get(self.architecture)  # UsageError naming the known ones
-        for name in ("max_frames", "tokens_per_frame", "embedding_dim", "lstm_units",
-                     "batch_size", "epochs"):
-            if name == "max_frames" and self.max_frames is None:
+        for name, (lo, hi) in RANGES.items():
+            value = getattr(self, name)
+            if name == "max_frames" and value is None:
                 continue
-            if getattr(self, name) <= 0:
-                raise UsageError(f"hyperparameter {name} must be positive")
-        if not 0.0 <= self.unk_dropout < 1.0:
-            raise UsageError("unk_dropout must be in [0, 1)")
+            kind = float if isinstance(lo, float) else int
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or (kind is int and not isinstance(value, int))
+                    or not (lo <= value <= hi) or (name in OPEN_ABOVE and value == hi)
+                    or (name in OPEN_BELOW and value == lo)):
+                raise UsageError(f"hyperparameter {name} {value!r}: must be "
+                                 f"{range_text(name)}")
 
     @property
     def max_tokens(self) -> int:
@@ -90,3 +94,34 @@ class HParams:
     def from_json(cls, d: dict) -> "HParams":
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# The range of every numeric hyperparameter: checked by HParams (a config.json read
+# back) and, through lifetime/options.py, by `lifetime train`'s flags as they are
+# parsed.  Integers: sizes a 2-core machine trains in hours, not a typo's years;
+# floats: finite, where the optimiser and the weights stay meaningful.
+RANGES = {
+    "max_frames": (1, context.MAX_FRAMES_LIMIT),  # the context definition's limit
+    "tokens_per_frame": (1, 256),
+    "vocab_size": (0, 2**31 - 1),       # token ids are int32
+    "embedding_dim": (1, 4096),
+    "lstm_units": (1, 4096),
+    "learning_rate": (0.0, 1.0),        # Adam; (0, 1]
+    "batch_size": (1, 1 << 20),
+    "epochs": (1, 10_000),
+    "patience": (0, 10_000),
+    "min_epochs": (0, 10_000),
+    "seed": (0, 2**32 - 1),             # numpy's (keras.utils.set_random_seed)
+    "unk_dropout": (0.0, 1.0),          # a probability; [0, 1): 1 would drop every token
+    "weight_power": (0.0, 2.0),         # samples ** 2 still fits float32 for 1e9 samples
+}
+OPEN_BELOW = {"learning_rate"}
+OPEN_ABOVE = {"unk_dropout"}
+
+
+def range_text(name: str) -> str:
+    lo, hi = RANGES[name]
+    if isinstance(lo, int):
+        return f"an integer in {lo}..{hi}"
+    return (f"a finite number in {'(' if name in OPEN_BELOW else '['}{lo:g}, "
+            f"{hi:g}{')' if name in OPEN_ABOVE else ']'}")

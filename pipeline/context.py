@@ -80,6 +80,9 @@ MAX_ROUNDS = 8
 #: Frames a context keeps below its site: the one frame limit of the dataset, the model
 #: (which reads it from the dataset's definition) and the exported library.
 MAX_FRAMES = 16
+#: The most frames a definition may keep: no recorded stack is deeper (the sampler's
+#: LT_MAX_FRAMES, the reader's MAX_STACK_DEPTH), and the exported model reads them all.
+MAX_FRAMES_LIMIT = 128
 
 
 class ContextDefinitionError(LifetimeError):
@@ -97,8 +100,9 @@ class ContextDefinition:
     builtin_wrappers: bool = True
 
     def __post_init__(self):
-        if self.max_frames <= 0:
-            raise ContextDefinitionError("max_frames must be positive")
+        if not 1 <= self.max_frames <= MAX_FRAMES_LIMIT:
+            raise ContextDefinitionError(f"max_frames {self.max_frames}: must be in "
+                                         f"1..{MAX_FRAMES_LIMIT}")
         if self.inline_frames:
             raise ContextDefinitionError(
                 "inline_frames=True cannot be served: the in-process symbolizer has no DWARF "

@@ -24,6 +24,31 @@ from lifetime.errors import UsageError
 INF = math.inf
 PERCENTILE = 0.95
 NS_PER_MS = 1e6
+# Class boundaries, on either clock: at most MAX_BOUNDARIES (32 classes with the tail
+# and inf), each in [MIN_BOUNDARY, MAX_BOUNDARY].  Wall clock: 1 us to 1e12 ms (31
+# years; in ns still well inside the simulator's uint64 trace fields); bytes clock:
+# up to 1 TB allocated meanwhile.
+MAX_BOUNDARIES = 30
+MIN_BOUNDARY, MAX_BOUNDARY = 1e-3, 1e12
+
+
+def check_boundaries(values) -> tuple[float, ...]:
+    """Class boundaries as a tuple of floats, or a UsageError: finite, strictly
+    increasing, within [MIN_BOUNDARY, MAX_BOUNDARY], 1..MAX_BOUNDARIES of them.  The one
+    rule, for --boundaries (lifetime/options.py) and every recorded scheme."""
+    try:
+        b = tuple(float(x) for x in values)
+    except (TypeError, ValueError):
+        raise UsageError(f"class boundaries must be numbers: {values!r}") from None
+    if not 1 <= len(b) <= MAX_BOUNDARIES:
+        raise UsageError(f"1 to {MAX_BOUNDARIES} class boundaries, not {len(b)}")
+    for x in b:
+        if not MIN_BOUNDARY <= x <= MAX_BOUNDARY:  # NaN fails this too
+            raise UsageError(f"class boundary {x:g} outside [{MIN_BOUNDARY:g}, "
+                             f"{MAX_BOUNDARY:g}]")
+    if any(x >= y for x, y in zip(b, b[1:])):
+        raise UsageError(f"class boundaries must be strictly increasing: {list(b)}")
+    return b
 
 
 def lifetime_on_clock(sample, clock: str) -> float:
@@ -49,9 +74,7 @@ class LabelScheme:
     def __post_init__(self):
         if self.clock not in ("wall", "bytes"):
             raise UsageError(f"unknown clock {self.clock!r} (expected 'wall' or 'bytes')")
-        b = self.boundaries
-        if not b or any(x <= 0 for x in b) or any(x >= y for x, y in zip(b, b[1:])):
-            raise UsageError(f"class boundaries must be positive and increasing: {list(b)}")
+        object.__setattr__(self, "boundaries", check_boundaries(self.boundaries))
 
     @property
     def unit(self) -> str:

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+from lifetime import options
 from lifetime.errors import LifetimeError, UsageError
 from lifetime.symbol_options import add_symbol_options, symbol_options
 from pipeline.manifest import MANIFEST
@@ -47,17 +48,21 @@ def add_parser(sub) -> None:
     p.add_argument("--model", metavar="EXPORT_DIR",
                    help="a `lifetime export` directory: adds LLAMA + the exported model, called "
                         "through its C API and its prediction cache (§2.3)")
-    p.add_argument("--model-revalidate-every", type=int, default=None, metavar="N",
+    # Numeric ranges: lifetime/options.py types, checked as the line is parsed.
+    p.add_argument("--model-revalidate-every", type=options.int_range(0, 2**32 - 1),
+                   default=None, metavar="N",  # the engine's uint32
                    help="model cache: rerun the model every N hits of an entry (0: never; "
                         "default: the model library's, 1000)")
     p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--series-interval-ms", type=int, default=None, metavar="N",
+    p.add_argument("--series-interval-ms", type=options.positive_int(10**9), default=None,
+                   metavar="N",  # 1 ms .. 11.6 days
                    help="time-series interval of the memory plot (default: 1/1000 of the trace)")
-    p.add_argument("--deadline-k", type=int, default=None, metavar="K",
+    p.add_argument("--deadline-k", type=options.positive_int(100), default=None, metavar="K",
                    help="LLAMA deadline = now + K x class bound (default: the engine's, 2)")
     p.add_argument("--check-invariants", action="store_true",
                    help="check the heap invariants after every event (slow)")
-    p.add_argument("--run-records", type=int, default=None, metavar="N",
+    p.add_argument("--run-records", type=options.positive_int(1 << 26), default=None,
+                   metavar="N",  # 64 Mi records: 3 GiB of sort buffer
                    help="records per sorted run when converting (memory: 48 bytes each; "
                         "default 1M)")
     add_symbol_options(p)

@@ -127,7 +127,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(monkeypatch, cap
 def test_bad_option_values_are_usage_errors(tmp_path, capsys):
     assert cli.main(["build-dataset", "--profiles", "x", "--out", str(tmp_path),
                      "--boundaries", "1,a"]) == 1
-    assert "--boundaries '1,a': not a comma-separated list" in capsys.readouterr().err
+    assert "--boundaries: '1,a': not a comma-separated list" in capsys.readouterr().err
     assert cli.main(["build-dataset", "--profiles", "x", "--out", str(tmp_path),
                      "--boundaries", "5,1"]) == 1
     assert "increasing" in capsys.readouterr().err
