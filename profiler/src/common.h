@@ -164,6 +164,7 @@ struct lt_global {
   _Atomic uint64_t dropped_samples, dropped_stacks;
   _Atomic uint64_t samples_taken;
   _Atomic uint32_t thread_seq;
+  uint32_t fork_seq;        /* forks of this image so far: each child's own stream */
 
   /* flush machinery (no thread of our own: host threads flush inline, see sampler.c) */
   lt_lock flush_lock;       /* lock order: flush < stack < stripes < done */
@@ -191,6 +192,11 @@ LT_HIDDEN uint32_t lt_gettid(void);
 LT_HIDDEN uint32_t lt_getpid(void);
 LT_HIDDEN size_t lt_strlcpy(char *dst, const char *src, size_t cap);
 LT_HIDDEN char *lt_utoa(uint64_t v, char *buf); /* returns pointer to digits in buf[24] */
+/* open/openat for every descriptor the sampler opens: the result is O_CLOEXEC and at
+ * or above LT_FD_FLOOR (bounded by RLIMIT_NOFILE), never in the host's low range. */
+#define LT_FD_FLOOR 1000
+LT_HIDDEN int lt_open_high(const char *path, int flags, mode_t mode);
+LT_HIDDEN int lt_openat_high(int dirfd, const char *path, int flags, mode_t mode);
 
 /* ---- stacks.c ---- */
 LT_HIDDEN int lt_stacks_init(void); /* sized by lt_g.full_trace */

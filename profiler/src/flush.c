@@ -58,7 +58,7 @@ static void chunk_start(void) {
 
 static void write_all(const uint8_t *p, size_t n) {
   if (lt_g.file_failed) return;
-  int fd = open(lt_g.path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = lt_open_high(lt_g.path, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) {
     lt_g.file_failed = 1;
     lt_log("cannot open ", lt_g.path, "; no more samples are written");

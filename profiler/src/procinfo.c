@@ -12,7 +12,7 @@
 
 size_t lt_read_file(const char *path, char *buf, size_t cap) {
   if (cap == 0) return 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = lt_open_high(path, O_RDONLY, 0);
   size_t n = 0;
   if (fd >= 0) {
     while (n < cap - 1) {
@@ -169,7 +169,7 @@ static void one_line(char *line, size_t len, struct lt_pb *pb, void (*ensure)(si
 void lt_maps_emit(struct lt_pb *pb, void (*ensure)(size_t)) {
   static char buf[65536 + 4096];
   segs_loaded = 0;
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int fd = lt_open_high("/proc/self/maps", O_RDONLY, 0);
   if (fd < 0) return;
   size_t have = 0;
   for (;;) {

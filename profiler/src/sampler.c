@@ -94,6 +94,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h> /* ST_NOSUID: statfs f_flags */
@@ -217,6 +218,53 @@ void lt_log(const char *a, const char *b, const char *c) {
   while (write(2, line, n) < 0 && errno == EINTR) {
   }
   errno = e;
+}
+
+/* ---------------- descriptors ----------------
+ * open() takes the lowest free number.  A host that closed stdout and writes to fd 1
+ * from one thread while another flushes would otherwise write into the profile (and
+ * see its writes succeed); a host's own open() expects the low numbers.  So closed
+ * descriptors among 0..2 are first plugged with O_PATH descriptors of "/" (read and
+ * write on them fail with EBADF, as on a closed one), the file is opened (at 3 or
+ * above), moved up with F_DUPFD_CLOEXEC and its low copy closed, then the plugs: a
+ * low number is held only for those few system calls, never while we read or write.
+ * The floor: above most programs' descriptors, under the usual soft limit of 1024
+ * (F_DUPFD fails at or above the limit), and low enough that the kernel grows the
+ * host's descriptor table only to 1024 entries (8 KiB).  No malloc, no locks. */
+static int fd_floor(void) {
+  struct rlimit rl;
+  uint64_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (uint64_t)rl.rlim_cur : 1024;
+  if (soft >= LT_FD_FLOOR + 16) return LT_FD_FLOOR;
+  return soft > 19 ? (int)soft - 16 : 3;
+}
+
+int lt_openat_high(int dirfd, const char *path, int flags, mode_t mode) {
+  int plugs[3], n = 0, fd;
+  while (n < 3 && (fd = open("/", O_PATH | O_CLOEXEC)) >= 0) {
+    if (fd >= 3) {
+      close(fd);
+      break;
+    }
+    plugs[n++] = fd;
+  }
+  fd = openat(dirfd, path, flags | O_CLOEXEC, mode);
+  int e = errno;
+  int floor = fd_floor();
+  if (fd >= 0 && fd < floor) {
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (high >= 0 || fd < 3) { /* (< 3 only if the host closed a plugged fd meanwhile) */
+      close(fd);
+      fd = high;
+      if (high < 0) e = errno;
+    }
+  }
+  while (n) close(plugs[--n]);
+  errno = e;
+  return fd;
+}
+
+int lt_open_high(const char *path, int flags, mode_t mode) {
+  return lt_openat_high(AT_FDCWD, path, flags, mode);
 }
 
 /* ---------------- random numbers ---------------- */
@@ -735,7 +783,7 @@ static const char *elf_problem(int fd, int depth);
 static const char *file_problem(int dirfd, const char *path, int flags, int depth) {
   struct stat st;
   if (fstatat(dirfd, path, &st, flags) != 0 || !S_ISREG(st.st_mode)) return NULL;
-  int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  int fd = lt_openat_high(dirfd, path, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
   if (fd < 0) return NULL;
   const char *why = elf_problem(fd, depth);
   close(fd);
@@ -1129,6 +1177,7 @@ static void fork_prepare(void) {
   lt_lock_acquire(&lt_stack_lock);
   lt_live_lock_all();
   lt_lock_acquire(&lt_done_lock);
+  lt_g.fork_seq++; /* under flush_lock: siblings get distinct values, in fork order */
   fork_locked = 1;
 }
 
@@ -1159,6 +1208,38 @@ static void make_path(void) {
   parts[5] = ns_s;
   parts[6] = ".ltprof";
   for (int i = 0; i < 7; i++) n += lt_strlcpy(lt_g.path + n, parts[i], sizeof lt_g.path - n);
+}
+
+/* A forked child copies the parent's random state and its distance to the next
+ * sample point: without a new stream of its own every child of one parent would
+ * sample the same allocations.  Unseeded, the stream mixes the parent's state, the
+ * child's pid, the time and the parent's fork count; with LIFETIME_SEED, only the seed
+ * and the fork count (reproducible: the same program forks in the same order), and
+ * the child's later threads derive from its own seed (thread_seq restarts), not the
+ * parent's, which its siblings share.  The next sample point is drawn afresh. */
+static void reseed_child(struct lt_thread *t) {
+  uint32_t seq = lt_g.fork_seq;
+  lt_g.fork_seq = 0;
+  if (lt_g.have_seed) {
+    lt_g.seed = splitmix(lt_g.seed ^ splitmix(0xF0F0F0F0F0F0F0F0ull + seq));
+    atomic_store(&lt_g.thread_seq, 0);
+  }
+  if (!t->initialized || t->countdown == UINT64_MAX) return; /* thread_init seeds it */
+  uint64_t x;
+  if (lt_g.have_seed) {
+    x = splitmix(lt_g.seed + atomic_fetch_add(&lt_g.thread_seq, 1));
+  } else {
+    x = splitmix(t->rng ^ lt_mono_ns());
+    x = splitmix(x ^ ((uint64_t)lt_g.pid << 32 | seq));
+  }
+  t->rng = x ? x : 1;
+  if (lt_g.full_trace) { /* countdown stays 0: every allocation is a sample */
+    t->seg = t->countdown;
+    return;
+  }
+  t->sample_rem = draw(t);
+  t->fold_rem = LT_FOLD_BYTES;
+  set_countdown(t); /* also drops the parent's bytes since its last slow path */
 }
 
 static void fork_child(void) {
@@ -1194,8 +1275,7 @@ static void fork_child(void) {
   t->tid = lt_gettid();
   t->pending_bytes = 0;
   t->allocs = 0;
-  t->seg = t->countdown; /* drop the parent's bytes since the last slow path */
-  t->rng = splitmix(t->rng ^ 0xF0F0F0F0F0F0F0F0ull) | 1;
+  reseed_child(t);
   t->in_sampler = 0;
 }
 
@@ -1308,10 +1388,10 @@ static void global_init(struct lt_thread *t) {
   size_t pn = lt_strlcpy(probe, lt_g.out_dir, sizeof probe);
   pn += lt_strlcpy(probe + pn, "/.lifetime-probe.", sizeof probe - pn);
   lt_strlcpy(probe + pn, lt_utoa(lt_g.pid, num), sizeof probe - pn);
-  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = lt_open_high(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0 && errno == EEXIST) { /* stale probe of a dead process with our pid */
     unlink(probe);
-    fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    fd = lt_open_high(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
   }
   if (fd < 0) {
     disable("LIFETIME_OUT_DIR=", lt_g.out_dir, " is not writable; sampling disabled");

@@ -204,7 +204,7 @@ static void read_table(const uint8_t *file, size_t len, const Elf64_Shdr *sh, in
 /* Maps an ELF file read-only; its section headers in *sh (NULL if not ELF64). */
 static const uint8_t *map_elf(const char *path, size_t *len, const Elf64_Shdr **sh, int *nsec) {
   *sh = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = lt_open_high(path, O_RDONLY, 0);
   if (fd < 0) return NULL;
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(Elf64_Ehdr)) { close(fd); return NULL; }
