@@ -35,6 +35,8 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
 
     from model.online import evaluate_online, model_context
 
+    if args.json:
+        writable_parent(args.json, "--json")  # before the work
     result = evaluate_online(args.profiles, model_context(args.model), _label_scheme(args),
                              **symbol_options(args))
     h, cache, cost = result["headline"], result["cache"], result["cost_ns_per_sampled_allocation"]
@@ -61,7 +63,6 @@ def _cmd_evaluate_online(args: argparse.Namespace) -> int:
           f"{cost['p50'] / 1e3:.2f} us (hits {(cost['hit_p50'] or 0) / 1e3:.2f} us, misses "
           f"{(cost['miss_p50'] or 0) / 1e3:.2f} us), p99 {cost['p99'] / 1e3:.2f} us")
     if args.json:
-        writable_parent(args.json, "--json")
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, sort_keys=True)
         print(f"wrote {printable(args.json)}")

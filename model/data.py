@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from lifetime.errors import LifetimeError
+from lifetime.files import check_regular
 from model.io import read_json, read_vocab
 from pipeline.manifest import FORMAT, MANIFEST
 from pipeline.tokenizer import Vocabulary
@@ -128,6 +129,11 @@ def load_dataset(path: str) -> Dataset:
     files = {s: sorted(glob.glob(os.path.join(path, f"{s}-*.tfrecord"))) for s in SPLITS}
     if not files["train"] and not files["eval"]:
         raise DatasetError(f"dataset {path}: no train-*.tfrecord or eval-*.tfrecord files")
+    for shard in files["train"] + files["eval"]:
+        try:  # tf.data opens them by name: a fifo would block it
+            check_regular(shard)
+        except OSError as e:
+            raise DatasetError(f"{shard}: cannot read ({e.strerror})") from None
     splits = {s: _parse_files(files[s]) for s in SPLITS}
     return Dataset(os.path.abspath(path), manifest, vocab, splits)
 

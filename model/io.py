@@ -19,9 +19,9 @@ export-manifest readers.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
+from lifetime import files
 from lifetime.errors import LifetimeError
 from pipeline.tokenizer import Vocabulary
 
@@ -38,12 +38,13 @@ class ModelDirError(LifetimeError):
 def read_json(path: str, error: type[LifetimeError], missing: str) -> dict:
     """A JSON object file; `error` naming the file if it is absent (`missing` says what
     that means), unreadable, not JSON or not a JSON object."""
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise error(f"{path}: {missing}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError) as e:  # ValueError: bad JSON or bad UTF-8
+    try:  # a fifo or device is refused, not waited on
+        value = files.read_json(path)
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror})") from None
+    except ValueError as e:  # bad JSON or bad UTF-8
         raise error(f"{path}: not valid JSON ({e})") from None
     if not isinstance(value, dict):
         raise error(f"{path}: not a JSON object (a JSON {type(value).__name__})")
@@ -53,7 +54,7 @@ def read_json(path: str, error: type[LifetimeError], missing: str) -> dict:
 def read_vocab(directory: str, error: type[LifetimeError], what: str) -> Vocabulary:
     """DIRECTORY/vocab.txt; `error` naming the file if it is missing or malformed."""
     path = os.path.join(directory, VOCAB_FILE)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise error(f"{directory}: no {VOCAB_FILE} ({what})")
     try:
         return Vocabulary.load(path)
@@ -77,8 +78,12 @@ class ModelDir:
 
     def load_keras(self):
         path = os.path.join(self.path, MODEL_FILE)
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):
             raise ModelDirError(f"{self.path}: no {MODEL_FILE} (not a trained model directory)")
+        try:  # Keras opens it by name: a fifo would block it
+            files.check_regular(path)
+        except OSError as e:
+            raise ModelDirError(f"{path}: cannot read ({e.strerror})") from None
         import keras
 
         try:

@@ -47,10 +47,12 @@ def _percentile(values, q):
 def model_context(path: str) -> context_def.ContextDefinition:
     """The context definition of a model directory (every `read_model_dir` check, a
     ModelDirError naming the file otherwise) or of a `lifetime export` directory."""
-    if os.path.isfile(os.path.join(path, io.CONFIG_FILE)):
+    # lexists, not isfile: a config.json that is a fifo is this kind of directory, and
+    # its reader says what is wrong with it
+    if os.path.lexists(os.path.join(path, io.CONFIG_FILE)):
         return io.read_model_dir(path).context
     manifest_path = os.path.join(path, EXPORT_MANIFEST)
-    if not os.path.isfile(manifest_path):
+    if not os.path.lexists(manifest_path):
         raise OnlineEvaluationError(f"{path}: neither a model directory ({io.CONFIG_FILE}) "
                                     f"nor an export directory ({EXPORT_MANIFEST})")
     manifest = io.read_json(manifest_path, OnlineEvaluationError, "missing")

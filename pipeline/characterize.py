@@ -16,11 +16,12 @@ import os
 
 import apache_beam as beam
 
-from lifetime.files import write_json
+from lifetime.files import read_json, read_text, write_json
 from pipeline import sources
 from pipeline.contexts import MergeContextStats
 from pipeline.dataset import (DEAD_LETTER, DEAD_LETTERS, DatasetConfig, ReadProfiles,
-                              SortedDeadLetters, ToContexts, match_inputs, write_lines)
+                              SortedDeadLetters, ToContexts, match_inputs,
+                              no_usable_samples, refuse_irregular_outputs, write_lines)
 from pipeline.runner import make_pipeline
 
 TOP = 10
@@ -83,6 +84,7 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
     files = match_inputs(inputs, profile_format)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "workloads.json")
+    refuse_irregular_outputs(out_dir, ("workloads.json", DEAD_LETTERS, "report.md"))
     with make_pipeline(beam_args) as p:
         read = (p | "Files" >> beam.Create(files)
                 | "Read" >> ReadProfiles(config, profile_format))
@@ -98,14 +100,18 @@ def summarize_workloads(inputs, config: DatasetConfig, out_dir: str, beam_args=N
              | "DeadLetters" >> SortedDeadLetters()
              | "WriteDead" >> beam.Map(
                  lambda lines: write_lines(os.path.join(out_dir, DEAD_LETTERS), lines)))
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    workloads = read_json(path)
+    if not workloads:  # like build-dataset: nothing usable is an error, not an empty report
+        dead = dead_letters(out_dir)
+        raise no_usable_samples(len(files), len(dead), len({d["file"] for d in dead}),
+                                os.path.join(out_dir, DEAD_LETTERS))
+    return workloads
 
 
 def dead_letters(out_dir: str) -> list[dict]:
     """The problems the read step found (bad files, dropped records)."""
-    with open(os.path.join(out_dir, DEAD_LETTERS), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    text = read_text(os.path.join(out_dir, DEAD_LETTERS))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def write_report(workloads: dict, config: DatasetConfig, out_dir: str) -> str:

@@ -156,12 +156,14 @@ class ContextDefinition:
     def load(cls, path: str) -> "ContextDefinition":
         """The definition recorded under "context" in a JSON file: a dataset's
         manifest.json, a model's config.json, an export_manifest.json."""
-        import json
+        from lifetime.files import read_json
 
-        try:
-            with open(path, encoding="utf-8") as f:
-                recorded = json.load(f).get("context")
-        except (OSError, ValueError, AttributeError) as e:
+        try:  # a fifo or device is refused, not waited on
+            recorded = read_json(path).get("context")
+        except OSError as e:
+            raise ContextDefinitionError(
+                f"{path}: cannot read a context definition ({e.strerror})") from e
+        except (ValueError, AttributeError) as e:
             raise ContextDefinitionError(f"{path}: cannot read a context definition ({e})") from e
         return cls.from_json(recorded, where=path)
 

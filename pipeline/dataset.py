@@ -286,6 +286,9 @@ def _neg(token: str) -> tuple:
 
 def write_lines(path: str, lines: Iterable[str]) -> str:
     """A text file of lines, through FileSystems (like lifetime.files.write_json)."""
+    from lifetime.files import refuse_irregular_output
+
+    refuse_irregular_output(path)
     with FileSystems.create(path) as f:
         f.write("".join(line + "\n" for line in lines).encode("utf-8"))
     return path
@@ -422,6 +425,7 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
     profile_format = sources.check_format(profile_format)
     files = match_inputs(inputs, profile_format)
     vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
+    refuse_irregular_outputs(out_dir, (MANIFEST, VOCAB, DEAD_LETTERS))
     LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
     with make_pipeline(beam_args) as p:
         read = (p | "Files" >> beam.Create(files)
@@ -434,9 +438,23 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
         manifest = json.load(f)
     if not any(manifest["splits"][s]["contexts"] for s in ("train", "eval")):
         dropped = manifest["dropped"]
-        raise InputError(
-            f"no usable samples in {len(files)} profile file(s): "
-            f"{dropped['bad_records_or_files']} problems in "
-            f"{len(dropped['files_with_problems'])} files, see "
-            f"{FileSystems.join(out_dir, dropped['details'])}")
+        raise no_usable_samples(len(files), dropped["bad_records_or_files"],
+                                len(dropped["files_with_problems"]),
+                                FileSystems.join(out_dir, dropped["details"]))
     return manifest
+
+
+def no_usable_samples(files: int, problems: int, bad_files: int, details: str) -> InputError:
+    """The error of a job (build-dataset, characterize) whose inputs held no usable
+    sample at all: every file bad, empty or dropped."""
+    return InputError(f"no usable samples in {files} profile file(s): {problems} problems "
+                      f"in {bad_files} files, see {details}")
+
+
+def refuse_irregular_outputs(out_dir: str, names) -> None:
+    """Before a job: an OSError if an output it will write is already a fifo, device or
+    socket (writing one would block or go elsewhere), rather than a failure inside it."""
+    from lifetime.files import refuse_irregular_output
+
+    for name in names:
+        refuse_irregular_output(FileSystems.join(out_dir, name))

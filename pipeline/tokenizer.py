@@ -71,11 +71,14 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str) -> "Vocabulary":
         """Reads a vocabulary file: one token per line, the line number is the id."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                tokens = f.read().split("\n")
+        from lifetime.files import read_text
+
+        try:  # a fifo or device is refused, not waited on
+            tokens = read_text(path).split("\n")
         except OSError as e:
             raise VocabularyError(f"{path}: cannot read vocabulary ({e.strerror})") from e
+        except ValueError as e:
+            raise VocabularyError(f"{path}: not a vocabulary file: not UTF-8 text ({e})") from e
         if tokens and tokens[-1] == "":
             tokens.pop()
         try:
