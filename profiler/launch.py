@@ -44,6 +44,7 @@ from typing import Mapping, Sequence
 
 from export import EXPORT_MANIFEST
 from lifetime.errors import LifetimeError, UsageError
+from lifetime.files import writable_dir
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_ENV = "LIFETIME_SAMPLER_LIB"
@@ -56,6 +57,18 @@ class SamplerNotBuiltError(LifetimeError):
 
 class CommandError(LifetimeError):
     """The command to profile cannot be run (missing, not executable, a directory)."""
+
+
+class ProfileNotWrittenError(LifetimeError):
+    """The command ran but the sampler wrote no complete profile for it (it refused
+    its settings, or could not write the file)."""
+
+
+# The sampler's ranges (profiler/src/sampler.c, global_init): checked here, before the
+# command runs, since the sampler itself can only refuse, print a line and sample
+# nothing.
+MAX_INTERVAL = 1 << 40
+MAX_FULL_TRACE_CAPACITY = 1 << 28
 
 
 def sampler_library_path() -> str:
@@ -139,8 +152,9 @@ def profiled_env(out_dir: str, interval: int | None = None, version_label: str |
     env["LD_PRELOAD"] = " ".join([library] + preload)
     env["LIFETIME_OUT_DIR"] = os.path.abspath(out_dir)
     if interval is not None:
-        if int(interval) <= 0:
-            raise ValueError(f"interval must be a positive number of bytes, not {interval!r}")
+        if not 1 <= int(interval) <= MAX_INTERVAL:
+            raise ValueError(f"--interval {interval}: the sampler takes 1..{MAX_INTERVAL} "
+                             "bytes (1 TiB)")
         env["LIFETIME_INTERVAL_BYTES"] = str(int(interval))
     if version_label is not None:
         env["LIFETIME_VERSION_LABEL"] = version_label
@@ -153,9 +167,9 @@ def profiled_env(out_dir: str, interval: int | None = None, version_label: str |
     if full_trace_capacity is not None:
         if not full_trace:
             raise ValueError("full_trace_capacity is for a full trace (full_trace=True)")
-        if not 1 <= int(full_trace_capacity) <= 1 << 28:
-            raise ValueError(f"full_trace_capacity must be in 1..{1 << 28} live objects, "
-                             f"not {full_trace_capacity!r}")
+        if not 1 <= int(full_trace_capacity) <= MAX_FULL_TRACE_CAPACITY:
+            raise ValueError(f"--full-trace-capacity {full_trace_capacity}: the sampler takes "
+                             f"1..{MAX_FULL_TRACE_CAPACITY} live objects")
         env["LIFETIME_FULL_TRACE_CAPACITY"] = str(int(full_trace_capacity))
     if extra_env:
         env.update({k: str(v) for k, v in extra_env.items()})
@@ -287,6 +301,68 @@ def report_unprofiled_execs(out_dir: str, since_ns: int) -> list[str]:
     return lines
 
 
+def _kind(st: os.stat_result) -> str:
+    return ("a regular file" if stat.S_ISREG(st.st_mode) else
+            "a fifo" if stat.S_ISFIFO(st.st_mode) else
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+            "a socket" if stat.S_ISSOCK(st.st_mode) else "not a directory")
+
+
+def check_out_dir(out_dir: str) -> str:
+    """Creates `out_dir` if needed and checks that a file can be created there, as the
+    sampler will (lifetime.files.writable_dir); an existing path that is not a
+    directory (a file, a fifo) is refused without being opened.  UsageError naming
+    --out otherwise."""
+    try:
+        st = os.stat(out_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot write there ({e.strerror})") from None
+    else:
+        if not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"--out {out_dir}: is {_kind(st)}, not a directory")
+    return writable_dir(out_dir)
+
+
+def profiles_of(out_dir: str, pid: int, since_ns: int) -> list[str]:
+    """The files <program>.<pid>.<start_unix_ns>.ltprof of process `pid` started at or
+    after `since_ns` (time.time_ns()), oldest image first."""
+    found = []
+    try:
+        entries = list(os.scandir(out_dir))
+    except OSError:
+        return []
+    for entry in entries:
+        parts = entry.name.rsplit(".", 3)
+        if (len(parts) == 4 and parts[3] == "ltprof" and parts[1] == str(pid)
+                and parts[2].isdigit() and int(parts[2]) >= since_ns):
+            found.append((int(parts[2]), entry.path))
+    return [path for _, path in sorted(found)]
+
+
+def check_profile_written(out_dir: str, pid: int, since_ns: int, code: int) -> str:
+    """After a run that ended without a signal: the command's own process (`pid`)
+    must have written a profile whose last image ends with a trailer.  Otherwise the
+    sampler refused its settings or could not write (its one `lifetime-sampler:` line
+    on stderr says why) and ProfileNotWrittenError says so.  Returns the last file."""
+    from profiler_proto.container import last_chunk
+
+    files = profiles_of(out_dir, pid, since_ns)
+    if not files:
+        raise ProfileNotWrittenError(
+            f"--out {out_dir}: the sampler wrote no profile for the command (pid {pid}, "
+            f"exit status {code}): it refused its settings or could not write there (see "
+            "its lifetime-sampler line)")
+    chunk = last_chunk(files[-1])
+    if chunk is None or not chunk.HasField("trailer"):
+        raise ProfileNotWrittenError(
+            f"{files[-1]}: incomplete (no trailer; exit status {code}): the sampler could "
+            "not finish writing it (see its lifetime-sampler line), or the process left "
+            "without exit() or _exit()")
+    return files[-1]
+
+
 def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
                  version_label: str | None = None,
                  extra_env: Mapping[str, str] | None = None, model: str | None = None,
@@ -301,14 +377,16 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
     `model`: a `lifetime export` directory; each sampled allocation then also gets
     the model's predicted class (online, counterfactual: the allocation is untouched).
     stdin, stdout and stderr are the caller's.  A child killed by signal N returns
-    128 + N, as a shell reports it.  `out_dir` is created if needed; if it cannot be,
-    the command still runs and the sampler says why on stderr (one
-    "lifetime-sampler:" line) and samples nothing.
+    128 + N, as a shell reports it.  `out_dir` is created if needed.
 
-    Raises SamplerNotBuiltError (no sampler library), CommandError (the command is
-    missing or not executable), UsageError (empty command): LifetimeErrors with one
-    line naming the path and the problem.  A command (or a program it execs) that
-    cannot be profiled gets one "lifetime profile: warning:" line on stderr.
+    Before the command runs: SamplerNotBuiltError (no sampler library), CommandError
+    (the command is missing or not executable), UsageError (empty command, `out_dir`
+    not a directory or not writable, an interval or capacity outside the sampler's
+    range).  After it, unless it died by a signal: ProfileNotWrittenError when its own
+    process wrote no complete profile (the sampler refused a setting given through
+    `extra_env`, or could not write).  All LifetimeErrors with one line naming the path
+    or option and the problem.  A command (or a program it execs) that cannot be
+    profiled gets one "lifetime profile: warning:" line on stderr instead.
     """
     if not cmd:
         raise UsageError("no command given to profile")
@@ -319,13 +397,10 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
     except ValueError as e:
         raise UsageError(str(e)) from None
     program = resolve_command(cmd[0], env)
+    check_out_dir(out_dir)
     why = preload_problem(program)
     if why:
         _warn(f"{program}: {why}; it will write no profile")
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError:
-        pass  # the sampler reports the unusable directory itself
     started = time.time_ns() - 1_000_000_000  # coarse file-system timestamps
     try:
         proc = subprocess.Popen(list(cmd), env=env)
@@ -341,11 +416,14 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
             continue
     report_unprofiled_execs(os.path.abspath(out_dir), started)
     if code < 0:
-        return 128 + (-code)
+        return 128 + (-code)  # no trailer to expect: the profile ends where it was cut
+    if why is None:
+        check_profile_written(out_dir, proc.pid, started, code)
     return code
 
 
-__all__ = ["LIBRARY_ENV", "DEFAULT_LIBRARY", "CommandError", "ModelExportError",
-           "SamplerNotBuiltError", "model_plugin", "preload_problem", "profiled_env",
-           "report_unprofiled_execs", "resolve_command", "run_profiled",
-           "sampler_library_path"]
+__all__ = ["LIBRARY_ENV", "DEFAULT_LIBRARY", "MAX_FULL_TRACE_CAPACITY", "MAX_INTERVAL",
+           "CommandError", "ModelExportError", "ProfileNotWrittenError",
+           "SamplerNotBuiltError", "check_out_dir", "check_profile_written", "model_plugin",
+           "preload_problem", "profiled_env", "profiles_of", "report_unprofiled_execs",
+           "resolve_command", "run_profiled", "sampler_library_path"]
