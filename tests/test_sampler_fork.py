@@ -13,7 +13,6 @@ children stay independent of each other and the whole run is reproducible.
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 
 import pytest
@@ -24,10 +23,10 @@ CHILDREN, ALLOCS, BASE, INTERVAL = 200, 400, 1000, 8192
 P = [1 - math.exp(-(BASE + i) / INTERVAL) for i in range(ALLOCS)]
 
 
-def _children(bins, out_dir, extra_env=None) -> list[frozenset[int]]:
+def _children(bins, out_dir, extra_env=None, where="main") -> list[frozenset[int]]:
     """Runs fork_many; the sampled allocation indices of each child."""
-    proc = run_sampled([bins["fork_many"], str(CHILDREN), str(ALLOCS), str(BASE)], out_dir,
-                       interval=INTERVAL, extra_env=extra_env)
+    proc = run_sampled([bins["fork_many"], str(CHILDREN), str(ALLOCS), str(BASE), where],
+                       out_dir, interval=INTERVAL, extra_env=extra_env)
     parent = int(proc.stdout.split()[1])
     children = []
     for prof in read_all(out_dir):
@@ -68,8 +67,11 @@ def test_forked_children_sample_independently(bins, tmp_path):
     _check_independent(_children(bins, tmp_path))
 
 
-def test_seeded_children_are_independent_and_reproducible(bins, tmp_path):
-    runs = [_children(bins, tmp_path / name, {"LIFETIME_SEED": "20"}) for name in "ab"]
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_seeded_children_are_independent_and_reproducible(bins, tmp_path, where):
+    """"thread": each child allocates on a thread it creates, whose seed derives from
+    the child's own seed, not from the parent's (which every sibling shares)."""
+    runs = [_children(bins, tmp_path / name, {"LIFETIME_SEED": "20"}, where) for name in "ab"]
     for children in runs:
         _check_independent(children)
     # the same children, whatever order they ran and were read in

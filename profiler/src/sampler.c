@@ -252,7 +252,7 @@ int lt_openat_high(int dirfd, const char *path, int flags, mode_t mode) {
   int floor = fd_floor();
   if (fd >= 0 && fd < floor) {
     int high = fcntl(fd, F_DUPFD_CLOEXEC, floor);
-    if (high >= 0 || fd < 3) { /* (< 3 only if the host closed a plugged fd meanwhile) */
+    if (high >= 0 || fd < 3) { /* < 3: plugging failed or raced with the host */
       close(fd);
       fd = high;
       if (high < 0) e = errno;
@@ -1224,7 +1224,10 @@ static void reseed_child(struct lt_thread *t) {
     lt_g.seed = splitmix(lt_g.seed ^ splitmix(0xF0F0F0F0F0F0F0F0ull + seq));
     atomic_store(&lt_g.thread_seq, 0);
   }
-  if (!t->initialized || t->countdown == UINT64_MAX) return; /* thread_init seeds it */
+  if (!t->initialized || t->countdown == UINT64_MAX) { /* thread_init seeds it */
+    t->seg = t->countdown;
+    return;
+  }
   uint64_t x;
   if (lt_g.have_seed) {
     x = splitmix(lt_g.seed + atomic_fetch_add(&lt_g.thread_seq, 1));
