@@ -135,18 +135,19 @@ def _cmd_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
     manifest = build_dataset(_profile_inputs(args.profiles, args.version_label), args.out,
                              config, vocab_path=vocab, beam_args=beam_args,
                              profile_format=args.format)
+    # Names below come from the profiles (program names, symbols): printed escaped.
     wrappers = manifest["context"]["detected_wrappers"]
     print(f"context: {manifest['context']['max_frames']} frames below the site; "
           f"{len(manifest['context']['wrappers'])} wrappers stripped, {len(wrappers)} detected"
-          + (f" ({', '.join(wrappers[:6])}{', ...' if len(wrappers) > 6 else ''})"
+          + (f" ({printable(', '.join(wrappers[:6]))}{', ...' if len(wrappers) > 6 else ''})"
              if wrappers else ""))
     splits = manifest["splits"]
-    print(f"dataset: {args.out}: {splits['train']['contexts']} train and "
+    print(f"dataset: {printable(args.out)}: {splits['train']['contexts']} train and "
           f"{splits['eval']['contexts']} eval contexts, vocabulary "
           f"{manifest['vocabulary']['size']}, {manifest['dropped']['bad_records_or_files']} "
           "bad records or files (see dead_letters.jsonl)")
     for program, stats in manifest["files"]["programs"].items():
-        print(f"  {program}: {stats['files']} files, {stats['samples']} samples, "
+        print(f"  {printable(program)}: {stats['files']} files, {stats['samples']} samples, "
               f"{stats['symbolized_frame_share']:.1%} of frames symbolized")
     return 0
 
@@ -161,7 +162,7 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
     workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
                                     config, args.out, beam_args, profile_format=args.format)
     dead = dead_letters(args.out)
-    print(f"report: {write_report(workloads, config, args.out)}; {len(dead)} bad records or "
+    print(f"report: {printable(write_report(workloads, config, args.out))}; {len(dead)} bad records or "
           f"files in {len({d['file'] for d in dead})} files (see {DEAD_LETTERS})")
     return 0
 
@@ -319,6 +320,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _EscapeArguments(logging.Filter):
+    """Values put into a log line (file names, program names, symbols) are escaped like
+    every other line the command prints; the message's own text is left as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(a) if isinstance(a, (str, bytes)) else a
+                                for a in record.args)
+        return True
+
+
 class _DropNoise(logging.Filter):
     """Beam warns at import about optional Google Cloud clients we never use."""
 
@@ -334,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_DropNoise())
+        handler.addFilter(_EscapeArguments())
     parser = build_parser()
     try:
         args, rest = parser.parse_known_args(argv)

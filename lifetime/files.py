@@ -14,11 +14,7 @@ def writable_dir(path: str, option: str = "--out") -> str:
     in it, so a job fails at once rather than after its work.  `option` is the flag
     the user gave the path with: the error names it."""
     try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, f".lifetime-write-probe.{os.getpid()}")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
+        _probe_dir(path)
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot write there ({e.strerror})") from None
     return path
@@ -27,14 +23,21 @@ def writable_dir(path: str, option: str = "--out") -> str:
 def writable_parent(path: str, option: str = "--out") -> None:
     """writable_dir for the directory an output file goes into; an existing path that
     is not a regular file (a fifo would block the write, a directory fail it late) is
-    refused too."""
-    writable_dir(os.path.dirname(os.path.abspath(path)), option)
+    refused too.  The error names the file as given."""
     try:
-        check_regular(path)
-    except FileNotFoundError:
-        pass
+        _probe_dir(os.path.dirname(os.path.abspath(path)))
+        if os.path.lexists(path):
+            check_regular(path)
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot write there ({e.strerror})") from None
+
+
+def _probe_dir(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".lifetime-write-probe.{os.getpid()}")
+    with open(probe, "w"):
+        pass
+    os.remove(probe)
 
 
 def _refuse_irregular(st: os.stat_result, path: str) -> None:

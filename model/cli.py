@@ -8,7 +8,7 @@ import os
 import sys
 
 from lifetime import options
-from lifetime.errors import UsageError
+from lifetime.errors import UsageError, printable
 from model import architectures
 from model.hparams import OPEN_ABOVE, OPEN_BELOW, RANGES, HParams, range_text
 
@@ -51,7 +51,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     writable_dir(args.out)
     metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
     m = metrics["eval"]["overall"]["model"]
-    print(f"model: {args.out}: {metrics['epochs_run']} epochs (best {metrics['best_epoch']}); "
+    print(f"model: {printable(args.out)}: {metrics['epochs_run']} epochs (best {metrics['best_epoch']}); "
           f"held-out eval split: {m['contexts']} contexts, weighted exact "
           f"{m['weighted']['exact']:.1%}, unweighted exact {m['unweighted']['exact']:.1%}")
     return 0
@@ -75,11 +75,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
         os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
+    writable_parent(out, "--out" if args.out else "--model")  # before the work
     result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
-    writable_parent(out)
     write_json(out, result)
     _print_table(result)
-    print(f"\nevaluation: {out}")
+    print(f"\nevaluation: {printable(out)}")
     return 0
 
 
@@ -89,7 +89,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     writable_dir(args.out)
     write_report(args.model, args.train, args.test, args.out, fractions=args.fractions)
-    print(f"report: {os.path.join(args.out, 'report.md')} (also report.html, report.json)")
+    print(f"report: {printable(os.path.join(args.out, 'report.md'))} (also report.html, report.json)")
     return 0
 
 

@@ -50,6 +50,14 @@ _FRAMING = _HEADER.size + _FOOTER.size
 # The sampler writes a chunk per flush (about a second of samples): a few MB at most.
 MAX_RECORD_BYTES = 256 << 20
 MAX_STACK_DEPTH = 128  # the sampler's bound (Header.max_stack_depth)
+# Strings a profile carries (program, paths, labels, argv, names) are cut to these many
+# UTF-8 bytes as they are read, with one "long_string" problem per file: an 8 MB
+# program name would otherwise ride along in every context key, example and manifest
+# line.  4 KiB is PATH_MAX; a longer function name keeps its first 4 KiB (the model
+# reads 16 tokens a frame); a build id is 20 bytes (SHA-1), 64 is generous.
+MAX_STRING_BYTES = 4096
+MAX_BUILD_ID_BYTES = 64
+MAX_ARGV = 256  # arguments kept of Header.argv (each one cut like any string)
 
 # Problem categories: the first word of every ProfileFormatError.reason.  Stable, so
 # dead letters can be counted by them.
@@ -69,6 +77,9 @@ FILE_CATEGORIES = {
     "bad_mapping": "a mapping with start >= limit (skipped)",
     "stack_too_deep": "a stack deeper than 128 frames or Header.max_stack_depth",
     "stack_redefined": "a stack id defined twice with different addresses",
+    "long_string": f"a string longer than {MAX_STRING_BYTES} bytes (a build id over "
+                   f"{MAX_BUILD_ID_BYTES}, argv over {MAX_ARGV} arguments): cut, the file is "
+                   "used",
 }
 SAMPLE_CATEGORIES = {  # why a sample is dropped (counted in ProfileReader.dropped)
     "undefined_stack": "its stack id is never defined before it",
@@ -314,6 +325,8 @@ class ProfileReader:
         self._bad_stacks: set[int] = set()
         self._max_depth = MAX_STACK_DEPTH
         self._started = False
+        self.long_strings = 0   # strings cut to MAX_STRING_BYTES (and argv, build ids)
+        self._first_long: str | None = None
 
     # -- problems ---------------------------------------------------------------
     def _problem(self, reason: str) -> None:
@@ -328,7 +341,41 @@ class ProfileReader:
             raise ProfileFormatError(self.path, f"{category}: {detail}")
         self._first_sample_problem.setdefault(category, detail)
 
+    def _long(self, what: str, size: int, limit: int) -> None:
+        self.long_strings += 1
+        if self.strict:
+            raise ProfileFormatError(self.path, f"long_string: {what} is {size} bytes, more "
+                                     f"than {limit}")
+        if self._first_long is None:
+            self._first_long = f"{what} ({size} bytes, more than {limit})"
+
+    def _bound(self, message, fields: tuple[str, ...], where: str) -> None:
+        """Cuts the message's string fields (and repeated ones) to MAX_STRING_BYTES."""
+        for name in fields:
+            value = getattr(message, name)
+            if isinstance(value, (str, bytes)):
+                limit = MAX_BUILD_ID_BYTES if isinstance(value, bytes) else MAX_STRING_BYTES
+                cut = _cut(value, limit)
+                if cut is not None:
+                    self._long(f"{where}{name}", _size(value), limit)
+                    setattr(message, name, cut)
+                continue
+            if name == "argv" and len(value) > MAX_ARGV:  # a repeated string field
+                self._long(f"{where}argv", len(value), MAX_ARGV)
+                del value[MAX_ARGV:]
+            for i, item in enumerate(value):
+                cut = _cut(item, MAX_STRING_BYTES)
+                if cut is not None:
+                    self._long(f"{where}{name}[{i}]", _size(item), MAX_STRING_BYTES)
+                    value[i] = cut
+
     def _report_dropped(self) -> None:
+        if self._first_long is not None:
+            n = self.long_strings
+            self.problems.append(ProfileFormatError(
+                self.path, f"long_string: {n} string{'s' if n != 1 else ''} cut; first: "
+                f"{self._first_long}"))
+            self._first_long = None
         for category, detail in self._first_sample_problem.items():
             n = self.dropped[category]
             self.problems.append(ProfileFormatError(
@@ -413,6 +460,7 @@ class ProfileReader:
         if h.max_stack_depth:
             self._max_depth = min(MAX_STACK_DEPTH, h.max_stack_depth)
         self.header = _own(h)
+        self._bound(self.header, _HEADER_STRINGS, "header.")
         return True
 
     def _add_chunk(self, chunk: profile_pb2.ProfileChunk, where: str
@@ -423,7 +471,9 @@ class ProfileReader:
                 self._problem(f"bad_mapping: {where}: mapping {m.id} has start {m.start:#x} "
                               f">= limit {m.limit:#x}; skipped")
             else:
-                self.mappings.append(_own(m))
+                m = _own(m)
+                self._bound(m, ("path", "build_id"), f"mapping {m.id} ")
+                self.mappings.append(m)
         for s in chunk.stacks:
             depth = len(s.addresses)
             if depth > self._max_depth:
@@ -435,7 +485,9 @@ class ProfileReader:
             old = self.stacks.get(s.id)
             if old is None:
                 if s.id not in self._bad_stacks:
-                    self.stacks[s.id] = _own(s)
+                    s = self.stacks[s.id] = _own(s)
+                    for f in s.frames:
+                        self._bound(f, ("function", "file"), f"stack {s.id} frame ")
             elif list(old.addresses) != list(s.addresses):
                 self._problem(f"stack_redefined: {where}: stack {s.id} is defined again "
                               "with other addresses; the first definition is kept")
@@ -453,6 +505,8 @@ class ProfileReader:
             yield s
         if chunk.HasField("trailer"):
             self.trailer = _own(chunk.trailer)
+            self._bound(self.trailer.unprofiled_exec, ("path", "reason"),
+                        "trailer.unprofiled_exec.")
             if self.trailer.end_reason not in _KNOWN["end_reason"]:
                 self.unknown_enums[("end_reason", self.trailer.end_reason)] += 1
 
@@ -476,6 +530,26 @@ class ProfileReader:
                 f"freed at allocated-bytes clock {s.free_allocated_bytes}, before its "
                 f"allocation at {s.alloc_allocated_bytes}")
         return None
+
+
+_HEADER_STRINGS = tuple(f.name for f in profile_pb2.Header.DESCRIPTOR.fields
+                        if f.type == f.TYPE_STRING)  # every one, argv included
+
+
+def _size(value: str | bytes) -> int:
+    return len(value) if isinstance(value, bytes) else len(value.encode("utf-8", "surrogatepass"))
+
+
+def _cut(value: str | bytes, limit: int) -> str | bytes | None:
+    """value cut to `limit` bytes (UTF-8, at a character boundary), or None if it fits."""
+    if len(value) * (1 if isinstance(value, bytes) else 4) <= limit:
+        return None  # fits whatever its characters (cheap: no encoding)
+    if isinstance(value, bytes):
+        return value[:limit] if len(value) > limit else None
+    data = value.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return None
+    return data[:limit].decode("utf-8", "ignore")
 
 
 def _own(message):

@@ -167,3 +167,13 @@ def test_every_public_exception_class_is_a_lifetime_error():
     assert len(found) >= 10
     outside = sorted(name for name, cls in found.items() if not issubclass(cls, LifetimeError))
     assert outside == []
+
+
+def test_output_path_errors_name_the_option_given(tmp_path, capsys):
+    """evaluate-online --json names --json, not --out (issue 20, item 9), before any work."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["evaluate-online", "x.ltprof", "--model", str(tmp_path / "no-model"),
+                     "--json", str(blocker / "x.json")]) == 1
+    assert capsys.readouterr().err == (f"lifetime evaluate-online: error: --json {blocker}/x.json: "
+                                       "cannot write there (File exists)\n")
