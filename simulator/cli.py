@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -74,10 +73,12 @@ def _say(msg: str) -> None:
 
 
 def _is_trace(path: str) -> bool:
+    from lifetime.files import open_regular
     from simulator.trace import MAGIC
 
     try:
-        with open(path, "rb") as f:
+        f, _ = open_regular(path)  # a fifo or device is refused, never waited on
+        with f:
             return f.read(len(MAGIC)) == MAGIC
     except FileNotFoundError:
         raise SimulateError(f"{path}: no such file") from None
@@ -92,16 +93,21 @@ def _label_scheme(dataset: str):
     from pipeline.dataset import dataset_context
     from pipeline.lifetimes import LabelScheme
 
+    from lifetime.files import check_regular, read_json
+
     if not os.path.isdir(dataset):
         raise SimulateError(f"--train {dataset}: no such dataset directory")
+    manifest = os.path.join(dataset, MANIFEST)
+    try:
+        check_regular(manifest)  # stat only: dataset_context's open would block on a fifo
+    except OSError as e:
+        raise SimulateError(f"{manifest}: cannot read ({e.strerror})") from None
     try:
         dataset_context(dataset)  # fails early: a dataset with no context definition
     except LifetimeError as e:
         raise SimulateError(f"--train {dataset}: {e}") from e
-    manifest = os.path.join(dataset, MANIFEST)
     try:
-        with open(manifest, encoding="utf-8") as f:
-            labels = json.load(f)["config"]["labels"]
+        labels = read_json(manifest)["config"]["labels"]
         scheme = LabelScheme(clock=labels["clock"], boundaries=tuple(labels["boundaries"]))
     except (OSError, ValueError, KeyError, TypeError, LifetimeError) as e:
         raise SimulateError(f"{manifest}: no usable label scheme ({e})") from e
@@ -109,6 +115,25 @@ def _label_scheme(dataset: str):
         raise SimulateError(f"--train {dataset}: labels on the {scheme.clock!r} clock; the "
                             "simulator replays wall-clock time (build the dataset with --clock wall)")
     return scheme
+
+
+# What `simulate` writes into --out (report.py, convert.py, tables.py, model.py).
+_OUTPUTS = ("trace.lttrace", "trace.stacks.json", "simulation.json", "report.md", "report.html",
+            "report.json", "memory_over_time.png", "memory_bars.png",
+            os.path.join("tables", "exact.tbl"), os.path.join("tables", "site.tbl"),
+            os.path.join("model", "contexts.txt"), os.path.join("model", "served.txt"))
+
+
+def _refuse_irregular_outputs(out: str) -> None:
+    """A fifo or device already at an output's path would block (or swallow) the write."""
+    from lifetime.files import refuse_irregular_output
+
+    for name in _OUTPUTS:
+        path = os.path.join(out, name)
+        try:
+            refuse_irregular_output(path)
+        except OSError as e:
+            raise SimulateError(f"{path}: cannot write there ({e.strerror})") from None
 
 
 def _engine() -> str:
@@ -138,11 +163,13 @@ def run(args: argparse.Namespace) -> int:
     if args.deadline_k is not None and args.deadline_k <= 0:
         raise UsageError(f"--deadline-k {args.deadline_k}: must be positive")
     engine = _engine()
+    is_trace = _is_trace(args.input)  # the input first: a fifo or a missing file fails at once
     scheme = _label_scheme(args.train)
     writable_dir(args.out)
+    _refuse_irregular_outputs(args.out)
     started = time.monotonic()
 
-    if _is_trace(args.input):
+    if is_trace:
         trace_path = args.input
         side = convert.load_stacks(convert.stacks_path(trace_path))
         _say(f"trace {trace_path}: {side['counts']['records']:,} objects (side file "
@@ -186,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
                                  model_revalidate_every=getattr(args, "model_revalidate_every", None),
                                  model_served=served_path)
     except simulator.SimulationError as e:
-        if e.returncode == 2:  # the engine refused its input: a user-facing problem
+        # 2: the engine refused its input; 4: out of memory: problems a user can fix
+        if e.returncode in (2, 4):
             raise SimulateError(str(e).removeprefix("lifetime_simulate: error: ")) from None
         raise  # an invariant violation or a crash is a bug: keep the traceback
     _say(f"simulated in {time.monotonic() - t0:.1f} s")

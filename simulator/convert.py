@@ -348,14 +348,17 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
 
 def load_stacks(path: str | os.PathLike) -> dict:
     """Reads a trace's side file (checked for its format)."""
+    from lifetime.files import read_json
+
     p = os.fspath(path)
     try:
-        with open(p, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = read_json(p)  # a fifo is refused, never waited on
     except FileNotFoundError:
         raise ConvertError(f"{p}: no such file (the trace's stack side file, written by the "
                            "converter next to it; convert the profile again)") from None
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise ConvertError(f"{p}: cannot read the trace's stack side file ({e.strerror})") from None
+    except ValueError as e:
         raise ConvertError(f"{p}: cannot read the trace's stack side file ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != STACKS_FORMAT:
         raise ConvertError(f"{p}: not a {STACKS_FORMAT} file")

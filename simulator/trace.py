@@ -14,6 +14,7 @@ Class i is "lifetime < boundary_ns[i]"; class B is ">= boundary_ns[B-1]"; class 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import struct
 from typing import BinaryIO, Iterable, Iterator, Sequence
@@ -140,28 +141,145 @@ class TraceHeader:
     boundaries_ns: tuple[int, ...]
 
 
-def read_header(f: BinaryIO, path: str) -> TraceHeader:
+# The engine's bounds (simulator/src/trace.cc), mirrored by check_trace.
+MAX_BOUNDARIES = 62
+MAX_SIZE = 1 << 44          # sizes are < 16 TiB
+MAX_TIME = 1 << 63          # end_ns and class boundaries are < 2^63 ns
+MAX_TOTAL_BYTES = 1 << 62   # sizes + alignments of all records
+_CHUNK_RECORDS = 16384
+
+
+def _check_header(f: BinaryIO, size: int, name: str) -> TraceHeader:
+    """The engine's header checks, in its order and with its messages."""
+    def fail(what: str):
+        raise TraceError(f"{name}: {what}")
+
     raw = f.read(FIXED.size)
     if len(raw) >= 8 and raw[:8] != MAGIC:
-        raise TraceError(f"{path}: not a trace file (bad magic)")
+        fail('not a trace file (bad magic; expected "LTTRACE\\0")')
     if len(raw) < FIXED.size:
-        raise TraceError(f"{path}: truncated header")
-    magic, version, header_bytes, record_bytes, nb, count, end_ns, _ = FIXED.unpack(raw)
+        fail(f"truncated header ({len(raw)} of {FIXED.size} bytes)")
+    _, version, header_bytes, record_bytes, nb, count, end_ns, reserved = FIXED.unpack(raw)
     if version != VERSION:
-        raise TraceError(f"{path}: unsupported trace version {version}")
-    if record_bytes != RECORD.size or header_bytes != FIXED.size + 8 * nb or nb < 1:
-        raise TraceError(f"{path}: inconsistent header")
+        fail(f"unsupported trace version {version} (this engine reads version {VERSION})")
+    if record_bytes != RECORD.size:
+        fail(f"record size {record_bytes} (version 1 has {RECORD.size})")
+    if nb < 1 or nb > MAX_BOUNDARIES:
+        fail(f"bad number of class boundaries {nb} (1..{MAX_BOUNDARIES})")
+    if header_bytes != FIXED.size + 8 * nb:
+        fail(f"header size {header_bytes} does not match {nb} boundaries")
+    if reserved != 0:
+        fail(f"header (byte offset 40): reserved field is {reserved} (must be 0)")
+    if end_ns >= MAX_TIME:
+        fail(f"header (byte offset 32): end time {end_ns} is not below 2^63 ns")
     b = f.read(8 * nb)
     if len(b) != 8 * nb:
-        raise TraceError(f"{path}: truncated header")
-    return TraceHeader(version, count, end_ns, struct.unpack(f"<{nb}Q", b))
+        fail("truncated header (class boundaries)")
+    bounds = struct.unpack(f"<{nb}Q", b)
+    for i, v in enumerate(bounds):
+        if v == 0 or (i > 0 and v <= bounds[i - 1]):
+            fail("class boundaries must be positive and strictly increasing")
+        if v >= MAX_TIME:
+            fail(f"header (byte offset {FIXED.size + 8 * i}): class boundary {v} is not below 2^63 ns")
+    body = size - header_bytes if size >= header_bytes else 0
+    if count > body // RECORD.size:
+        fail(f"truncated: header says {count} records but only {body} bytes follow the header "
+             f"({body // RECORD.size} records)")
+    if body != count * RECORD.size:
+        fail(f"trailing data: {body - count * RECORD.size} bytes after the last of {count} records")
+    return TraceHeader(version, count, end_ns, bounds)
+
+
+def _check_records(f: BinaryIO, header: TraceHeader, name: str) -> None:
+    """The engine's record checks, in its order and with its messages."""
+    base = FIXED.size + 8 * len(header.boundaries_ns)
+    end, last, total, i = header.end_ns, 0, 0, 0
+    left = header.num_records
+    while left:
+        n = min(left, _CHUNK_RECORDS)
+        raw = f.read(n * RECORD.size)
+        if len(raw) != n * RECORD.size:
+            raise TraceError(f"{name}: truncated at record {i + len(raw) // RECORD.size} (read error)")
+        for a, fr, size, _, _, align in RECORD.iter_unpack(raw):
+            what = None
+            if i > 0 and a < last:
+                what = (f"alloc time {a} precedes the previous record's {last} "
+                        "(records must be sorted by alloc time)")
+            elif a > end:
+                what = f"alloc time {a} is after the trace end {end}"
+            elif fr != NEVER and fr < a:
+                what = f"free time {fr} precedes alloc time {a}"
+            elif fr != NEVER and fr > end:
+                what = f"free time {fr} is after the trace end {end}"
+            elif size >= MAX_SIZE:
+                what = f"implausible size {size} (the format allows < 16 TiB)"
+            else:
+                align = align or 16
+                if align & (align - 1):
+                    what = f"alignment {align} is not a power of two"
+                else:
+                    total += (size or 1) + align
+                    if total > MAX_TOTAL_BYTES:
+                        what = "the objects so far add up to more than 2^62 bytes (4 EiB)"
+            if what:
+                raise TraceError(f"{name}: record {i} (byte offset {base + i * RECORD.size}): {what}")
+            last = a
+            i += 1
+        left -= n
+
+
+def _open(p: str) -> tuple[BinaryIO, int]:
+    """open_regular with the engine's messages: a fifo or device is refused, never waited on."""
+    from lifetime.files import open_regular
+
+    try:
+        return open_regular(p)
+    except IsADirectoryError:
+        raise TraceError(f"{p}: is a directory, not a regular file") from None
+    except OSError as e:
+        if e.errno == errno.ENODEV:  # open_regular's "is a fifo, not a regular file"
+            raise TraceError(f"{p}: {e.strerror}") from None
+        raise TraceError(f"{p}: cannot open: {e.strerror}") from None
+
+
+def check_trace(path: str | os.PathLike) -> TraceHeader:
+    """Validates a trace as the engine's reader does (`lifetime_simulate TRACE --check`):
+    the header and every record, with the engine's messages ("PATH: problem", as
+    TraceError).  A fifo or device is refused without blocking.  Pinned to the engine by
+    tests/test_simulator_hostile.py."""
+    p = os.fspath(path)
+    f, size = _open(p)
+    with f:
+        header = _check_header(f, size, p)
+        _check_records(f, header, p)
+    return header
+
+
+def check_trace_bytes(data: bytes, name: str = "<bytes>") -> TraceHeader:
+    """check_trace on a trace held in memory (for fuzzing): the same checks and messages."""
+    import io
+
+    f = io.BytesIO(data)
+    header = _check_header(f, len(data), name)
+    _check_records(f, header, name)
+    return header
+
+
+def read_header(f: BinaryIO, path: str) -> TraceHeader:
+    """The header, checked as the engine checks it (the file's size from f)."""
+    size = os.fstat(f.fileno()).st_size
+    return _check_header(f, size, path)
 
 
 def read_trace(path: str | os.PathLike) -> tuple[TraceHeader, Iterator[ObjectRecord]]:
     """The header and a lazy iterator over the records (free_ns None = never freed)."""
     p = os.fspath(path)
-    f = open(p, "rb")
-    header = read_header(f, p)
+    f, size = _open(p)
+    try:
+        header = _check_header(f, size, p)
+    except BaseException:
+        f.close()
+        raise
 
     def records() -> Iterator[ObjectRecord]:
         with f:

@@ -65,32 +65,44 @@ uint32_t TcmallocBaseline::new_span() {
   return id;
 }
 
-uint64_t TcmallocBaseline::new_huge_page(bool bump) {
-  uint64_t id;
-  if (!bump && !free_hp_ids_.empty()) {
-    id = free_hp_ids_.back();
-    free_hp_ids_.pop_back();
+uint32_t TcmallocBaseline::new_huge_page(uint64_t id, uint64_t count) {
+  uint32_t hp;
+  if (!free_slots_.empty()) {
+    hp = free_slots_.back();
+    free_slots_.pop_back();
   } else {
-    id = hps_.size();
+    hp = uint32_t(hps_.size());
     hps_.emplace_back();
   }
-  HugePage& h = hps_[id];
+  HugePage& h = hps_[hp];
   h = HugePage();
+  h.id = id;
+  h.count = count;
   h.span_at.fill(kNone);
   h.live = true;
-  ++live_hps_;
-  ++c_hp_acquired_;
-  return id;
+  slot_by_id_.emplace(id, hp);
+  live_hps_ += count;
+  c_hp_acquired_ += count;
+  return hp;
 }
 
-void TcmallocBaseline::release_huge_page(uint64_t hp) {
+void TcmallocBaseline::release_huge_page(uint32_t hp) {
   HugePage& h = hps_[hp];
   if (h.in_filler) filler_remove(hp);
   h.live = false;
   h.whole = false;
-  --live_hps_;
-  ++c_hp_released_;
-  free_hp_ids_.push_back(hp);
+  live_hps_ -= h.count;
+  c_hp_released_ += h.count;
+  ids_.release(h.id, h.count);
+  slot_by_id_.erase(h.id);
+  free_slots_.push_back(hp);
+}
+
+uint32_t TcmallocBaseline::slot_of(uint64_t id) const {
+  auto it = slot_by_id_.upper_bound(id);
+  if (it == slot_by_id_.begin()) return kNone;
+  --it;
+  return id - it->first < hps_[it->second].count ? it->second : kNone;
 }
 
 void TcmallocBaseline::filler_insert(uint64_t hp) {
@@ -126,32 +138,30 @@ void TcmallocBaseline::filler_remove(uint64_t hp) {
 // those the most used one; within it the best-fitting free range.  A new huge page if none.
 void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
   s.npages = npages;
-  if (npages > kPagesPerHuge || (npages == kPagesPerHuge)) {
+  if (npages >= kPagesPerHuge) {
     // Whole huge pages, contiguous (fresh ids); the tail of the last one is donated to the filler.
-    uint32_t k = (npages + kPagesPerHuge - 1) / kPagesPerHuge;
-    uint64_t first = hps_.size();
-    for (uint32_t i = 0; i < k; ++i) new_huge_page(/*bump=*/true);
-    for (uint32_t i = 0; i + 1 < k; ++i) {
-      HugePage& h = hps_[first + i];
-      h.whole = true;
-      h.used.set_range(0, kPagesPerHuge);
-      h.nused = kPagesPerHuge;
+    uint32_t whole = npages / kPagesPerHuge, tail = npages % kPagesPerHuge;
+    uint64_t first = ids_.take_fresh(whole + (tail ? 1 : 0));
+    s.hp = new_huge_page(first, whole);
+    HugePage& h = hps_[s.hp];
+    h.whole = true;
+    h.used.set_range(0, kPagesPerHuge);
+    h.nused = kPagesPerHuge;
+    if (tail) {
+      s.tail = new_huge_page(first + whole);
+      HugePage& last = hps_[s.tail];
+      last.used.set_range(0, tail);
+      last.nused = tail;
+      filler_insert(s.tail);
     }
-    uint32_t tail = npages - (k - 1) * kPagesPerHuge;
-    HugePage& last = hps_[first + k - 1];
-    last.used.set_range(0, tail);
-    last.nused = tail;
-    if (tail == kPagesPerHuge) last.whole = true;
-    else filler_insert(first + k - 1);
-    s.hp = first;
     s.first_page = 0;
-    if (k > 1) ++c_multi_hp_allocs_;
+    if (npages > kPagesPerHuge) ++c_multi_hp_allocs_;
     return;
   }
   int lfr_idx = filler_lfr_.first_set_from(npages - 1);
   uint64_t hp;
   if (lfr_idx < 0) {
-    hp = new_huge_page(false);
+    hp = new_huge_page(ids_.take());
   } else {
     int nused = filler_used_[lfr_idx].last_set();
     hp = filler_head_[size_t(lfr_idx) * kPagesPerHuge + unsigned(nused)];
@@ -216,10 +226,10 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     Span& s = spans_[sid];
     s.cls = 0;
     s.nobjs = s.nlive = 1;
-    hps_[s.hp].span_at[s.first_page] = sid;
+    if (npages < kPagesPerHuge) hps_[s.hp].span_at[s.first_page] = sid;
     handles_[r.slot] = {sid, 0, r.size};
     ++c_large_allocs_;
-    uint64_t base = s.hp * kHugePageBytes + s.first_page * kPageBytes;
+    uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
     return (base + r.align - 1) & ~uint64_t(r.align - 1);
   }
   // Central free list: the span with the most live objects among those not full.
@@ -244,7 +254,7 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
   ++s.nlive;
   if (s.nlive < s.nobjs) central_link(sid);
   handles_[r.slot] = {sid, idx, r.size};
-  return s.hp * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
+  return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
 }
 
 void TcmallocBaseline::free(uint32_t slot, uint64_t) {
@@ -252,19 +262,14 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   Span& s = spans_[hd.span];
   live_bytes_ -= hd.size;
   if (s.cls == 0) {
-    uint64_t hp = s.hp;
     uint32_t n = s.npages;
     if (n >= kPagesPerHuge) {
-      uint32_t k = (n + kPagesPerHuge - 1) / kPagesPerHuge;
-      for (uint32_t i = 0; i + 1 < k; ++i) release_huge_page(hp + i);
-      uint32_t tail = n - (k - 1) * kPagesPerHuge;
-      if (tail == kPagesPerHuge) release_huge_page(hp + k - 1);
-      else pageheap_free(hp + k - 1, 0, tail);
+      release_huge_page(s.hp);  // the whole pages (their ids go back in order, then the tail's)
+      if (s.tail != kNone) pageheap_free(s.tail, 0, n % kPagesPerHuge);
     } else {
-      hps_[hp].span_at[s.first_page] = kNone;
-      pageheap_free(hp, s.first_page, n);
+      hps_[s.hp].span_at[s.first_page] = kNone;
+      pageheap_free(s.hp, s.first_page, n);
     }
-    if (n >= kPagesPerHuge) hps_[hp].span_at[0] = kNone;
     free_span_ids_.push_back(hd.span);
     ++c_spans_released_;
     return;
@@ -286,7 +291,7 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
 std::pair<uint64_t, uint64_t> TcmallocBaseline::where(uint32_t slot) const {
   Handle hd = handles_[slot];
   const Span& s = spans_[hd.span];
-  uint64_t base = s.hp * kHugePageBytes + s.first_page * kPageBytes;
+  uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
   if (s.cls == 0) return {base, uint64_t(s.npages) * kPageBytes};
   return {base + uint64_t(hd.slot_idx) * classes_[s.cls].size, classes_[s.cls].size};
 }
@@ -300,13 +305,15 @@ Counters TcmallocBaseline::counters() const {
 void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   const std::string where = name_ + ": huge page " + std::to_string(hp) + ": ";
   uint64_t lo = hp * kHugePageBytes, hi = lo + kHugePageBytes;
-  if (hp >= hps_.size() || !hps_[hp].live) {
+  const uint32_t slot = slot_of(hp);
+  if (slot == kNone) {
     bool any = false;
     shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj&) { any = true; });
     SIM_CHECK(!any, where + "released but holds live objects");
     return;
   }
-  const HugePage& h = hps_[hp];
+  const HugePage& h = hps_[slot];
+  SIM_CHECK(h.live && (h.count == 1 || h.whole), where + "page entry state");
   if (h.whole) {
     SIM_CHECK(h.nused == kPagesPerHuge && !h.in_filler, where + "whole page state");
     bool any = false;
@@ -327,7 +334,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     uint32_t sid = h.span_at[p];
     if (sid == kNone) continue;
     const Span& s = spans_[sid];
-    SIM_CHECK(s.hp == hp && s.first_page == p && s.npages < kPagesPerHuge, where + "span index");
+    SIM_CHECK(s.hp == slot && s.first_page == p && s.npages < kPagesPerHuge, where + "span index");
     expect.set_range(p, s.npages);
     uint64_t sb = lo + uint64_t(p) * kPageBytes, se = sb + uint64_t(s.npages) * kPageBytes;
     uint32_t n = 0;
@@ -346,10 +353,19 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
 
 void TcmallocBaseline::check_all(const ShadowHeap& shadow) const {
   uint64_t live = 0;
-  for (uint64_t hp = 0; hp < hps_.size(); ++hp) {
-    if (hps_[hp].live) ++live;
-    check_page(hp, shadow);
+  for (const auto& [id, slot] : slot_by_id_) {
+    const HugePage& h = hps_[slot];
+    SIM_CHECK(h.id == id && h.live, name_ + ": huge page index");
+    live += h.count;
+    check_page(id, shadow);
+    if (h.count > 1) check_page(id + h.count - 1, shadow);  // the pages between are alike
   }
+  SIM_CHECK(slot_by_id_.size() + free_slots_.size() == hps_.size(), name_ + ": huge page slots");
+  // No live object on a released page (the pages between an object's first and last
+  // are its own).
+  for (const auto& [a, o] : shadow.all())
+    SIM_CHECK(slot_of(a / kHugePageBytes) != kNone && slot_of((o.end - 1) / kHugePageBytes) != kNone,
+              name_ + ": live object at " + std::to_string(a) + " on a released huge page");
   SIM_CHECK(live == live_hps_, name_ + ": live huge page count");
   SIM_CHECK(shadow.bytes() == live_bytes_, name_ + ": bytes not conserved");
   SIM_CHECK(live_bytes_ <= live_hps_ * kHugePageBytes, name_ + ": more live bytes than huge pages hold");
@@ -357,11 +373,11 @@ void TcmallocBaseline::check_all(const ShadowHeap& shadow) const {
 
 void TcmallocBaseline::snapshot(JsonWriter& j) const {
   j.begin_array();
-  for (uint64_t hp = 0; hp < hps_.size(); ++hp) {
-    const HugePage& h = hps_[hp];
-    if (!h.live) continue;
+  for (const auto& [id, slot] : slot_by_id_) {
+    const HugePage& h = hps_[slot];
     j.begin_object();
-    j.kv("id", hp);
+    j.kv("id", id);
+    if (h.count > 1) j.kv("count", h.count);  // ids id .. id+count-1, all alike
     std::string pages(kPagesPerHuge, '.');
     for (unsigned p = 0; p < kPagesPerHuge; ++p) if (h.used.test(p)) pages[p] = '#';
     j.kv("pages", pages);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,13 @@ class TcmallocBaseline final : public HeapAllocator {
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   static constexpr int kCentralBuckets = 12;
+  // Huge pages live in slots of hps_ (reused); `hp` below is always a slot, a page's id
+  // (its address / 2 MiB) is its own field.  The whole pages of a span of several huge
+  // pages are one entry of `count` pages (they hold nothing else), so a 16 TiB object
+  // costs one entry, not eight million.
   struct Span {
-    uint64_t hp = 0;          // (first) huge page
+    uint32_t hp = 0;          // (first) huge page's slot; several: the whole pages' entry
+    uint32_t tail = kNone;    // several huge pages: the partial last page's slot
     uint32_t first_page = 0;  // page within hp
     uint32_t npages = 0;      // may exceed 256 for multi-huge-page spans
     uint32_t cls = 0;         // 0: one large object
@@ -44,6 +50,7 @@ class TcmallocBaseline final : public HeapAllocator {
     std::vector<uint16_t> free_slots;
   };
   struct HugePage {
+    uint64_t id = 0, count = 1;
     Bits256 used;
     uint32_t nused = 0, lfr = 0;
     uint32_t prev = kNone, next = kNone;  // filler bucket links
@@ -55,8 +62,9 @@ class TcmallocBaseline final : public HeapAllocator {
   void build_size_classes();
   uint32_t size_class(uint64_t size, uint32_t align) const;
   uint32_t new_span();
-  uint64_t new_huge_page(bool bump);
-  void release_huge_page(uint64_t hp);
+  uint32_t new_huge_page(uint64_t id, uint64_t count = 1);
+  void release_huge_page(uint32_t hp);
+  uint32_t slot_of(uint64_t id) const;  // the slot holding page id, or kNone (released)
   // Page heap.
   void pageheap_alloc(uint32_t npages, Span& s);
   void pageheap_free(uint64_t hp, uint32_t first, uint32_t n);
@@ -72,7 +80,9 @@ class TcmallocBaseline final : public HeapAllocator {
   std::vector<Span> spans_;
   std::vector<uint32_t> free_span_ids_;
   std::vector<HugePage> hps_;
-  std::vector<uint64_t> free_hp_ids_;
+  std::vector<uint32_t> free_slots_;
+  std::map<uint64_t, uint32_t> slot_by_id_;  // live huge pages by id (checks, snapshots)
+  HugePageIds ids_;
   std::vector<uint32_t> filler_head_;    // [(lfr-1)*256 + nused]
   Bits256 filler_lfr_;                   // bit lfr-1: some page with that lfr
   std::vector<Bits256> filler_used_;     // per lfr-1: bit nused

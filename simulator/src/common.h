@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace sim {
 
@@ -61,6 +63,48 @@ struct Bits256 {
     return true;
   }
 };
+
+// Huge page ids (an address is id x 2 MiB + offset), shared by both allocators' rules:
+// take() reuses the most recently released id (LIFO), else a fresh one; take_fresh(n)
+// gives n fresh contiguous ids (an object of several huge pages).  Released ids are kept
+// as ranges, so a freed 16 TiB object is one entry, not eight million.
+class HugePageIds {
+ public:
+  uint64_t take() {
+    if (free_.empty()) return next_++;
+    Range& r = free_.back();
+    uint64_t id = r.first + --r.n;
+    if (r.n == 0) free_.pop_back();
+    return id;
+  }
+  uint64_t take_fresh(uint64_t n) {
+    uint64_t id = next_;
+    next_ += n;
+    return id;
+  }
+  // Releases first, first+1, ..., first+n-1 in that order: first+n-1 is reused first.
+  void release(uint64_t first, uint64_t n) {
+    if (!free_.empty() && free_.back().first + free_.back().n == first) free_.back().n += n;
+    else free_.push_back({first, n});
+  }
+
+ private:
+  struct Range { uint64_t first, n; };
+  std::vector<Range> free_;
+  uint64_t next_ = 0;
+};
+
+// Opens an input file for reading without ever blocking on it: O_NONBLOCK, then fstat;
+// a fifo, device, socket or directory is a SimError naming the file.  Returns the stream
+// (blocking again) and its size.
+FILE* open_regular(const std::string& path, uint64_t* size = nullptr);
+// For a file another library opens by name (an ifstream, dlopen): stat alone, never
+// blocking; a path that exists and is not a regular file is a SimError "PATH: what: is a
+// fifo, not a regular file".  A missing file is left to the opener's own message.
+void refuse_irregular(const std::string& path, const std::string& what);
+// Opens an output file for writing ("wb") without blocking: a fifo with no reader is
+// refused (ENXIO) instead of waited on; a fifo with a reader or /dev/stdout is fine.
+FILE* open_output(const std::string& path);
 
 // Free runs in a 256-bit "used" map: the first (lowest) run of >= n free bits, or -1.
 int first_fit(const Bits256& used, unsigned n);

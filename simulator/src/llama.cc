@@ -24,35 +24,47 @@ Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
 
 // ---------------------------------------------------------------- huge pages
 
-uint64_t Llama::new_page(bool bump) {
-  uint64_t id;
-  if (!bump && !free_page_ids_.empty()) {
-    id = free_page_ids_.back();
-    free_page_ids_.pop_back();
+uint32_t Llama::new_page(uint64_t id, uint64_t count) {
+  uint32_t hp;
+  if (!free_slots_.empty()) {
+    hp = free_slots_.back();
+    free_slots_.pop_back();
   } else {
-    id = pages_.size();
+    hp = uint32_t(pages_.size());
     pages_.emplace_back();
   }
-  Page& p = pages_[id];
+  Page& p = pages_[hp];
   uint32_t gen = p.gen;
   p = Page();
   p.gen = gen + 1;
+  p.id = id;
+  p.count = count;
   p.span_at.fill(kNone);
-  ++live_pages_;
-  ++c_acquired_;
-  return id;
+  slot_by_id_.emplace(id, hp);
+  live_pages_ += count;
+  c_acquired_ += count;
+  return hp;
 }
 
-void Llama::release_page(uint64_t hp) {
+void Llama::release_page(uint32_t hp) {
   Page& p = pages_[hp];
   if (p.linked) unlink(hp);
   if (p.state == kOpen && open_[p.lc] == int64_t(hp)) open_[p.lc] = -1;
   p.state = kFree;
   p.deadline = kNever;
   ++p.gen;
-  --live_pages_;
-  ++c_released_;
-  free_page_ids_.push_back(hp);
+  live_pages_ -= p.count;
+  c_released_ += p.count;
+  ids_.release(p.id, p.count);
+  slot_by_id_.erase(p.id);
+  free_slots_.push_back(hp);
+}
+
+uint32_t Llama::slot_of(uint64_t id) const {
+  auto it = slot_by_id_.upper_bound(id);
+  if (it == slot_by_id_.begin()) return kNone;
+  --it;
+  return id - it->first < pages_[it->second].count ? it->second : kNone;
 }
 
 void Llama::set_deadline(uint64_t hp, uint64_t now) {
@@ -64,7 +76,7 @@ void Llama::set_deadline(uint64_t hp, uint64_t now) {
     return;
   }
   p.deadline = sat_add(now, bound > kNever / k_ ? kNever : bound * k_);
-  if (p.deadline != kNever) deadlines_.push({p.deadline, hp, p.gen});
+  if (p.deadline != kNever) deadlines_.push({p.deadline, p.id, uint32_t(hp), p.gen});
 }
 
 void Llama::make_active(uint64_t hp, uint64_t now) {
@@ -129,7 +141,7 @@ std::pair<uint64_t, uint32_t> Llama::alloc_blocks(int lc, uint32_t n, uint64_t n
     o = -1;
   }
   if (o < 0) {
-    o = int64_t(new_page(false));
+    o = int64_t(new_page(ids_.take()));
     Page& p = pages_[o];
     p.state = kOpen;
     p.lc = lc;
@@ -189,11 +201,11 @@ void Llama::advance(uint64_t now) {
 // closed partially free spans of the page become recyclable (§3.5).
 void Llama::expire(uint64_t hp, uint64_t t) {
   Page& p = pages_[hp];
-  ++c_expiries_;
+  c_expiries_ += p.count;
   unlink(hp);
   if (p.lc < nclasses_ - 1) {
     ++p.lc;
-    ++c_class_up_;
+    c_class_up_ += p.count;
   }
   set_deadline(hp, t);
   link(hp);
@@ -368,18 +380,20 @@ uint64_t Llama::alloc(const AllocRequest& r) {
   uint32_t n = uint32_t((bytes + kBlockBytes - 1) / kBlockBytes);
   h.span = kNone;
   h.nblocks = n;
+  h.tail = kNone;
   if (n <= kBlocks) {
     auto [hp, b] = alloc_blocks(lc, n, r.now);
-    h.base = hp * kHugePageBytes + b * kBlockBytes;
+    h.page = uint32_t(hp);
+    h.base = pages_[hp].id * kHugePageBytes + b * kBlockBytes;
   } else {
-    // Several fresh contiguous huge pages of the object's class, active from the start.
+    // Several fresh contiguous huge pages of the object's class, active from the start:
+    // its whole pages as one entry, a partial last page as its own.
     ++c_multi_;
-    uint32_t k = (n + kBlocks - 1) / kBlocks;
-    uint64_t first = pages_.size();
-    for (uint32_t i = 0; i < k; ++i) {
-      uint64_t hp = new_page(true);
+    uint32_t whole = n / kBlocks, rest = n % kBlocks;
+    uint64_t first = ids_.take_fresh(whole + (rest ? 1 : 0));
+    auto add = [&](uint64_t id, uint64_t count, uint32_t m) {
+      uint32_t hp = new_page(id, count);
       Page& p = pages_[hp];
-      uint32_t m = std::min<uint32_t>(kBlocks, n - i * kBlocks);
       p.lc = lc;
       p.state = kActive;
       p.live.set_range(0, m);
@@ -387,7 +401,10 @@ uint64_t Llama::alloc(const AllocRequest& r) {
       p.nlive = p.nresidual = m;
       set_deadline(hp, r.now);
       link(hp);
-    }
+      return hp;
+    };
+    h.page = add(first, whole, kBlocks);
+    if (rest) h.tail = add(first + whole, 1, rest);
     h.base = first * kHugePageBytes;
   }
   h.addr = align_up(h.base, r.align);
@@ -407,14 +424,12 @@ void Llama::free(uint32_t slot, uint64_t now) {
     else if (recycle_now_ && line_freed && !s.open && !s.listed) list_span(h.span);
     return;
   }
-  uint64_t hp = h.base / kHugePageBytes;
-  uint32_t b = uint32_t((h.base % kHugePageBytes) / kBlockBytes);
   if (h.nblocks <= kBlocks) {
-    free_blocks(hp, b, h.nblocks, now);
+    free_blocks(h.page, uint32_t((h.base % kHugePageBytes) / kBlockBytes), h.nblocks, now);
     return;
   }
-  for (uint32_t i = 0; i * kBlocks < h.nblocks; ++i)
-    free_blocks(hp + i, 0, std::min<uint32_t>(kBlocks, h.nblocks - i * kBlocks), now);
+  release_page(h.page);  // the whole pages (their ids go back in order, then the tail's)
+  if (h.tail != kNone) free_blocks(h.tail, 0, h.nblocks % kBlocks, now);
 }
 
 std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
@@ -443,13 +458,16 @@ Counters Llama::counters() const {
 void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   const std::string where = name_ + ": huge page " + std::to_string(hp) + ": ";
   uint64_t lo = hp * kHugePageBytes, hi = lo + kHugePageBytes;
-  if (hp >= pages_.size() || pages_[hp].state == kFree) {
+  const uint32_t slot = slot_of(hp);
+  if (slot == kNone) {
     bool any = false;
     shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj&) { any = true; });
     SIM_CHECK(!any, where + "free but holds live objects");
     return;
   }
-  const Page& p = pages_[hp];
+  const Page& p = pages_[slot];
+  SIM_CHECK(p.state != kFree && (p.count == 1 || (p.nlive == kBlocks && p.state == kActive)),
+            where + "page entry state");
   Bits256 expect;
   std::vector<std::array<uint16_t, kLines>> lines;
   std::vector<uint32_t> sids, nobjs;
@@ -459,7 +477,7 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     uint32_t sid = p.span_at[b];
     if (sid == kNone) continue;
     const Span& s = spans_[sid];
-    SIM_CHECK(s.hp == hp && s.block == b && b + kSpanBlocks <= kBlocks, where + "span index");
+    SIM_CHECK(s.hp == slot && s.block == b && b + kSpanBlocks <= kBlocks, where + "span index");
     SIM_CHECK(!expect.test(b) && !expect.test(b + 1), where + "spans overlap");
     SIM_CHECK(s.open || s.nobjs > 0, where + "closed empty span not returned");
     expect.set_range(b, kSpanBlocks);
@@ -500,11 +518,11 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   SIM_CHECK(p.residual.subset_of(p.live) && p.nresidual == p.residual.count(), where + "residual blocks");
   SIM_CHECK(p.lc >= 0 && p.lc < nclasses_, where + "class");
   if (p.state == kOpen) {
-    SIM_CHECK(open_[p.lc] == int64_t(hp) && !p.linked && p.cursor < kBlocks, where + "open page state");
+    SIM_CHECK(open_[p.lc] == int64_t(slot) && !p.linked && p.cursor < kBlocks, where + "open page state");
     SIM_CHECK(p.residual == p.live, where + "open page with a non-residual block");
     for (unsigned b = p.cursor; b < kBlocks; ++b) SIM_CHECK(!p.live.test(b), where + "live block past the bump pointer");
   } else {
-    SIM_CHECK(open_[p.lc] != int64_t(hp), where + "active page registered as open");
+    SIM_CHECK(open_[p.lc] != int64_t(slot), where + "active page registered as open");
     SIM_CHECK(p.nresidual > 0, where + "active page without residual blocks not reclassified");
     unsigned lfr = longest_free_run(p.live);
     SIM_CHECK(p.linked == (lfr > 0) && (!p.linked || p.lfr == lfr), where + "recycling bucket");
@@ -516,13 +534,20 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
 
 void Llama::check_all(const ShadowHeap& shadow) const {
   uint64_t live = 0, blocks = 0;
-  for (uint64_t hp = 0; hp < pages_.size(); ++hp) {
-    if (pages_[hp].state != kFree) {
-      ++live;
-      blocks += pages_[hp].nlive;
-    }
-    check_page(hp, shadow);
+  for (const auto& [id, slot] : slot_by_id_) {
+    const Page& p = pages_[slot];
+    SIM_CHECK(p.id == id && p.state != kFree, name_ + ": page index");
+    live += p.count;
+    blocks += p.nlive * p.count;
+    check_page(id, shadow);
+    if (p.count > 1) check_page(id + p.count - 1, shadow);  // the pages between are alike
   }
+  SIM_CHECK(slot_by_id_.size() + free_slots_.size() == pages_.size(), name_ + ": page slots");
+  // No live object on a released page (the pages between an object's first and last
+  // are its own).
+  for (const auto& [a, o] : shadow.all())
+    SIM_CHECK(slot_of(a / kHugePageBytes) != kNone && slot_of((o.end - 1) / kHugePageBytes) != kNone,
+              name_ + ": live object at " + std::to_string(a) + " on a released huge page");
   for (int c = 0; c < nclasses_; ++c)
     if (open_[c] >= 0)
       SIM_CHECK(pages_[open_[c]].state == kOpen && pages_[open_[c]].lc == c, name_ + ": open page table");
@@ -540,11 +565,11 @@ void Llama::check_all(const ShadowHeap& shadow) const {
 
 void Llama::snapshot(JsonWriter& j) const {
   j.begin_array();
-  for (uint64_t hp = 0; hp < pages_.size(); ++hp) {
-    const Page& p = pages_[hp];
-    if (p.state == kFree) continue;
+  for (const auto& [id, slot] : slot_by_id_) {
+    const Page& p = pages_[slot];
     j.begin_object();
-    j.kv("id", hp);
+    j.kv("id", id);
+    if (p.count > 1) j.kv("count", p.count);  // ids id .. id+count-1, all alike
     j.kv("state", p.state == kOpen ? "open" : "active");
     j.kv("lc", p.lc);
     j.key("deadline_ns");

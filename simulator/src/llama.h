@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -36,7 +37,13 @@ class Llama final : public HeapAllocator {
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   enum State : uint8_t { kFree, kOpen, kActive };
+  // Pages live in slots of pages_ (reused); `hp` below is always a slot.  A page's id,
+  // which its address is made of, is its own field: ids are handed out as if every huge
+  // page were its own entry.  The whole pages of an object of several huge pages are one
+  // entry of `count` pages: they change state together (class, deadline) and hold nothing
+  // else, so a 16 TiB object costs one entry, not eight million.
   struct Page {
+    uint64_t id = 0, count = 1;
     Bits256 live, residual;
     uint32_t nlive = 0, nresidual = 0;
     int lc = 0;
@@ -50,7 +57,7 @@ class Llama final : public HeapAllocator {
     std::array<uint32_t, kBlocks> span_at;  // span whose first block this is
   };
   struct Span {
-    uint64_t hp = 0;
+    uint32_t hp = 0;      // page slot
     uint32_t block = 0;
     uint32_t nobjs = 0;
     uint32_t gen = 0;
@@ -64,17 +71,19 @@ class Llama final : public HeapAllocator {
     uint64_t size;
     uint32_t span;        // small: its span; large: kNone
     uint32_t nblocks;     // large: blocks of the run (may exceed one huge page)
+    uint32_t page, tail;  // large: page slot (several huge pages: their whole pages), partial last page
   };
   struct Local { uint32_t partial = kNone, fresh = kNone; };
   struct Deadline {
-    uint64_t t, hp;
-    uint32_t gen;
-    bool operator>(const Deadline& o) const { return t != o.t ? t > o.t : hp > o.hp; }
+    uint64_t t, id;  // ties expire in page id order
+    uint32_t hp, gen;
+    bool operator>(const Deadline& o) const { return t != o.t ? t > o.t : id > o.id; }
   };
 
   // Huge pages.
-  uint64_t new_page(bool bump);
-  void release_page(uint64_t hp);
+  uint32_t new_page(uint64_t id, uint64_t count = 1);
+  void release_page(uint32_t hp);
+  uint32_t slot_of(uint64_t id) const;  // the slot holding page id, or kNone (free)
   void make_active(uint64_t hp, uint64_t now);
   void set_deadline(uint64_t hp, uint64_t now);
   void link(uint64_t hp);
@@ -90,7 +99,7 @@ class Llama final : public HeapAllocator {
   bool place(uint32_t sid, uint64_t size, uint32_t align, uint64_t& addr, bool& exhausted);
   void close_span(uint32_t sid, uint64_t now);
   void release_span(uint32_t sid, uint64_t now);
-  uint64_t span_base(const Span& s) const { return s.hp * kHugePageBytes + s.block * kBlockBytes; }
+  uint64_t span_base(const Span& s) const { return pages_[s.hp].id * kHugePageBytes + s.block * kBlockBytes; }
 
   std::string name_;
   ClassScheme classes_;
@@ -98,7 +107,9 @@ class Llama final : public HeapAllocator {
   bool recycle_now_;  // EngineOptions::recycle_spans_immediately
   int nclasses_;
   std::vector<Page> pages_;
-  std::vector<uint64_t> free_page_ids_;
+  std::vector<uint32_t> free_slots_;
+  std::map<uint64_t, uint32_t> slot_by_id_;        // live pages by id (checks, snapshots)
+  HugePageIds ids_;
   std::vector<int64_t> open_;                      // per class: its open page or -1
   std::vector<std::array<uint32_t, kBlocks>> bucket_head_;  // per class, per lfr-1
   std::vector<Bits256> bucket_mask_;

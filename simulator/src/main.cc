@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "engine.h"
@@ -31,7 +33,8 @@ const char kUsage[] =
     "  --check-every N         events between whole-heap checks (default 1024)\n"
     "  --json OUT              write the report to OUT (default: stdout)\n"
     "  --timing                print events/s to stderr\n"
-    "exit status: 0 ok, 2 bad input or usage, 3 invariant violated\n";
+    "  --check                 only validate the trace (header and every record) and exit\n"
+    "exit status: 0 ok, 2 bad input or usage, 3 invariant violated, 4 out of memory\n";
 
 uint64_t parse_u64(const std::string& opt, const char* s) {
   char* end = nullptr;
@@ -46,7 +49,7 @@ uint64_t parse_u64(const std::string& opt, const char* s) {
 int main(int argc, char** argv) {
   sim::EngineOptions opts;
   std::string trace, json_out, served_out;
-  bool timing = false;
+  bool timing = false, check_only = false;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -81,11 +84,18 @@ int main(int argc, char** argv) {
         if (opts.full_check_every == 0) throw sim::SimError("--check-every must be >= 1");
       } else if (a == "--json") json_out = arg();
       else if (a == "--timing") timing = true;
+      else if (a == "--check") check_only = true;
       else if (!a.empty() && a[0] == '-') throw sim::SimError("unknown option " + a + " (see --help)");
       else if (trace.empty()) trace = a;
       else throw sim::SimError("more than one trace given: " + trace + ", " + a);
     }
     if (trace.empty()) throw sim::SimError("no trace given (see --help)");
+    if (check_only) {  // the reader's checks alone (fuzzing, quick validation)
+      sim::TraceReader reader(trace);
+      while (reader.next()) {}
+      std::printf("%s: %llu records, valid\n", trace.c_str(), (unsigned long long)reader.index());
+      return 0;
+    }
 
     sim::Engine engine(opts);
     sim::Results r = engine.run(trace);
@@ -93,15 +103,13 @@ int main(int argc, char** argv) {
     if (json_out.empty()) {
       std::fwrite(out.data(), 1, out.size(), stdout);
     } else {
-      FILE* f = std::fopen(json_out.c_str(), "wb");
-      if (!f) throw sim::SimError(json_out + ": cannot write: " + std::strerror(errno));
+      FILE* f = sim::open_output(json_out);
       bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
       ok = (std::fclose(f) == 0) && ok;
       if (!ok) throw sim::SimError(json_out + ": write failed");
     }
     if (!served_out.empty()) {
-      FILE* f = std::fopen(served_out.c_str(), "wb");
-      if (!f) throw sim::SimError(served_out + ": cannot write: " + std::strerror(errno));
+      FILE* f = sim::open_output(served_out);
       std::fputs("# LABEL STACK_ID CLASS OBJECTS: classes each model predictor gave each stack\n", f);
       for (const auto& p : r.predictors) p->write_served(f);
       if (std::fclose(f) != 0) throw sim::SimError(served_out + ": write failed");
@@ -119,7 +127,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lifetime_simulate: invariant violated: %s\n", e.what());
     return 3;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "lifetime_simulate: out of memory\n");
-    return 1;
+    // Not the input's fault and not a bug: the machine (or its limit) is too small.
+    std::fprintf(stderr, "lifetime_simulate: error: out of memory (the trace's live objects need more than this process may allocate)\n");
+    return 4;
+  } catch (const std::length_error&) {
+    std::fprintf(stderr, "lifetime_simulate: error: out of memory (a table outgrew its maximum size)\n");
+    return 4;
   }
 }

@@ -213,6 +213,7 @@ class ModelPredictor final : public Predictor {
   }
 
   void read_contexts() {
+    refuse_irregular(file_, "cannot open the model contexts file");  // never block on a fifo
     std::ifstream in(file_, std::ios::binary);
     if (!in) throw SimError(file_ + ": cannot open the model contexts file: " + std::strerror(errno));
     std::string line;
@@ -277,6 +278,7 @@ class ModelPredictor final : public Predictor {
   }
 
   void load_plugin() {
+    refuse_irregular(plugin_, "cannot load the model plugin");
     void* h = dlopen(plugin_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char* e = dlerror();

@@ -77,6 +77,7 @@ int parse_class(const std::string& s, int num_classes, const std::string& what) 
 }  // namespace
 
 std::unordered_map<uint64_t, int> read_class_table(const std::string& path, int num_classes) {
+  refuse_irregular(path, "cannot open class table");  // an ifstream would block on a fifo
   std::ifstream in(path);
   if (!in) throw SimError(path + ": cannot open class table: " + std::strerror(errno));
   std::unordered_map<uint64_t, int> t;

@@ -1,7 +1,5 @@
 #include "trace.h"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -15,6 +13,10 @@ uint32_t rd32(const unsigned char* p) {
 uint64_t rd64(const unsigned char* p) { return uint64_t(rd32(p)) | uint64_t(rd32(p + 4)) << 32; }
 constexpr size_t kChunkRecords = 16384;
 constexpr uint64_t kMaxSize = uint64_t(1) << 44;  // 16 TiB: anything larger is corrupt
+constexpr uint64_t kMaxTime = uint64_t(1) << 63;
+// Bound on the sum of all objects' sizes and alignments: it keeps every byte count, and
+// huge page ids x 2 MiB (fresh ids for every object of several huge pages), within 64 bits.
+constexpr uint64_t kMaxTotalBytes = uint64_t(1) << 62;
 constexpr uint32_t kMaxBoundaries = 62;
 
 std::string fmt_ns(uint64_t ns) {
@@ -34,11 +36,9 @@ std::string ClassScheme::name(int c) const {
 }
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) fail(std::string("cannot open: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail("not a regular file");
-  file_ = std::fopen(path.c_str(), "rb");
-  if (!file_) fail(std::string("cannot open: ") + std::strerror(errno));
+  // Opened without blocking: a fifo or device is refused, never waited on.
+  uint64_t file_size = 0;
+  file_ = open_regular(path, &file_size);
   unsigned char fixed[kFixedHeaderBytes];
   size_t got = std::fread(fixed, 1, sizeof fixed, file_);
   if (got >= 8 && std::memcmp(fixed, "LTTRACE\0", 8) != 0)
@@ -52,26 +52,34 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
   uint32_t header_bytes = rd32(fixed + 12), record_bytes = rd32(fixed + 16), nb = rd32(fixed + 20);
   header_.num_records = rd64(fixed + 24);
   header_.end_ns = rd64(fixed + 32);
+  uint64_t reserved = rd64(fixed + 40);
   if (record_bytes != kRecordBytes)
     fail("record size " + std::to_string(record_bytes) + " (version 1 has " + std::to_string(kRecordBytes) + ")");
   if (nb < 1 || nb > kMaxBoundaries)
     fail("bad number of class boundaries " + std::to_string(nb) + " (1.." + std::to_string(kMaxBoundaries) + ")");
   if (header_bytes != kFixedHeaderBytes + 8 * nb)
     fail("header size " + std::to_string(header_bytes) + " does not match " + std::to_string(nb) + " boundaries");
+  if (reserved != 0)
+    fail("header (byte offset 40): reserved field is " + std::to_string(reserved) + " (must be 0)");
+  // Times stay below 2^63 ns (292 years of a monotonic clock), so no time arithmetic
+  // (intervals, deadlines, series) can wrap or meet the never-freed marker.
+  if (header_.end_ns >= kMaxTime)
+    fail("header (byte offset 32): end time " + std::to_string(header_.end_ns) + " is not below 2^63 ns");
   std::vector<unsigned char> b(8 * nb);
   if (std::fread(b.data(), 1, b.size(), file_) != b.size()) fail("truncated header (class boundaries)");
   for (uint32_t i = 0; i < nb; ++i) {
     uint64_t v = rd64(b.data() + 8 * i);
     if (v == 0 || (i > 0 && v <= header_.classes.bounds_ns.back()))
       fail("class boundaries must be positive and strictly increasing");
+    if (v >= kMaxTime)
+      fail("header (byte offset " + std::to_string(kFixedHeaderBytes + 8 * i) + "): class boundary " +
+           std::to_string(v) + " is not below 2^63 ns");
     header_.classes.bounds_ns.push_back(v);
   }
-  uint64_t body = uint64_t(st.st_size) - header_bytes;
-  if (uint64_t(st.st_size) < header_bytes) body = 0;
+  uint64_t body = file_size >= header_bytes ? file_size - header_bytes : 0;
   if (header_.num_records > body / kRecordBytes)
-    fail("truncated: header says " + std::to_string(header_.num_records) + " records (" +
-         std::to_string(header_.num_records * kRecordBytes) + " bytes) but only " + std::to_string(body) +
-         " bytes follow the header");
+    fail("truncated: header says " + std::to_string(header_.num_records) + " records but only " +
+         std::to_string(body) + " bytes follow the header (" + std::to_string(body / kRecordBytes) + " records)");
   if (body != header_.num_records * kRecordBytes)
     fail("trailing data: " + std::to_string(body - header_.num_records * kRecordBytes) +
          " bytes after the last of " + std::to_string(header_.num_records) + " records");
@@ -120,10 +128,12 @@ const ObjectRecord* TraceReader::next() {
     if (rec_.free_ns > header_.end_ns)
       bad("free time " + std::to_string(rec_.free_ns) + " is after the trace end " + std::to_string(header_.end_ns));
   }
-  if (rec_.size > kMaxSize) bad("implausible size " + std::to_string(rec_.size));
+  if (rec_.size >= kMaxSize) bad("implausible size " + std::to_string(rec_.size) + " (the format allows < 16 TiB)");
   if (rec_.size == 0) rec_.size = 1;
   if (rec_.align == 0) rec_.align = 16;
   if (rec_.align & (rec_.align - 1)) bad("alignment " + std::to_string(rec_.align) + " is not a power of two");
+  total_bytes_ += rec_.size + rec_.align;
+  if (total_bytes_ > kMaxTotalBytes) bad("the objects so far add up to more than 2^62 bytes (4 EiB)");
   last_alloc_ = rec_.alloc_ns;
   ++index_;
   return &rec_;

@@ -10,12 +10,13 @@
 //    24  u64 num_records
 //    32  u64 end_ns           end of the trace (>= every alloc and free time in it)
 //    40  u64 reserved         = 0
+//   end_ns and every boundary < 2^63; the sizes + alignments of all records <= 2^62.
 //    48  u64 boundary_ns[B]   strictly increasing upper bounds: class i = lifetime < boundary[i];
 //                             class B = lifetime >= boundary[B-1]; class B+1 = never freed (inf)
 //   records (40 bytes each), sorted by alloc_ns (ties keep file order)
 //     0  u64 alloc_ns
 //     8  u64 free_ns          UINT64_MAX = never freed (still live at the end)
-//    16  u64 size             bytes requested (0 is treated as 1)
+//    16  u64 size             bytes requested, < 16 TiB (0 is treated as 1)
 //    24  u64 stack_id         opaque id of the allocation's stack (for table predictors)
 //    32  u32 thread_id
 //    36  u32 align            power of two (0 = default 16)
@@ -93,6 +94,7 @@ class TraceReader {
   size_t buf_pos_ = 0, buf_len_ = 0;
   uint64_t index_ = 0;
   uint64_t last_alloc_ = 0;
+  uint64_t total_bytes_ = 0;  // sizes + alignments so far (bounded)
   ObjectRecord rec_{};
 };
 
