@@ -21,7 +21,9 @@ import` prints them and the dataset job dead-letters them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import os
 
 
 @dataclasses.dataclass
@@ -42,6 +44,35 @@ class ImportSummary:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def module_file(path: str, st: os.stat_result | None = None) -> tuple:
+    """("ok", [(p_vaddr, p_memsz, p_offset, p_flags) of each PT_LOAD], build id) of a
+    module file a recording names, or ("missing", [], b"") when it cannot be read as
+    ELF (never raises).  Cached by path and identity (device, inode, size, mtime):
+    recordings of one program read each of its libraries once."""
+    try:
+        st = st or os.stat(path)
+    except (OSError, ValueError):  # ValueError: a NUL in a recorded path
+        return ("missing", [], b"")
+    return _module_file(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=256)
+def _module_file(path: str, identity: tuple) -> tuple:
+    from elftools.elf.elffile import ELFFile
+
+    from pipeline import symbolize
+    from profiler_proto.container import open_regular
+    try:
+        with open_regular(path)[0] as f:
+            elf = ELFFile(f)
+            loads = [(s["p_vaddr"], s["p_memsz"], s["p_offset"], s["p_flags"])
+                     for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+            return ("ok", loads, symbolize.read_build_id(elf))
+    except Exception:  # missing, unreadable, not ELF: the caller counts it
+        return ("missing", [], b"")
+
 
 IMPORTERS = {
     "heaptrack": "interop.heaptrack",

@@ -67,9 +67,17 @@ Mapping to our profile (profiler_proto/README.md):
 
 Malformed lines (unparsable numbers, a `+` naming an undefined node, a cut last line)
 are counted by kind and the first of each named with its line number; the rest is
-kept.  A compressed stream that ends early keeps everything before the cut.  Memory:
-the live objects, the trace tree, the mappings, and the events of one ~10 ms window.
-(About 520 lines, a sixth of them this description of the format: one reader, one job.)
+kept.  Every number is bounded before use (`_hex`): plain hex digits only (no sign,
+no `0x`), at most 64 bits, and each against what its field holds -- a size at most
+PTRDIFF_MAX (glibc's malloc refuses more), a stamp whose nanoseconds fit our uint64
+clock, an IP whose return address (IP + 1) fits 64 bits, a module segment that ends
+below 2^64, the running total of allocated bytes below 2^64; a line over a bound is
+malformed (`KIND_out_of_range`, e.g. `allocation_out_of_range`) and skipped.  A line
+longer than MAX_LINE_BYTES (the longest real one is the command line, ARG_MAX) is
+skipped unread (`line_too_long`).  A compressed stream that ends early keeps
+everything before the cut.  Memory: the live objects, the trace tree, the mappings,
+and the events of one ~10 ms window.  (About 590 lines, a sixth of them this
+description of the format: one reader, one job.)
 """
 
 from __future__ import annotations
@@ -81,8 +89,8 @@ import re
 import zlib
 from typing import BinaryIO, Iterator
 
-from interop import ImportSummary
-from lifetime.errors import InputError, LifetimeError
+from interop import ImportSummary, module_file
+from lifetime.errors import InputError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
 
@@ -90,11 +98,17 @@ NAME = "heaptrack"
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
-_VERSION_LINE = re.compile(rb"^v [0-9a-f]+( [0-9a-f]+)?\r?$")
+_VERSION_LINE = re.compile(rb"^v [0-9a-f]{1,16}( [0-9a-f]{1,16})?\r?$")
 _PID_IN_NAME = re.compile(r"^heaptrack\..*\.(\d+)(\.raw)?(\.zst|\.gz)?$")
 NS_PER_MS = 1_000_000
 CHUNK_SAMPLES = 1 << 16  # samples per ProfileChunk
 PF_X = 1
+U64_MAX = (1 << 64) - 1
+U32_MAX = (1 << 32) - 1
+MAX_SIZE = (1 << 63) - 1         # PTRDIFF_MAX: glibc's malloc fails anything larger
+MAX_MS = U64_MAX // NS_PER_MS    # a stamp's nanoseconds must fit the uint64 clocks
+MAX_LINE_BYTES = 4 << 20         # the longest real line is the command line (ARG_MAX 2 MiB)
+_ZSTD_INPUT = 1 << 10            # compressed bytes per call: zstd expands at most ~32768x
 _KINDS = {b"+": "allocation", b"-": "free", b"t": "trace", b"c": "timestamp",
           b"m": "module", b"x": "executable", b"X": "command_line"}
 
@@ -108,6 +122,30 @@ class Summary(ImportSummary):
     allocated_bytes: int = 0
     unmatched_frees: int = 0
     malformed: dict = dataclasses.field(default_factory=dict)   # kind -> lines
+
+
+class OutOfRange(ValueError):
+    """A number beyond what the format or the field it goes into can hold."""
+
+
+def _hex(field: bytes, what: str, limit: int = U64_MAX) -> int:
+    """A hex number of the recording, bounded: ValueError if it is not plain hex
+    digits (int() would take a sign, `0x`, `_` or spaces), OutOfRange above `limit`."""
+    if not field.isalnum() or field[1:2] in (b"x", b"X"):
+        raise ValueError(f"{what} {field[:40]!r} is not a hex number")
+    if len(field) > 16 and len(digits := field.lstrip(b"0")) > 16:
+        shown = digits[:24].decode() + ("..." if len(digits) > 24 else "")
+        raise OutOfRange(f"{what} 0x{shown} has more than 64 bits")  # never parsed
+    value = int(field, 16)  # ValueError for a letter past f
+    if value > limit:
+        raise OutOfRange(f"{what} {value:#x} is above {limit:#x}")
+    return value
+
+
+def _proto_str(s: str) -> str:
+    """A string read with surrogateescape as a protobuf string (valid UTF-8 only):
+    undecodable bytes escaped, as `lifetime inspect` shows them."""
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 # ---------------------------------------------------------------- reading the file
@@ -132,7 +170,8 @@ def _chunks(f: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
         import zstandard  # a dependency of apache-beam
         dctx = zstandard.ZstdDecompressor()
         obj, started = dctx.decompressobj(), False
-        while data := f.read(size):
+        # Small inputs bound each call's output (a bomb of RLE blocks: ~32 MiB per KiB).
+        while data := f.read(min(size, _ZSTD_INPUT)):
             while data:  # frames one after another (zstd -c of a pipe writes one)
                 if obj.eof:
                     obj = dctx.decompressobj()
@@ -167,25 +206,49 @@ def sniff(path: str) -> bool:
                 head += data
                 if b"\n" in head or len(head) > 256:
                     break
-    except (LifetimeError, TruncatedStream, OSError):
+    except Exception:  # unreadable, cut, not compressed as it claims: not ours to say
         return False
     return bool(_VERSION_LINE.match(head.split(b"\n", 1)[0]))
 
 
 def _lines(f: BinaryIO, summary: Summary) -> Iterator[bytes]:
     """The file's complete lines, without their newline; a cut last line or an early
-    end of the compressed stream is reported, and everything before it kept."""
-    rest, n = b"", 0
+    end of the compressed stream is reported, and everything before it kept.  A line
+    over MAX_LINE_BYTES is skipped without being held (`line_too_long`); `#` (a
+    comment, ignored) stands in for it, so later line numbers stay right."""
+    parts: list[bytes] = []  # the open line's pieces, joined once when it ends
+    held, n, skipping = 0, 0, False
     try:
         for data in _chunks(f):
-            lines = (rest + data).split(b"\n")
-            rest = lines.pop()
-            n += len(lines)
-            yield from lines
+            if skipping:  # inside an over-long line: drop bytes up to its end unread
+                end = data.find(b"\n")
+                if end < 0:
+                    continue
+                data, skipping, n = data[end + 1:], False, n + 1  # its `#` is out
+            lines = data.split(b"\n")
+            if len(lines) > 1:
+                if parts:
+                    lines[0] = b"".join(parts) + lines[0]
+                tail = lines.pop()
+                parts, held = [tail], len(tail)
+                if len(lines[0]) > MAX_LINE_BYTES:
+                    _malformed(summary, "line_too_long", n + 1,
+                               f"more than {MAX_LINE_BYTES} bytes; skipped")
+                    lines[0] = b"#"
+                n += len(lines)
+                yield from lines
+            else:
+                parts.append(data)
+                held += len(data)
+            if held > MAX_LINE_BYTES:
+                _malformed(summary, "line_too_long", n + 1,
+                           f"more than {MAX_LINE_BYTES} bytes; skipped")
+                parts, held, skipping = [], 0, True
+                yield b"#"
     except TruncatedStream as e:
         summary.problems.append(f"truncated: {e}, after line {n}; everything before is kept")
         summary.malformed["truncated_stream"] = 1
-    if rest:
+    if held and not skipping:
         _malformed(summary, "cut_last_line", n + 1,
                    "the file ends inside this line (truncated); it is dropped")
     summary.lines = n
@@ -214,22 +277,12 @@ class _Modules:
     def _read(self, path: str) -> tuple:
         if path in self.files:
             return self.files[path]
-        from elftools.elf.elffile import ELFFile
-        from pipeline import symbolize
         local = path
         if self.sysroot and path.startswith("/"):
             candidate = os.path.join(self.sysroot, path.lstrip("/"))
             if os.path.exists(candidate):
                 local = candidate
-        try:
-            with open_regular(local)[0] as f:
-                elf = ELFFile(f)
-                loads = [(s["p_vaddr"], s["p_memsz"], s["p_offset"], s["p_flags"])
-                         for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-                result = ("ok", loads, symbolize.read_build_id(elf))
-        except Exception:  # missing, unreadable, not ELF: counted, never raised
-            result = ("missing", [], b"")
-        self.files[path] = result
+        result = self.files[path] = module_file(local)  # never raises
         return result
 
     def add(self, name: str, base: int, segments: list[tuple[int, int]]) -> None:
@@ -260,8 +313,8 @@ class _Modules:
             if start >= limit:
                 continue
             self.pending.append(profile_pb2.Mapping(
-                id=self.next_id, start=start, limit=limit, file_offset=offset, path=name,
-                build_id=build_id))
+                id=self.next_id, start=start, limit=limit, file_offset=offset,
+                path=_proto_str(name), build_id=build_id))
             self.next_id += 1
             self.summary.mappings += 1
 
@@ -284,7 +337,7 @@ def _parse_string(rest: bytes, sized: bool) -> tuple[str, bytes]:
     """A (length-prefixed, file format 3) string and what follows it."""
     if sized:
         length, _, tail = rest.partition(b" ")
-        n = int(length, 16)
+        n = _hex(length, "string length")
         if len(tail) < n:
             raise ValueError(f"string of {n} bytes, {len(tail)} left")
         return tail[:n].decode("utf-8", "surrogateescape"), tail[n:]
@@ -305,7 +358,7 @@ def convert(path: str, out_path: str, version_label: str = "", sysroot: str | No
             shown = first[:60].decode("utf-8", "backslashreplace").rstrip()
             raise InputError(f"{path}: not a heaptrack recording (line 1 is {shown!r}, "
                              "expected 'v VERSION FORMAT')")
-        fields = first.split()
+        fields = first.split()  # at most 16 hex digits each (_VERSION_LINE)
         version = int(fields[1], 16)
         file_format = int(fields[2], 16) if len(fields) > 2 else 1
         sized = file_format >= 3
@@ -341,11 +394,13 @@ class _Converter:
     # -- output ---------------------------------------------------------------
     def _header(self) -> profile_pb2.Header:
         m = _PID_IN_NAME.match(os.path.basename(self.path))
+        pid = int(m.group(1)) if m and len(m.group(1)) <= 10 else 0
+        exe = _proto_str(self.exe)
         return profile_pb2.Header(
             schema_version=profile_pb2.SCHEMA_VERSION,
-            program=os.path.basename(self.exe), executable_path=self.exe,
-            version_label=self.version_label, argv=self.argv,
-            pid=int(m.group(1)) if m else 0,
+            program=os.path.basename(exe), executable_path=exe,
+            version_label=self.version_label, argv=[_proto_str(a) for a in self.argv],
+            pid=pid if pid <= U32_MAX else 0,  # a number in a file name, not always a pid
             sampling_interval_bytes=1, full_trace=True,
             clocks=[profile_pb2.CLOCK_MONOTONIC_NS, profile_pb2.CLOCK_ALLOCATED_BYTES],
             max_stack_depth=MAX_STACK_DEPTH,
@@ -368,7 +423,9 @@ class _Converter:
         self.written.add(leaf)
         addresses = []
         node = leaf
-        while node:  # parents always precede their children: the walk ends at the root
+        # Parents always precede their children: the walk ends at the root.  One frame
+        # past the limit says "truncated"; deeper chains are never walked.
+        while node and len(addresses) <= MAX_STACK_DEPTH:
             ip, node = self.nodes[node]
             addresses.append(ip + 1)
         chunk.stacks.add(id=leaf, addresses=addresses[:MAX_STACK_DEPTH],
@@ -424,11 +481,14 @@ class _Converter:
                     if len(fields) == 1:
                         self._interpreted(lineno)
                     size_s, node_s, ptr_s = fields
-                    size, node, ptr = int(size_s, 16), int(node_s, 16), int(ptr_s, 16)
+                    size = _hex(size_s, "size", MAX_SIZE)
+                    node, ptr = _hex(node_s, "trace node"), _hex(ptr_s, "pointer")
                     if not 0 < node < len(nodes):
                         _malformed(summary, "undefined_trace", lineno,
                                    f"allocation names trace node {node}, never defined")
                         continue
+                    if self.total_bytes + size > U64_MAX:  # the bytes clock is uint64
+                        raise OutOfRange(f"allocated bytes pass 2^64 with size {size:#x}")
                     self.total_bytes += size
                     old = live.get(ptr)
                     if old is not None:   # its free was never seen: ended unobserved
@@ -438,7 +498,7 @@ class _Converter:
                     live[ptr] = obj
                     window.append((obj, None))
                 elif kind == b"-":
-                    ptr = int(line[2:], 16)
+                    ptr = _hex(line[2:], "pointer")
                     obj = live.pop(ptr, None)
                     if obj is None:
                         summary.unmatched_frees += 1
@@ -446,22 +506,26 @@ class _Converter:
                         window.append((obj, self.total_bytes))
                 elif kind == b"t":
                     ip_s, parent_s = line[2:].split()
-                    parent = int(parent_s, 16)
+                    ip = _hex(ip_s, "IP", U64_MAX - 1)  # IP + 1 is written
+                    parent = _hex(parent_s, "parent")
                     if parent >= len(nodes):
                         _malformed(summary, "undefined_parent", lineno,
                                    f"trace node's parent {parent} is not defined yet")
                         parent = 0
-                    nodes.append((int(ip_s, 16), parent))
+                    nodes.append((ip, parent))
                 elif kind == b"c":
-                    self._stamp(int(line[2:], 16))
+                    self._stamp(_hex(line[2:], "stamp (ms)", MAX_MS))
                 elif kind == b"m":
                     name, rest = _parse_string(line[2:], self.sized)
                     if name != "-":
-                        numbers = [int(x, 16) for x in rest.split()]
+                        numbers = [_hex(x, "module address") for x in rest.split()]
                         if not numbers or len(numbers) % 2 != 1:
                             raise ValueError("expected a base and (vaddr, memsz) pairs")
-                        self.modules.add(self.exe if name == "x" else name, numbers[0],
-                                         list(zip(numbers[1::2], numbers[2::2])))
+                        base, pairs = numbers[0], list(zip(numbers[1::2], numbers[2::2]))
+                        end = max((base + v + m for v, m in pairs), default=0)
+                        if end > U64_MAX:  # Mapping.limit is uint64
+                            raise OutOfRange(f"a segment ends at {end:#x}, past 2^64")
+                        self.modules.add(self.exe if name == "x" else name, base, pairs)
                 elif kind == b"x":
                     self.exe, rest = _parse_string(line[2:], self.sized)
                     if rest.strip():
@@ -477,6 +541,10 @@ class _Converter:
                                f"unknown record type {kind!r}; skipped")
             except InputError:
                 raise
+            except OutOfRange as e:
+                what = _KINDS.get(kind, "line")
+                _malformed(summary, f"{what}_out_of_range", lineno,
+                           f"{e} in {line[:80]!r}; skipped")
             except (ValueError, IndexError) as e:
                 what = _KINDS.get(kind, "line")
                 _malformed(summary, f"bad_{what}", lineno,

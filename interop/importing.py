@@ -4,7 +4,8 @@ Generic over `interop.IMPORTERS`: each input becomes one `<input name>.ltprof` i
 OUT_DIR through its importer's `convert`; `auto` asks each registered importer's
 `sniff` in name order and takes the first that recognizes the file.  Like the other
 commands over many files, a bad input is named, counted and skipped, and the others
-are still imported; the command fails (exit 1) only when no input could be imported.
+are still imported (an importer's unexpected exception too: it is a bug, logged with
+its traceback, and costs only its file); the command fails (exit 1) only when no input could be imported.
 What each import kept and dropped is printed (one JSON object per input) and written
 to OUT_DIR/import_summary.json.
 """
@@ -88,6 +89,10 @@ def import_files(files: list[str], fmt: str, out_dir: str, **options) -> tuple[l
             raise
         except LifetimeError as e:
             failed.append((path, str(e)))
+        except Exception as e:  # noqa: BLE001 - an importer's bug costs its file, not the others
+            LOG.exception("%s: import failed", path)  # a bug: its traceback is kept
+            failed.append((path, f"{path}: import failed: {type(e).__name__}: {e} "
+                                 "(an importer bug; traceback above)"))
     return done, failed
 
 

@@ -69,6 +69,13 @@ missing one or another build is named in the summary; the dataset job then turns
 frames into `<module+?>` tokens.  Samples that cannot be used (a deallocation sample
 without its allocation sample, no or inconsistent lifetime labels, an undefined
 location) are dropped, counted by reason, the first of each named.
+
+Bounds.  protobuf holds every number in its field's type when it parses the file; what
+could still overflow ours is bounded before use: a location at address 2^64 - 1 (its
+return address, + 1, is past 2^64) drops its sample (`address_out_of_range`), a label
+naming a string that does not exist drops its sample (`bad_label`), and the trailer's
+sums (objects, bytes: many int64 counts) and end time (start + duration) saturate at
+their fields' limits, noted in the summary.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ import zlib
 
 from google.protobuf.message import DecodeError
 
-from interop import ImportSummary
+from interop import ImportSummary, module_file
 from lifetime.errors import InputError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
@@ -100,6 +107,12 @@ SAMPLES_PER_CHUNK = 10_000
 DEFAULT_INTERVAL = 2 << 20
 LIFETIME_TYPES = ("allocated_objects", "deallocated_objects", "censored_allocated_objects")
 LIFETIME_LABELS = ("min_lifetime", "avg_lifetime", "max_lifetime", "stddev_lifetime")
+U64_MAX = (1 << 64) - 1
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class _BadSample(Exception):
+    """One sample cannot be used: (reason, detail); it is dropped and counted."""
 
 
 @dataclasses.dataclass
@@ -214,17 +227,13 @@ def _module_status(path: str, build_id: bytes, sysroot: str | None) -> str:
     """ok, missing (no such file), build_id_differs (another build) or not_a_file."""
     if not path.startswith("/"):
         return "not_a_file"  # [vdso], linux-vdso.so.1: nothing to symbolize from
-    from elftools.elf.elffile import ELFFile
-    from pipeline import symbolize
     local = path
     if sysroot:
         candidate = os.path.join(sysroot, path.lstrip("/"))
         if os.path.exists(candidate):
             local = candidate
-    try:
-        with open_regular(local)[0] as f:
-            found = symbolize.read_build_id(ELFFile(f))
-    except Exception:  # missing, unreadable, not ELF: counted, never raised
+    status, _, found = module_file(local)
+    if status != "ok":  # missing, unreadable, not ELF: counted, never raised
         return "missing"
     return "ok" if not build_id or found == build_id else "build_id_differs"
 
@@ -255,14 +264,19 @@ class _Converter:
         self.summary.dropped[reason] += 1
 
     def _labels(self, sample) -> dict[str, tuple[int, str]]:
-        """key -> (num, unit) of the numeric labels, and key -> (0, str) of the others."""
+        """key -> (num, unit) of the numeric labels, and key -> (0, str) of the others;
+        _BadSample if a label names a string the table does not hold."""
         out = {}
+        n = len(self.strings)
         for label in sample.label:
-            key = _string(self.path, self.strings, label.key)
+            if not (0 <= label.key < n and 0 <= label.str < n and 0 <= label.num_unit < n):
+                raise _BadSample("bad_label", f"a label names string "
+                                 f"{max(label.key, label.str, label.num_unit)} of {n}")
+            key = self.strings[label.key]
             if label.str:
-                out[key] = (0, _string(self.path, self.strings, label.str))
+                out[key] = (0, self.strings[label.str])
             else:
-                out[key] = (label.num, _string(self.path, self.strings, label.num_unit))
+                out[key] = (label.num, self.strings[label.num_unit])
         return out
 
     def _kind(self, sample) -> tuple[str, int] | None:
@@ -311,6 +325,10 @@ class _Converter:
             if loc is None:
                 self._drop("undefined_location", index, f"names location {lid}, not defined")
                 return None
+            if loc.address >= U64_MAX:  # its return address would not fit 64 bits
+                self._drop("address_out_of_range", index,
+                           f"location {lid} at {loc.address:#x}: address + 1 passes 2^64")
+                return None
             addresses.append(loc.address + 1)  # TCMalloc wrote return address - 1
         truncated = len(addresses) > MAX_STACK_DEPTH
         key = tuple(addresses[:MAX_STACK_DEPTH])
@@ -318,6 +336,14 @@ class _Converter:
             self.stack_ids[key] = len(self.stack_ids) + 1
             chunk.stacks.add(id=self.stack_ids[key], addresses=key, truncated=truncated)
         return self.stack_ids[key]
+
+    def _saturated(self, field: str, value: int, lo: int, hi: int) -> int:
+        """value within [lo, hi] (the Trailer field's type), noted when it is not."""
+        if lo <= value <= hi:
+            return value
+        self.summary.notes.append(f"Trailer.{field} {value} is outside its field's range; "
+                                  f"saturated at {hi if value > hi else lo}")
+        return hi if value > hi else lo
 
     def _header(self) -> profile_pb2.Header:
         p = self.profile
@@ -347,7 +373,12 @@ class _Converter:
                            "deallocated, censored objects is set")
                 continue
             kind, n = kind_n
-            labels = self._labels(sample)
+            try:
+                labels = self._labels(sample)
+            except _BadSample as e:
+                reason, detail = e.args
+                self._drop(reason, index, detail)
+                continue
             if n < 0:
                 self._drop("negative_count", index, f"{kind} objects {n}")
                 continue
@@ -392,8 +423,9 @@ class _Converter:
         if any(loc.line for loc in self.profile.location):
             s.notes.append("the profile's locations carry function names; they are not "
                            "kept (the dataset job symbolizes from the binaries)")
+        tmp = out_path + ".partial"  # never a half-written profile under the final name
         try:
-            with open(out_path, "wb") as out:
+            with open(tmp, "wb") as out:
                 for index, sample, kind, n, labels in usable:
                     stack_id = self._stack(chunk, index, sample)
                     if stack_id is None:
@@ -423,17 +455,24 @@ class _Converter:
                         write_record(out, chunk.SerializeToString())
                         chunk = profile_pb2.ProfileChunk()
                 chunk.trailer.CopyFrom(profile_pb2.Trailer(
-                    total_allocations=s.objects, total_allocated_bytes=s.bytes,
+                    total_allocations=self._saturated("total_allocations", s.objects, 0, U64_MAX),
+                    total_allocated_bytes=self._saturated("total_allocated_bytes", s.bytes,
+                                                          0, U64_MAX),
                     end_monotonic_ns=max(self.profile.duration_nanos, 0),
-                    end_time_unix_ns=self.profile.time_nanos + self.profile.duration_nanos,
+                    end_time_unix_ns=self._saturated(
+                        "end_time_unix_ns",
+                        self.profile.time_nanos + self.profile.duration_nanos, I64_MIN, I64_MAX),
                     samples=s.samples, censored_samples=s.censored))
                 write_record(out, chunk.SerializeToString())
+            if not s.aggregates:  # every usable-looking sample named an undefined location
+                raise InputError(f"{self.path}: no usable lifetime samples in this TCMalloc "
+                                 f"profile ({self.summary.problems[0]})")
+            os.replace(tmp, out_path)
         except OSError as e:
             raise InputError(f"{out_path}: cannot write: {e.strerror or e}") from None
-        if not s.aggregates:  # every usable-looking sample named an undefined location
-            os.unlink(out_path)
-            raise InputError(f"{self.path}: no usable lifetime samples in this TCMalloc "
-                             f"profile ({self.summary.problems[0]})")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         s.stacks = len(self.stack_ids)
         return s
 

@@ -185,6 +185,10 @@ def importer_source(name: str, load: Callable | None = None) -> Source:
                 summary = module.convert(path, out)
             except (LifetimeError, OSError) as e:
                 raise ImportFailed(path, f"import_failed: {name}: {e}") from e
+            except Exception as e:  # noqa: BLE001 - an importer's bug fails its file, not the job
+                LOG.exception("%s: the %s importer failed", path, name)
+                raise ImportFailed(path, f"import_failed: {name}: {type(e).__name__}: {e} "
+                                         "(an importer bug; the traceback is logged)") from e
             reader = ProfileReader(out)
             # What the importer kept but found wrong (a cut tail, malformed lines) is
             # dead-lettered against the original file, like a reader's own problems.

@@ -2,7 +2,11 @@
 
 Real recordings: `ls` and the proxy workload under `heaptrack --raw` (Debian's
 heaptrack 1.4.0); the proxy is also profiled by our sampler (full trace) and both go
-through `lifetime build-dataset` (benchmarks/heaptrack_agreement.py does the work)."""
+through `lifetime build-dataset` (benchmarks/heaptrack_agreement.py does the work).
+Committed: tests/data/heaptrack.ls.4242.raw.zst (`heaptrack --raw ls -l
+/usr/share/doc/heaptrack`, 300 allocations; the fuzzers' seed too) and
+tests/data/heaptrack.ls.4242.zst (the same through heaptrack_interpret); the tests on
+them need no heaptrack here."""
 
 import os
 import shutil
@@ -16,14 +20,20 @@ from lifetime import cli
 from lifetime.errors import InputError
 from profiler_proto import profile_pb2, read_profile
 
-pytestmark = pytest.mark.skipif(shutil.which("heaptrack") is None, reason="heaptrack not installed")
+needs_heaptrack = pytest.mark.skipif(shutil.which("heaptrack") is None,
+                                     reason="heaptrack not installed")
 INTERPRET = "/usr/lib/heaptrack/libexec/heaptrack_interpret"
+DATA = os.path.join(os.path.dirname(__file__), "data")
+LS_RAW = os.path.join(DATA, "heaptrack.ls.4242.raw.zst")  # 300 allocations
+LS_INTERPRETED = os.path.join(DATA, "heaptrack.ls.4242.zst")
 
 
 @pytest.fixture(scope="module")
 def ls_raw(tmp_path_factory):
     """A raw heaptrack recording of a real program (`ls -lR /usr/lib/python3`: some
     hundred KB of text, several zstd blocks, so a cut file still holds whole blocks)."""
+    if shutil.which("heaptrack") is None:
+        pytest.skip("heaptrack not installed")
     d = tmp_path_factory.mktemp("ht")
     subprocess.run(["heaptrack", "--raw", "-o", str(d / "heaptrack.ls.4242"), "ls", "-lR",
                     "/usr/lib/python3"], check=True, stdout=subprocess.DEVNULL)
@@ -195,6 +205,7 @@ def test_import_command(ls_raw, tmp_path, capsys):
     assert importing.output_name("/a/heaptrack.redis.12.raw.zst") == "heaptrack.redis.12.ltprof"
 
 
+@needs_heaptrack
 def test_proxy_under_heaptrack_agrees_with_our_sampler(tmp_path):
     """The proxy recorded by heaptrack and by our sampler (separate 3 s runs): the same
     contexts, and the same lifetime class for most bytes.  Classes that depend on the
@@ -211,3 +222,108 @@ def test_proxy_under_heaptrack_agrees_with_our_sampler(tmp_path):
     assert r["heaptrack"]["share_in_shared_contexts"] >= 0.99
     assert r["ours"]["agreement_by_bytes"] >= 0.8
     assert r["contexts_agreeing"] >= 0.9 * r["contexts"]["both"]
+
+
+# -- numbers past what the format and our fields hold (issue 20, item 1) -------------
+
+# Each line is one bad record: the issue's two (a size >= 2^64, a stamp whose ns pass
+# 2^64), and their neighbours: an IP whose return address passes 2^64, a size above
+# PTRDIFF_MAX, a module segment ending past 2^64, a sign that int() would take.
+OUT_OF_RANGE = [b"+ 10000000000000000 1 aa", b"c ffffffffffffffff",
+                b"t ffffffffffffffff 1", b"+ 8000000000000000 1 bb",
+                b"m 9 /bin/nope ffffffffffffff00 0 1000", b"c -5"]
+
+
+def _committed_text() -> bytes:
+    return _text(LS_RAW)
+
+
+def _with_lines(tmp_path, name: str, extra: list[bytes]) -> str:
+    """The committed recording with `extra` lines inserted before its first allocation."""
+    lines = _committed_text().split(b"\n")
+    first_alloc = next(i for i, line in enumerate(lines) if line.startswith(b"+ "))
+    path = tmp_path / name
+    path.write_bytes(b"\n".join(lines[:first_alloc] + extra + lines[first_alloc:]))
+    return str(path)
+
+
+def test_out_of_range_numbers_are_malformed_lines_not_crashes(tmp_path):
+    good = heaptrack.convert(LS_RAW, str(tmp_path / "good.ltprof"))
+    assert good.samples == 300 and not good.problems
+    path = _with_lines(tmp_path, "heaptrack.ls.4242.raw", OUT_OF_RANGE)
+    summary = heaptrack.convert(path, str(tmp_path / "bad.ltprof"))
+    assert summary.malformed == {"allocation_out_of_range": 2, "timestamp_out_of_range": 1,
+                                 "trace_out_of_range": 1, "module_out_of_range": 1,
+                                 "bad_timestamp": 1}
+    assert summary.samples == good.samples  # every good line kept
+    assert any(p.startswith("allocation_out_of_range: line ") and "more than 64 bits" in p
+               for p in summary.problems)
+    profile = read_profile(str(tmp_path / "bad.ltprof"))  # strict: any problem raises
+    assert len(profile.samples) == 300
+
+
+def test_bad_recording_beside_a_good_one_never_fails_the_dataset_job(tmp_path):
+    """`build-dataset --format heaptrack` over the issue's mutant and a good recording:
+    the good one's samples are all kept, the bad one's usable part too, and each bad
+    line is dead-lettered against its file (import_problem)."""
+    import json
+
+    bad = _with_lines(tmp_path, "bad.raw", OUT_OF_RANGE[:2])
+    ds = tmp_path / "ds"
+    assert cli.main(["build-dataset", "--format", "heaptrack", "--profiles", bad,
+                     "--version-label", "bad", "--profiles", LS_RAW, "--version-label",
+                     "good", "--out", str(ds), "--no-detect-wrappers"]) == 0
+    manifest = json.loads((ds / "manifest.json").read_text())
+    programs = manifest["files"]["programs"]
+    assert programs["ls (good)"]["samples"] == programs["ls (bad)"]["samples"] == 300
+    dead = [json.loads(line) for line in (ds / "dead_letters.jsonl").read_text().splitlines()]
+    assert {(d["file"], d["category"]) for d in dead} == {(bad, "import_problem")}
+    reasons = sorted(d["reason"].split(": line")[0] for d in dead)
+    assert reasons == ["import_problem: heaptrack: allocation_out_of_range",
+                       "import_problem: heaptrack: timestamp_out_of_range"]
+
+
+def test_an_importer_bug_costs_its_file_not_the_job(tmp_path, monkeypatch, capsys):
+    """Whatever an importer raises on one file (here a RuntimeError standing for a bug)
+    dead-letters that file (import_failed) in the dataset job, and `lifetime import`
+    skips it; the good recording is kept by both."""
+    import json
+
+    real = heaptrack.convert
+
+    def convert(path, out, **options):
+        if "boom" in os.path.basename(path):
+            raise RuntimeError("an importer bug")
+        return real(path, out, **options)
+
+    monkeypatch.setattr(heaptrack, "convert", convert)
+    boom = tmp_path / "boom.raw.zst"
+    shutil.copy(LS_RAW, boom)
+    ds = tmp_path / "ds"
+    assert cli.main(["build-dataset", "--format", "heaptrack", "--profiles", str(boom),
+                     LS_RAW, "--out", str(ds), "--no-detect-wrappers"]) == 0
+    manifest = json.loads((ds / "manifest.json").read_text())
+    assert sum(p["samples"] for p in manifest["files"]["programs"].values()) == 300
+    dead = [json.loads(line) for line in (ds / "dead_letters.jsonl").read_text().splitlines()]
+    assert [(d["file"], d["category"]) for d in dead] == [(str(boom), "import_failed")]
+    assert "RuntimeError: an importer bug" in dead[0]["reason"]
+
+    out = tmp_path / "imported"
+    capsys.readouterr()
+    assert cli.main(["import", str(boom), LS_RAW, "-o", str(out)]) == 0
+    assert (out / "heaptrack.ls.4242.ltprof").is_file()
+    assert "skipped " + str(boom) + ": import failed: RuntimeError" in capsys.readouterr().err
+
+
+def test_committed_interpreted_recording_is_refused_and_long_lines_skipped(tmp_path):
+    assert heaptrack.sniff(LS_INTERPRETED)
+    with pytest.raises(InputError, match=r"interpreted heaptrack file.*--raw"):
+        heaptrack.convert(LS_INTERPRETED, str(tmp_path / "i.ltprof"))
+    # A line longer than any real one is skipped without being held; numbering goes on.
+    path = _with_lines(tmp_path, "long.raw", [b"X " + b"a" * (heaptrack.MAX_LINE_BYTES + 10),
+                                              b"+ zz 1 aa"])
+    summary = heaptrack.convert(path, str(tmp_path / "long.ltprof"))
+    assert summary.malformed == {"line_too_long": 1, "bad_allocation": 1}
+    n = int(summary.problems[0].split("line ")[1].split(":")[0])
+    assert summary.problems[1].startswith(f"bad_allocation: line {n + 1}:")
+    assert summary.samples == 300

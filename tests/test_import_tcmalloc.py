@@ -338,3 +338,38 @@ def test_import_command_reports_bad_files_and_detects_the_format(sites_profile, 
     assert cli.main(["import", "--format", "tcmalloc", str(junk), "-o", str(out)]) == 1
     assert f"lifetime import: error: none of 1 file(s) could be imported; first: {junk}" \
         in capsys.readouterr().err
+
+
+def test_numbers_at_their_limits_are_bounded_not_crashes(tmp_path):
+    """The committed real profile with numbers protobuf accepts but our fields cannot
+    take as they are (issue 20, item 1): a location at 2^64 - 1 (its return address
+    would pass 2^64), a label naming a string that does not exist, counts of 2^63 - 1
+    whose sums pass 2^64, a start time plus duration past int64.  Samples that cannot
+    be used are dropped and counted; sums saturate, noted; the rest is imported."""
+    with gzip.open(REAL) as f:
+        p = pprof.Profile.FromString(f.read())
+    import collections
+
+    kept = p.sample[:-1]  # the last one gets the bad label
+    uses = collections.Counter(lid for s in kept if not s.value[2]  # not deallocations
+                               for lid in set(s.location_id))
+    rare = min(uses, key=lambda lid: (uses[lid], lid))  # in the fewest allocation stacks
+    next(loc for loc in p.location if loc.id == rare).address = (1 << 64) - 1
+    p.time_nanos, p.duration_nanos = (1 << 63) - 1, (1 << 63) - 1
+    for sample in p.sample:
+        sample.value[:] = [(1 << 63) - 1 if v else 0 for v in sample.value]
+    p.sample[-1].label[0].key = 10_000
+    path = tmp_path / "limits.pb"
+    path.write_bytes(p.SerializeToString())
+    out = tmp_path / "limits.ltprof"
+    summary = tcmalloc.convert(str(path), str(out))
+    assert summary.dropped["address_out_of_range"] == uses[rare]
+    assert summary.dropped["bad_label"] == 1
+    assert any(pr.startswith("address_out_of_range: sample ") for pr in summary.problems)
+    saturated = [n for n in summary.notes if "saturated" in n]
+    assert len(saturated) == 3  # total_allocations, total_allocated_bytes, end time
+    profile = read_profile(str(out))  # strict: any problem raises
+    assert profile.trailer.total_allocations == (1 << 64) - 1
+    assert profile.trailer.end_time_unix_ns == (1 << 63) - 1
+    assert summary.samples == len(profile.samples) > 0
+    assert not os.path.exists(str(out) + ".partial")
