@@ -233,3 +233,85 @@ def test_no_input_and_bad_options_are_errors(tmp_path, capsys):
     assert cli.main(["pprof", "x.ltprof", "-o", str(tmp_path / "x.pb.gz"),
                      "--sysroot", str(tmp_path / "nope")]) == 1
     assert "--sysroot" in capsys.readouterr().err
+
+
+# -- numbers past pprof's int64, and where the output goes (issue 20, items 2 and 9) ---
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _imported(tmp_path) -> str:
+    """The committed heaptrack recording (tests/data, 300 allocations) as a profile."""
+    from interop import heaptrack
+
+    out = str(tmp_path / "ls.ltprof")
+    heaptrack.convert(os.path.join(DATA, "heaptrack.ls.4242.raw.zst"), out)
+    return out
+
+
+def _overflowing(tmp_path) -> str:
+    """That profile with the issue's values, which `lifetime inspect` accepts: a weight
+    of 1e30, sizes of 2^63 and 2^64 - 1, a weight of 1e308 on a huge size."""
+    from profiler_proto import container, profile_pb2
+
+    path = _imported(tmp_path)
+    chunks = [container.parse_chunk(path, i, r) for i, r in
+              enumerate(container.iter_records(path))]
+    samples = chunks[0].samples
+    samples[0].weight = 1e30
+    samples[1].size = 1 << 63
+    samples[2].size, samples[2].weight = (1 << 64) - 1, 1e308
+    out = tmp_path / "overflow.ltprof"
+    with open(out, "wb") as f:
+        for c in chunks:
+            container.write_record(f, c.SerializeToString())
+    assert isinstance(chunks[0], profile_pb2.ProfileChunk)
+    return str(out)
+
+
+def test_values_past_int64_saturate_and_are_counted(tmp_path, capsys):
+    path = _overflowing(tmp_path)
+    assert cli.main(["inspect", path]) == 0  # a valid profile
+    out = tmp_path / "o.pb.gz"
+    capsys.readouterr()
+    assert _convert([path], out) == 0
+    err = capsys.readouterr().err
+    assert "lifetime pprof: warning: " in err and "beyond int64 written as " \
+        "9223372036854775807" in err
+    p = _read(out)
+    top = (1 << 63) - 1
+    assert max(v for s in p.sample for v in s.value) == top
+    assert any("beyond int64" in p.string_table[c] for c in p.comment)
+    _, summary = pprof.build([path])
+    # 1e30 objects, and the 2^63 and 2^64 - 1 byte objects' space, allocated and freed;
+    # the sizes' labels; each object counted once per value it overflows
+    assert summary.saturated["allocated_objects"] == 2  # 1e30 and 1e308
+    assert summary.saturated["allocated_space"] == 3
+    assert summary.saturated["bytes"] == summary.saturated["request"] == 2
+    assert summary.samples == 300  # nothing dropped
+    view, vsum = pprof.build([path], view="allocations")
+    assert vsum.saturated["objects"] == 2 and vsum.saturated["space"] == 3
+
+
+def test_directory_output_is_refused_up_front_and_no_temp_file_is_left(tmp_path, capsys,
+                                                                      monkeypatch):
+    path = _imported(tmp_path)
+    target = tmp_path / "existing"
+    target.mkdir()
+    before = sorted(os.listdir(tmp_path))
+    capsys.readouterr()
+    assert _convert([path], target) == 1
+    err = capsys.readouterr().err
+    assert err == f"lifetime pprof: error: {target}: is a directory; -o names the output " \
+        f"file (e.g. {target}/profile.pb.gz)\n"
+    assert sorted(os.listdir(tmp_path)) == before and not os.listdir(target)
+    # A failure while writing leaves no temporary file either.
+    from interop.pprof import convert
+
+    def no_rename(src, dst):
+        raise OSError(28, "No space left on device", dst)
+
+    monkeypatch.setattr(convert.os, "replace", no_rename)
+    assert _convert([path], tmp_path / "x.pb.gz") == 1
+    assert "x.pb.gz: cannot write: No space left on device" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == before

@@ -39,6 +39,7 @@ def _say(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from interop import pprof
+    from interop.pprof.convert import saturated_text
     from pipeline import symbolize
 
     opts = symbol_options(args)
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         more = len(summary.unsymbolized_modules) - 3
         _say(f"{len(summary.unsymbolized_modules)} module(s) not symbolized, their frames "
              f"named <module+?>: {shown}" + (f" and {more} more" if more > 0 else ""))
+    if summary.saturated:  # kept, but not as recorded: say so (convert.py, "Saturation")
+        _say(f"warning: {saturated_text(summary)}")
     totals = ", ".join(f"{name} {value}" for name, value in summary.totals.items())
     dropped = sum(summary.dropped.values())
     print(f"wrote {args.out}: {summary.pprof_samples} pprof samples from {summary.samples} "

@@ -54,6 +54,15 @@ innermost first, then the physical function (pprof's order); functions are dedup
 by (name, mangled name).  Frames that cannot be named keep our module token
 (``<libfoo+?>``), so pprof shows what the dataset job sees.  Mappings carry the build id
 in hex; the executable's mappings come first, as pprof expects.
+
+Saturation.  Every pprof number is an int64 (values, numeric labels, period,
+duration), while ours are uint64 and float weights: a size of 2^63 or more, a weight of
+1e30, a lifetime of 292 years do not fit.  Such a number is written as the int64
+maximum, 2^63 - 1 (NaN, from sums past any float, as 0), and counted by what it is in
+`Summary.saturated` (e.g. "allocated_space": 2), which `lifetime pprof` prints and the
+profile's comments state: every sample is kept, and a saturated value stands out as
+the largest pprof can show rather than wrapping to a negative or failing the whole
+conversion.  (Skipping the sample instead would silently shrink every total.)
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ import collections
 import dataclasses
 import math
 import os
+import stat
 from typing import Callable, Iterable
 
 from interop.pprof.builder import ProfileBuilder, profile_pb2
@@ -81,6 +91,7 @@ SAMPLE_TYPES = {
 }
 DEFAULT_SAMPLE_TYPE = {LIFETIMES: "deallocated_space", ALLOCATIONS: "space"}
 CLASS_LABEL = "lifetime_class"
+I64_MAX = (1 << 63) - 1  # pprof's numbers are int64
 
 # TCMalloc's kProfileDropFrames less its own internals: allocator entry points, which
 # pprof drops with the frames above them.
@@ -103,8 +114,16 @@ def class_names(scheme: lifetimes.LabelScheme) -> list[str]:
 
 
 def scaled(weight: float, size: int) -> tuple[int, int]:
-    """(objects, bytes) a group of sampled objects stands for: W and W x S rounded."""
-    return math.floor(weight + 0.5), math.floor(weight * size + 0.5)
+    """(objects, bytes) a group of sampled objects stands for: W and W x S rounded.
+    Past any float (an overflowed sum) they are I64_MAX + 1, for the caller to clamp;
+    no objects or no size is no bytes (never inf x 0)."""
+    return _rounded(weight), _rounded(weight * size) if weight and size else 0
+
+
+def _rounded(x: float) -> int:
+    if math.isinf(x):
+        return I64_MAX + 1
+    return math.floor(x + 0.5)
 
 
 @dataclasses.dataclass
@@ -122,12 +141,16 @@ class _Group:
         self.samples += 1
         if weight <= 0:  # a zero weight counts no object (the reader refuses negatives)
             return
-        self.weight += weight  # weighted Welford (West 1979): stable mean and variance
-        delta = lifetime_ns - self.mean_ns
-        self.mean_ns += delta * weight / self.weight
-        self.m2 += weight * delta * (lifetime_ns - self.mean_ns)
         self.min_ns = lifetime_ns if self.min_ns is None else min(self.min_ns, lifetime_ns)
         self.max_ns = max(self.max_ns, lifetime_ns)
+        total = self.weight + weight
+        if math.isinf(total):  # weights past any float: the count saturates, the mean stays
+            self.weight = total
+            return
+        self.weight = total  # weighted Welford (West 1979): stable mean and variance
+        delta = lifetime_ns - self.mean_ns
+        self.mean_ns += delta * (weight / total)  # a share <= 1: no overflow on huge weights
+        self.m2 += weight * delta * (lifetime_ns - self.mean_ns)
 
     @property
     def stddev_ns(self) -> float:
@@ -148,6 +171,8 @@ class Summary:
     pprof_samples: int = 0
     totals: dict = dataclasses.field(default_factory=dict)     # sample type -> sum
     unsymbolized_modules: dict = dataclasses.field(default_factory=dict)  # path -> status
+    # what -> values written as I64_MAX (or NaN as 0): beyond pprof's int64 (module doc)
+    saturated: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 class _Converter:
@@ -163,6 +188,7 @@ class _Converter:
         self.intervals: set[int] = set()
         self.start_unix_ns: int | None = None
         self.duration_ns = 0
+        self.saturated: collections.Counter = collections.Counter()
         p = self.b.profile
         for type_, unit in SAMPLE_TYPES[view]:
             self.b.value_type(p.sample_type.add(), type_, unit)
@@ -244,7 +270,7 @@ class _Converter:
             key = (index, address)
             lid = self.b.location_id(key)
             if lid is None:
-                lookup = address - 1  # a return address: its call instruction
+                lookup = address - 1 if address else 0  # a return address: its call
                 mapping = symbolizer.mapping_for(lookup)
                 mapping_id = self.b.mapping_id((index, mapping.id)) if mapping else 0
                 frames = symbolizer.symbolize_address(address, True)
@@ -255,8 +281,13 @@ class _Converter:
 
     def _sample(self, location_ids: list[int], key: tuple, group: _Group) -> None:
         size, alignment = key[1], key[2]
-        n, space = scaled(group.weight, size)
+        objects, space = scaled(group.weight, size)
         sample = self.b.profile.sample.add(location_id=location_ids)
+        # Saturations are counted under the objects' and space's first column (a freed
+        # group's allocated and deallocated columns are one value).
+        names = SAMPLE_TYPES[self.view]
+        i = 4 if self.view == LIFETIMES and key[3] else 0
+        n, space = self._int64(names[i][0], objects), self._int64(names[i + 1][0], space)
         if self.view == ALLOCATIONS:
             sample.value.extend((n, space))
         elif key[3]:  # censored
@@ -273,28 +304,57 @@ class _Converter:
                                 ("stddev_lifetime", group.stddev_ns),
                                 ("min_lifetime", group.min_ns or 0),
                                 ("max_lifetime", group.max_ns)):
-                self._num(sample, name, round(value), "nanoseconds")
+                self._num(sample, name, value, "nanoseconds")
             sample.label.add(key=self.b.string("active thread"), str=self.b.string(key[4]))
         if self.group_by_class:
             sample.label.add(key=self.b.string(CLASS_LABEL), str=self.b.string(key[-1]))
 
-    def _num(self, sample, key: str, value: int, unit: str) -> None:
-        sample.label.add(key=self.b.string(key), num=int(value), num_unit=self.b.string(unit))
+    def _num(self, sample, key: str, value, unit: str) -> None:
+        sample.label.add(key=self.b.string(key), num=self._int64(key, value),
+                         num_unit=self.b.string(unit))
+
+    def _int64(self, what: str, value) -> int:
+        """value (an int or float >= 0) as a pprof int64: at most I64_MAX, NaN as 0;
+        every value changed is counted under `what`."""
+        if isinstance(value, float):
+            if math.isnan(value):
+                self.saturated[what] += 1
+                return 0
+            if math.isinf(value):
+                self.saturated[what] += 1
+                return I64_MAX
+            value = round(value)
+        if value > I64_MAX:
+            self.saturated[what] += 1
+            return I64_MAX
+        return int(value)
 
     # -- the end ------------------------------------------------------------------
     def finish(self, summary: Summary) -> profile_pb2.Profile:
         p = self.b.profile
         p.time_nanos = self.start_unix_ns or 0
-        p.duration_nanos = self.duration_ns
+        p.duration_nanos = self._int64("duration_nanos", self.duration_ns)
         if len(self.intervals) == 1:
-            p.period = next(iter(self.intervals))
+            p.period = self._int64("period", next(iter(self.intervals)))
         p.comment.append(self.b.string(
             f"lifetime pprof --view {self.view}: {summary.samples} samples "
             f"({summary.censored} censored) from {summary.used_files} profile(s)"))
+        summary.saturated.update(self.saturated)
+        if self.saturated:
+            p.comment.append(self.b.string(saturated_text(summary)))
         summary.pprof_samples = len(p.sample)
         for i, (type_, _) in enumerate(SAMPLE_TYPES[self.view]):
             summary.totals[type_] = sum(s.value[i] for s in p.sample)
         return p
+
+
+def saturated_text(summary: Summary) -> str:
+    """One line saying which values did not fit pprof's int64 (empty if none)."""
+    if not summary.saturated:
+        return ""
+    shown = ", ".join(f"{what} {n}" for what, n in sorted(summary.saturated.items()))
+    return (f"{sum(summary.saturated.values())} value(s) beyond int64 written as "
+            f"{I64_MAX} (2^63 - 1): {shown}")
 
 
 def build(paths: list[str], view: str = LIFETIMES, group_by_class: bool = False,
@@ -324,14 +384,36 @@ def build(paths: list[str], view: str = LIFETIMES, group_by_class: bool = False,
 
 
 def write(paths: list[str], out: str, **options) -> Summary:
-    """Converts `paths` (see build) and writes the gzipped profile.proto to `out`."""
+    """Converts `paths` (see build) and writes the gzipped profile.proto to `out`.
+    An `out` that exists and is not a regular file (a directory, a fifo) is refused
+    before any work; no temporary file is left behind, whatever fails."""
     from lifetime.files import writable_parent
 
+    _check_output(out)
     writable_parent(out)
     builder, summary = build(paths, **options)
     data = builder.serialize()
     tmp = f"{out}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, out)  # no half-written profile under the final name
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)  # no half-written profile under the final name
+    except OSError as e:
+        raise InputError(f"{out}: cannot write: {e.strerror or e}") from None
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
     return summary
+
+
+def _check_output(out: str) -> None:
+    try:
+        st = os.stat(out)
+    except OSError:
+        return  # absent (the usual case), or the parent check says why not
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{out}: is a directory; -o names the output file "
+                         f"(e.g. {os.path.join(out, 'profile.pb.gz')})")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{out}: exists and is not a regular file (a fifo or device); "
+                         "-o names the output file")
