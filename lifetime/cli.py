@@ -162,7 +162,8 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
     workloads = summarize_workloads(_profile_inputs(args.profiles, args.version_label),
                                     config, args.out, beam_args, profile_format=args.format)
     dead = dead_letters(args.out)
-    print(f"report: {printable(write_report(workloads, config, args.out))}; {len(dead)} bad records or "
+    report = write_report(workloads, config, args.out)
+    print(f"report: {printable(report)}; {len(dead)} bad records or "
           f"files in {len({d['file'] for d in dead})} files (see {DEAD_LETTERS})")
     return 0
 

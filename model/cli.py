@@ -51,7 +51,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     writable_dir(args.out)
     metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
     m = metrics["eval"]["overall"]["model"]
-    print(f"model: {printable(args.out)}: {metrics['epochs_run']} epochs (best {metrics['best_epoch']}); "
+    print(f"model: {printable(args.out)}: {metrics['epochs_run']} epochs "
+          f"(best {metrics['best_epoch']}); "
           f"held-out eval split: {m['contexts']} contexts, weighted exact "
           f"{m['weighted']['exact']:.1%}, unweighted exact {m['unweighted']['exact']:.1%}")
     return 0
@@ -89,7 +90,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     writable_dir(args.out)
     write_report(args.model, args.train, args.test, args.out, fractions=args.fractions)
-    print(f"report: {printable(os.path.join(args.out, 'report.md'))} (also report.html, report.json)")
+    print(f"report: {printable(os.path.join(args.out, 'report.md'))} "
+          "(also report.html, report.json)")
     return 0
 
 

@@ -177,3 +177,13 @@ def test_output_path_errors_name_the_option_given(tmp_path, capsys):
                      "--json", str(blocker / "x.json")]) == 1
     assert capsys.readouterr().err == (f"lifetime evaluate-online: error: --json {blocker}/x.json: "
                                        "cannot write there (File exists)\n")
+
+
+def test_log_arguments_are_escaped():
+    """Values a log line carries (a file or program name from a profile) are escaped
+    like every printed line (issue 20, item 9)."""
+    import logging as log
+
+    record = log.LogRecord("x", log.INFO, __file__, 1, "%s: read", ("evil\x1b[2J\r.ltprof",), None)
+    assert cli._EscapeArguments().filter(record)
+    assert record.getMessage() == "evil\\x1b[2J\\x0d.ltprof: read"
