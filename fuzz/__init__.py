@@ -1,1 +1,2 @@
-"""Coverage-guided fuzzing (atheris/libFuzzer) of everything that reads a profile."""
+"""Coverage-guided fuzzing (atheris/libFuzzer) of everything that reads a profile or
+another profiler's recording (the importers), and of the pprof converter."""

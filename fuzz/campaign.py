@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in args.targets:
         corpus = out / "corpus" / name
-        n = seeds.write_seeds(corpus, real=not args.no_real_seed)
+        n = seeds.write_seeds(corpus, real=not args.no_real_seed, target=name)
         print(f"fuzz {name}: {n} seeds, {args.seconds} s ...", flush=True)
         r = run_target(name, corpus, out / "artifacts" / name, args.seconds, args.runs,
                        args.timeout, args.rss_limit_mb)

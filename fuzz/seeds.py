@@ -1,8 +1,11 @@
-"""Seed inputs for the profile fuzzers: small valid profiles, the mutants that once
-broke the readers, and, when the sampler is built, a real profile of a real program."""
+"""Seed inputs for the fuzzers: small valid profiles, the mutants that once broke the
+readers, and, when the sampler is built, a real profile of a real program; for the
+importers and the pprof converter (`target_seeds`), the real recordings committed
+under tests/data and the inputs that once broke them (issue 20)."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import pathlib
@@ -13,6 +16,12 @@ from profiler_proto import container, profile_pb2
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SAMPLER = REPO / "build" / "profiler" / "liblifetime_sampler.so"
+DATA = REPO / "tests" / "data"
+# `heaptrack --raw ls -l /usr/share/doc/heaptrack` (heaptrack 1.4.0), and the same
+# recording through heaptrack_interpret (the format the importer refuses).
+HEAPTRACK_RAW = DATA / "heaptrack.ls.4242.raw.zst"
+HEAPTRACK_INTERPRETED = DATA / "heaptrack.ls.4242.zst"
+TCMALLOC = DATA / "tcmalloc_lifetimes.pb.gz"  # TCMalloc's own lifetime profile
 
 
 def valid_chunks(samples: int = 3) -> list[profile_pb2.ProfileChunk]:
@@ -92,11 +101,101 @@ def real_profile(out_dir: pathlib.Path) -> bytes | None:
     return files[-1].read_bytes() if files else None
 
 
-def write_seeds(corpus: pathlib.Path, real: bool = True) -> int:
-    """Writes the seed corpus; returns the number of seeds."""
+def _heaptrack_text() -> bytes:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj().decompress(HEAPTRACK_RAW.read_bytes())
+
+
+def _first_lines(text: bytes, limit: int) -> bytes:
+    """The whole lines of text within its first `limit` bytes."""
+    return text[: text.rindex(b"\n", 0, limit) + 1]
+
+
+def heaptrack_seeds() -> dict[str, bytes]:
+    """The real raw recording (zstd as written, plain, gzip as heaptrack writes it
+    without zstd), its interpreted form, a short head of it, and issue 20's lines."""
+    text = _heaptrack_text()
+    head = _first_lines(text, 2048)
+    out = {"raw-zst": HEAPTRACK_RAW.read_bytes(), "raw-plain": text,
+           "raw-gz": gzip.compress(text, mtime=0), "raw-head": head,
+           "interpreted-zst": HEAPTRACK_INTERPRETED.read_bytes(),
+           "cut-zst": HEAPTRACK_RAW.read_bytes()[:1500]}
+    # Numbers past what the fields hold (issue 20, item 1), signs int() would take.
+    out["out-of-range"] = head + b"+ 10000000000000000 1 aa\nc ffffffffffffffff\n" \
+        b"t ffffffffffffffff 1\n+ 8000000000000000 1 bb\nc -5\n- -aa\n"
+    out["format-2"] = b"v 10400 2\nx /bin/ls\nm /bin/ls 1000 0 100\nt 1010 0\n+ 10 1 aa\nc 5\n"
+    return out
+
+
+def heaptrack_zst_seeds() -> dict[str, bytes]:
+    """Inputs of `heaptrack_zst`: a frame-layout byte, then plain text (heads of the
+    recording: small inputs keep the campaign fast; `heaptrack` has the whole one)."""
+    text = _heaptrack_text()
+    head, longer = _first_lines(text, 2048), _first_lines(text, 4096)
+    return {"one-frame": b"\x01" + head, "two-frames": b"\x80" + longer,
+            "out-of-range": b"\x01" + heaptrack_seeds()["out-of-range"]}
+
+
+def tcmalloc_seeds() -> dict[str, bytes]:
+    """The real TCMalloc lifetime profile (gzipped as written, and plain), and copies
+    with numbers at their fields' limits."""
+    from interop.pprof import profile_pb2 as pprof_pb2
+
+    packed = TCMALLOC.read_bytes()
+    plain = gzip.decompress(packed)
+    out = {"real-gz": packed, "real-plain": plain}
+    p = pprof_pb2.Profile.FromString(plain)
+    p.location[0].address = (1 << 64) - 1  # its return address would pass 2^64
+    p.time_nanos, p.duration_nanos = (1 << 63) - 1, (1 << 63) - 1
+    for sample in p.sample:
+        sample.value[:] = [(1 << 63) - 1 if v else 0 for v in sample.value]
+    p.sample[-1].label[0].key = 10_000  # a string the table does not hold
+    out["limits"] = p.SerializeToString(deterministic=True)
+    return out
+
+
+def pprof_seeds() -> dict[str, bytes]:
+    """Profiles for `lifetime pprof`: the valid one, issue 20's overflows (a weight of
+    1e30, sizes of 2^63 and 2^64 - 1, a weight of 1e308 on a huge size), and the real
+    heaptrack and TCMalloc recordings of tests/data imported."""
+    import tempfile
+
+    from interop import heaptrack, tcmalloc
+
+    out = {"valid": _file(valid_chunks())}
+    huge = valid_chunks()
+    huge[0].samples[0].weight = 1e30
+    huge[0].samples[1].size = 1 << 63
+    huge[0].samples[2].size, huge[0].samples[2].weight = (1 << 64) - 1, 1e308
+    huge[0].header.sampling_interval_bytes = 1 << 63
+    huge[1].samples[0].observed_age_ns = (1 << 64) - 1
+    out["overflow"] = _file(huge)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, importer, source in (("heaptrack", heaptrack, HEAPTRACK_RAW),
+                                       ("tcmalloc", tcmalloc, TCMALLOC)):
+            converted = os.path.join(tmp, name + container.SUFFIX)
+            importer.convert(str(source), converted)
+            out["imported-" + name] = pathlib.Path(converted).read_bytes()
+    return out
+
+
+# Seeds of the targets that read something other than our profiles.
+TARGET_SEEDS = {"heaptrack": heaptrack_seeds, "heaptrack_zst": heaptrack_zst_seeds,
+                "tcmalloc": tcmalloc_seeds, "pprof": pprof_seeds}
+
+
+def target_seeds(target: str) -> dict[str, bytes]:
+    """The seeds of one fuzz target (the profile mutants for the profile readers)."""
+    return TARGET_SEEDS[target]() if target in TARGET_SEEDS else mutants()
+
+
+def write_seeds(corpus: pathlib.Path, real: bool = True, target: str | None = None) -> int:
+    """Writes the seed corpus of `target` (default: the profile readers'); returns
+    the number of seeds."""
     corpus.mkdir(parents=True, exist_ok=True)
-    seeds = mutants()
-    if real:
+    seeds = target_seeds(target) if target else mutants()
+    if real and target not in TARGET_SEEDS:
         scratch = corpus.parent / (corpus.name + ".real")
         scratch.mkdir(exist_ok=True)
         data = real_profile(scratch)

@@ -1,5 +1,7 @@
-"""Fuzz targets: each takes one input (the bytes of a would-be profile file) and
-must either succeed or raise ProfileFormatError.  Any other exception, a hang or
+"""Fuzz targets: each takes one input (the bytes of a would-be file) and must either
+succeed or raise its expected errors (`expected(name)`: ProfileFormatError for our
+readers; any LifetimeError -- InputError naming the file -- for the importers and the
+pprof converter, which refuse bad input with one).  Any other exception, a hang or
 unbounded memory is a finding."""
 
 from __future__ import annotations
@@ -69,5 +71,98 @@ def read_step(data: bytes) -> None:
         pass
 
 
+# -- importers and the pprof converter -----------------------------------------------
+
+# A recording's name as heaptrack writes it (the importer reads a pid from it).
+_RECORDING = os.path.join(os.path.dirname(_SCRATCH), f"heaptrack.fuzz.{os.getpid()}.raw")
+_OUT = _SCRATCH + ".out.ltprof"
+
+
+def _write(path: str, data: bytes) -> str:
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def heaptrack(data: bytes) -> None:
+    """`lifetime import --format heaptrack` on the bytes as a file: raw or interpreted,
+    plain, zstd or gzip (the importer tells them apart by content), and its sniff."""
+    from interop import heaptrack as importer
+
+    path = _write(_RECORDING, data)
+    importer.sniff(path)
+    importer.convert(path, _OUT)
+
+
+_ZSTD = None
+
+
+def heaptrack_zst(data: bytes) -> None:
+    """The heaptrack importer on the bytes zstd-compressed, as `heaptrack --raw` writes
+    them, so mutations reach the parser behind the decompressor (the first byte picks
+    the frame layout: one frame, or two frames cut at a fuzzed place)."""
+    import zstandard
+
+    from interop import heaptrack as importer
+
+    global _ZSTD
+    if not data:
+        return
+    if _ZSTD is None:  # one compressor: making one allocates its whole window
+        _ZSTD = zstandard.ZstdCompressor(level=1)
+    body = data[1:]
+    cut = data[0] * len(body) // 255
+    c = _ZSTD
+    packed = c.compress(body) if data[0] % 2 else c.compress(body[:cut]) + c.compress(body[cut:])
+    importer.convert(_write(_RECORDING + ".zst", packed), _OUT)
+
+
+def tcmalloc(data: bytes) -> None:
+    """`lifetime import --format tcmalloc` on the bytes as a file (gzipped or plain
+    pprof), and its sniff."""
+    from interop import tcmalloc as importer
+
+    path = _write(_SCRATCH + ".pb", data)
+    importer.sniff(path)
+    importer.convert(path, _OUT)
+
+
+_PPROF_CACHE = None
+
+
+def pprof(data: bytes) -> None:
+    """`lifetime pprof` on the bytes as a profile: both views, classes, serialized."""
+    global _PPROF_CACHE
+    from interop.pprof import convert
+    from pipeline import symbolize
+
+    if _PPROF_CACHE is None:  # one ELF cache for the campaign: each module read once
+        _PPROF_CACHE = symbolize.ModuleCache()
+    view = convert.VIEWS[len(data) % 2]
+    builder, _ = convert.build([_as_file(data)], view=view, group_by_class=len(data) % 3 == 0,
+                               cache=_PPROF_CACHE)
+    builder.serialize()
+
+
 TARGETS = {"records": records, "chunk": chunk, "profile": profile, "stream": stream,
-           "inspect": inspect, "read_step": read_step}
+           "inspect": inspect, "read_step": read_step, "heaptrack": heaptrack,
+           "heaptrack_zst": heaptrack_zst, "tcmalloc": tcmalloc, "pprof": pprof}
+# Targets that refuse bad input with any LifetimeError (InputError naming the file).
+_LIFETIME_ERRORS = {"heaptrack", "heaptrack_zst", "tcmalloc", "pprof"}
+
+
+def load() -> None:
+    """Imports every module the targets import lazily (fuzz/run.py calls it inside
+    atheris.instrument_imports, so that their code is coverage-instrumented too)."""
+    import interop.heaptrack  # noqa: F401
+    import interop.pprof.convert  # noqa: F401
+    import interop.tcmalloc  # noqa: F401
+    import pipeline.dataset  # noqa: F401
+    import profiler_proto.summary  # noqa: F401
+
+
+def expected(name: str) -> tuple:
+    """The exceptions that are a clean refusal for this target."""
+    from lifetime.errors import LifetimeError
+
+    return (LifetimeError,) if name in _LIFETIME_ERRORS else EXPECTED
