@@ -89,6 +89,8 @@ def import_files(files: list[str], fmt: str, out_dir: str, **options) -> tuple[l
             raise
         except LifetimeError as e:
             failed.append((path, str(e)))
+        except OSError as e:  # writing the output (a full disk): the environment, not a bug
+            failed.append((path, f"{e.filename or out}: {e.strerror or e}"))
         except Exception as e:  # noqa: BLE001 - an importer's bug costs its file, not the others
             LOG.exception("%s: import failed", path)  # a bug: its traceback is kept
             failed.append((path, f"{path}: import failed: {type(e).__name__}: {e} "
