@@ -109,8 +109,9 @@ def run(case: Case, work: pathlib.Path) -> Result:
         stderr = err.read().decode("utf-8", "replace")
     status = os.waitstatus_to_exitcode(raw)
     r = Result(case, None if hung else status, round(seconds, 2),
-               round(usage.ru_maxrss / 1024, 1), stdout[-4000:], stderr[-4000:])
+               round(usage.ru_maxrss / 1024, 1), stdout, stderr)
     r.verdict, r.detail = judge(r, hung)
+    r.stdout, r.stderr = stdout[-4000:], stderr[-4000:]  # kept small: hundreds of cases
     return r
 
 

@@ -189,9 +189,67 @@ def pprof_seeds() -> dict[str, bytes]:
     return out
 
 
+def trace_seeds() -> dict[str, bytes]:
+    """Small traces: a valid one, issue 20's huge records (8 TiB, 16 TiB - 1, past the
+    format's 16 TiB), a non-zero reserved field, and a cut one."""
+    import tempfile
+
+    from simulator import trace as tr
+
+    def write(records, patch=None) -> bytes:
+        with tempfile.NamedTemporaryFile(suffix=".lttrace") as f:
+            with tr.TraceWriter(f.name) as w:
+                for r in records:
+                    w.write_record(r)
+            blob = bytearray(pathlib.Path(f.name).read_bytes())
+        if patch:
+            patch(blob)
+        return bytes(blob)
+
+    ms = tr.MS
+    small = [tr.ObjectRecord(i * ms, i * ms + (5 << i) * ms if i % 3 else None, 16 << i,
+                             stack_id=i % 3, thread_id=i % 2, align=16 << (i % 4))
+             for i in range(6)]
+    out = {"valid": write(small), "size-8TiB": write([tr.ObjectRecord(0, ms, 8 << 40)]),
+           "size-16TiB-1": write([tr.ObjectRecord(0, None, (16 << 40) - 1)]),
+           "size-16TiB": write([tr.ObjectRecord(0, ms, 16 << 40)]),
+           "reserved": write(small, lambda b: struct.pack_into("<Q", b, 40, 7))}
+    out["cut"] = out["valid"][:-13]
+    return out
+
+
+def options_seeds() -> dict[str, bytes]:
+    """Command lines of every subcommand (NUL-separated), with and without the
+    values issue 20 found accepted."""
+    lines = [
+        ["inspect", "--samples", "5", "p.ltprof"], ["inspect", "--samples", "-1", "p.ltprof"],
+        ["build-dataset", "--profiles", "d", "--out", "o", "--max-frames", "16",
+         "--boundaries", "10,100,1000", "--vocab-size", "5000", "--shards", "2",
+         "--eval-percent", "20", "--clock", "wall"],
+        ["build-dataset", "--profiles", "d", "--out", "o", "--max-frames", "1000000000",
+         "--boundaries", "nan,inf"],
+        ["characterize", "--profiles", "d", "--out", "o", "--boundaries", "1,2"],
+        ["train", "--dataset", "d", "--out", "m", "--learning-rate", "3e-3", "--epochs", "60",
+         "--batch-size", "256", "--unk-dropout", "0.1", "--weight-power", "0.5"],
+        ["train", "--dataset", "d", "--out", "m", "--learning-rate", "nan"],
+        ["evaluate", "--model", "m", "--dataset", "d", "--split", "all"],
+        ["report", "--model", "m", "--train", "d", "--test", "t", "--out", "r",
+         "--fractions", "0,2"],
+        ["evaluate-online", "p", "--model", "m", "--boundaries", "1,10", "--json", "x.json"],
+        ["simulate", "t.lttrace", "--train", "d", "--out", "o", "--deadline-k", "2",
+         "--series-interval-ms", "100", "--run-records", "1000", "--model-revalidate-every", "5"],
+        ["pprof", "p", "-o", "x.pb.gz", "--view", "allocations", "--group-by-class"],
+        ["import", "--format", "heaptrack", "f", "-o", "o", "--version-label", "v"],
+        ["profile", "--interval", "99999999999999999999999", "--out", "o", "--", "true"],
+        ["export", "m", "--out", "e", "--graph", "folded"],
+    ]
+    return {f"{i:02d}-{argv[0]}": "\0".join(argv).encode() for i, argv in enumerate(lines)}
+
+
 # Seeds of the targets that read something other than our profiles.
 TARGET_SEEDS = {"heaptrack": heaptrack_seeds, "heaptrack_zst": heaptrack_zst_seeds,
-                "tcmalloc": tcmalloc_seeds, "pprof": pprof_seeds}
+                "tcmalloc": tcmalloc_seeds, "pprof": pprof_seeds, "trace": trace_seeds,
+                "options": options_seeds}
 
 
 def target_seeds(target: str) -> dict[str, bytes]:

@@ -144,11 +144,45 @@ def pprof(data: bytes) -> None:
     builder.serialize()
 
 
+def trace(data: bytes) -> None:
+    """The simulator's trace reader: header and every record bounded as the engine
+    bounds them (simulator.trace.check_trace_bytes, pinned to the engine's --check by
+    tests/test_simulator_hostile.py)."""
+    from simulator.trace import check_trace_bytes
+
+    check_trace_bytes(data)
+
+
+_PARSER = None
+
+
+def options(data: bytes) -> None:
+    """The `lifetime` command line: NUL-separated arguments parsed by the real parser
+    and its option types, to a namespace, a UsageError (a bad value: lifetime/options.py)
+    or argparse's own error for a bad structure (SystemExit); no command runs."""
+    import contextlib
+    import io
+
+    global _PARSER
+    if _PARSER is None:
+        from lifetime.cli import build_parser
+
+        _PARSER = build_parser()
+    argv = data.decode("utf-8", "surrogateescape").split("\0")
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            _PARSER.parse_known_args(argv)
+        except SystemExit:
+            pass
+
+
 TARGETS = {"records": records, "chunk": chunk, "profile": profile, "stream": stream,
            "inspect": inspect, "read_step": read_step, "heaptrack": heaptrack,
-           "heaptrack_zst": heaptrack_zst, "tcmalloc": tcmalloc, "pprof": pprof}
+           "heaptrack_zst": heaptrack_zst, "tcmalloc": tcmalloc, "pprof": pprof,
+           "trace": trace, "options": options}
 # Targets that refuse bad input with any LifetimeError (InputError naming the file).
-_LIFETIME_ERRORS = {"heaptrack", "heaptrack_zst", "tcmalloc", "pprof"}
+_LIFETIME_ERRORS = {"heaptrack", "heaptrack_zst", "tcmalloc", "pprof", "trace"}
+_USAGE_ERRORS = {"options"}
 
 
 def load() -> None:
@@ -159,10 +193,13 @@ def load() -> None:
     import interop.tcmalloc  # noqa: F401
     import pipeline.dataset  # noqa: F401
     import profiler_proto.summary  # noqa: F401
+    import simulator.trace  # noqa: F401
+    import lifetime.cli  # noqa: F401
 
 
 def expected(name: str) -> tuple:
     """The exceptions that are a clean refusal for this target."""
-    from lifetime.errors import LifetimeError
+    from lifetime.errors import LifetimeError, UsageError
 
-    return (LifetimeError,) if name in _LIFETIME_ERRORS else EXPECTED
+    return ((LifetimeError,) if name in _LIFETIME_ERRORS else
+            (UsageError,) if name in _USAGE_ERRORS else EXPECTED)

@@ -38,3 +38,23 @@ def test_short_campaign_finds_no_crash_or_hang(name, tmp_path):
     log = (tmp_path / "artifacts" / "log.txt").read_text()
     assert result["exit_code"] == 0 and result["crashes"] == 0 and result["hangs"] == 0, log[-3000:]
     assert result["inputs"] > 1000, log[-3000:]
+
+
+def test_trace_and_option_seeds_hold_the_issue_20_inputs():
+    """The trace reader takes the 8 TiB record the format allows and refuses what it
+    does not (16 TiB, a set reserved field); the parser refuses issue 20's values."""
+    from lifetime.errors import UsageError
+
+    trace = seeds.trace_seeds()
+    targets.trace(trace["size-8TiB"])
+    for bad in ("size-16TiB", "reserved", "cut"):
+        with pytest.raises(targets.expected("trace")):
+            targets.trace(trace[bad])
+    options = seeds.options_seeds()
+    for name, data in options.items():
+        refused = any(bad in data for bad in (b"-1", b"1000000000\0", b"nan", b"0,2"))
+        if refused:
+            with pytest.raises(UsageError):
+                targets.options(data)
+        else:
+            targets.options(data)
