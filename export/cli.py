@@ -31,13 +31,15 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from export.exporter import export_model
+    from lifetime.errors import printable
     from lifetime.files import writable_dir
 
     flags = {} if args.xla_flags is None else {"xla_flags": args.xla_flags}
     writable_dir(args.out)
     m = export_model(args.model_dir, args.out, graph=args.graph,
                      target_cpu=args.target_cpu, **flags)
-    print(f"exported {args.model_dir} -> {args.out}: {m['library']} "
+    print(f"exported {printable(args.model_dir)} -> {printable(args.out)}: "
+          f"{printable(m['library'])} "
           f"({m['library_bytes'] / 1e6:.1f} MB, graph {m['graph']}, "
           f"{m['num_classes']} classes, vocabulary {m['vocab_size']}) in {m['seconds']} s")
     return 0

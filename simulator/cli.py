@@ -22,7 +22,7 @@ import sys
 import time
 
 from lifetime import options
-from lifetime.errors import LifetimeError, UsageError
+from lifetime.errors import LifetimeError
 from lifetime.symbol_options import add_symbol_options, symbol_options
 from pipeline.manifest import MANIFEST
 
@@ -152,16 +152,10 @@ def run(args: argparse.Namespace) -> int:
 
     from simulator import model as model_input
 
-    if getattr(args, "model_revalidate_every", None) is not None and args.model_revalidate_every < 0:
-        raise UsageError(f"--model-revalidate-every {args.model_revalidate_every}: must be >= 0")
     if args.model:
         model_input.load_export(args.model)  # a bad --model fails before any work
-    if args.series_interval_ms is not None and args.series_interval_ms <= 0:
-        raise UsageError(f"--series-interval-ms {args.series_interval_ms}: must be positive")
     symbols = symbol_options(args)  # checked before any work, like the other commands
     debug_dirs, sysroot = symbols["debug_dirs"], symbols["sysroot"] or None
-    if args.deadline_k is not None and args.deadline_k <= 0:
-        raise UsageError(f"--deadline-k {args.deadline_k}: must be positive")
     engine = _engine()
     is_trace = _is_trace(args.input)  # the input first: a fifo or a missing file fails at once
     scheme = _label_scheme(args.train)
