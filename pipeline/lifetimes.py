@@ -144,3 +144,99 @@ def t95(values: Sequence[float], censored: Sequence[bool], weights: Sequence[flo
                 return t
         at_risk -= gone
     return INF
+
+
+# -- The decision rule: a class from a context's class distribution ---------------------
+#
+# T95 labels a context by its 95th percentile, which suits a context whose objects live
+# alike.  Where one context's objects have different fates (the same `SET` path storing a
+# value an overwrite frees in seconds, one a TTL frees, one that lives forever), LLAMA
+# (simulator/src/llama.cc) pays for a wrong class in two ways, and the cost rule picks
+# the class that minimises the expected sum, per byte:
+#
+#   hold(k) = min(K x bound_k, H)  for a bounded class k; H for the open-ended and inf
+#             classes.  How long the space of an object given class k stays unusable for
+#             others once it is free: LLAMA reuses a closed span's free lines only when its
+#             page's deadline expires (now + K x class bound, §3.4-3.5), and open-ended and
+#             inf pages have no deadline, so within the horizon H their holes are never
+#             reused.
+#   life(c) = min(bound_c, H)      for a bounded class c; H for the open-ended and inf
+#             classes.  How long an object of true class c lives (its class's bound).
+#
+#   cost(k | c) = 0                               if k == c
+#               = hold(k) - life(c)               if c < k   (over-predicted: its hole on
+#                   a class-k page waits for that page's reuse; the page itself is kept
+#                   by the context's objects that really live that long)
+#               = A x max(0, life(c) - hold(k))   if c > k   (under-predicted: it keeps its
+#                   space, and its page, past the point where LLAMA would have reused them)
+#
+#   C(k) = sum_c p[c] x cost(k | c) / sum_c p[c];   the rule picks argmin_k C(k), the
+#   longest class among ties (over-prediction is what §2.3 and §3.4 prefer on a tie).
+#
+# A = 1 (UNDER_WEIGHT): a byte-second of an under-predicted object's space costs what a
+# byte-second of an over-predicted object's hole costs.  The neighbourhood an
+# under-predicted object pins is recycled by deadlines (its page's class rises, its
+# partially free spans go to shorter classes: how §3.4 tolerates under-prediction), so
+# each byte is charged its own space only.  For comparison: with hold = life = the bound
+# and A = 19, the continuous form of this loss (the pinball loss) is minimised by the 95th
+# percentile, i.e. T95 is this rule with under-prediction 19 times as costly as
+# over-prediction, which LLAMA's recycling does not bear out for mixed contexts (issue 21).
+# Between a short class and a much longer bounded one the rule picks the longer when it
+# holds more than K / (1 + K) of the weight (2/3 with K = 2); between a short class and
+# inf, when it holds more than half.  p[c] may be objects or bytes per class; the cost is
+# per byte, so bytes are the natural weight (the simulator's context oracle uses bytes).
+
+DEADLINE_K = 2      # the simulator's default (lifetime_simulate --deadline-k)
+UNDER_WEIGHT = 1.0  # A above
+
+
+def default_horizon(boundaries: Sequence[float]) -> float:
+    """The cost rule's horizon when none is given: the decade after the last boundary
+    (10^4 s with the default scheme), on the boundaries' clock."""
+    return 10.0 * float(boundaries[-1])
+
+
+def class_costs(p: Sequence[float], boundaries: Sequence[float], *,
+                deadline_k: float = DEADLINE_K, horizon: float | None = None,
+                under_weight: float = UNDER_WEIGHT) -> list[float]:
+    """C(k) for every class k (see the comment above): the expected held byte-seconds
+    (on the boundaries' clock) per byte of a context with class distribution p (len =
+    len(boundaries) + 2: the bounded classes, the open-ended class, inf) placed in k."""
+    b = [float(x) for x in boundaries]
+    n = len(b) + 2
+    if len(p) != n:
+        raise ValueError(f"a distribution over {n} classes, not {len(p)}")
+    w = [float(x) for x in p]
+    if any(not x >= 0 or math.isinf(x) for x in w) or not sum(w) > 0:
+        raise ValueError(f"class weights must be finite, >= 0 and not all 0: {list(p)}")
+    if not deadline_k > 0 or not under_weight >= 0:
+        raise ValueError("deadline_k must be > 0 and under_weight >= 0")
+    h = default_horizon(b) if horizon is None else float(horizon)
+    if not h > 0:
+        raise ValueError(f"horizon must be > 0, not {horizon}")
+    life = [min(x, h) for x in b] + [h, h]
+    hold = [min(deadline_k * x, h) for x in b] + [h, h]
+    total = sum(w)
+    costs = []
+    for k in range(n):
+        c_k = 0.0
+        for c, weight in enumerate(w):
+            if not weight or c == k:
+                continue
+            if c < k:
+                c_k += weight * (hold[k] - life[c])
+            else:
+                c_k += weight * under_weight * max(0.0, life[c] - hold[k])
+        costs.append(c_k / total)
+    return costs
+
+
+def cost_rule(p: Sequence[float], boundaries: Sequence[float], **kwargs) -> int:
+    """The decision rule: the class of least expected memory cost (class_costs) for a
+    context whose objects (or bytes) are distributed over the classes as p; the longest
+    class among ties.  One definition: the simulator's context oracle uses it, and so
+    will the model's predicted class distributions."""
+    costs = class_costs(p, boundaries, **kwargs)
+    best = min(costs)
+    tol = 1e-12 * max(1.0, abs(best))
+    return max(k for k, x in enumerate(costs) if x <= best + tol)

@@ -9,8 +9,11 @@
 3. With --model EXPORT_DIR: the export's plugin is built (profiler.launch.model_plugin)
    and OUT/model/contexts.txt written: each stack's context frames under the model's own
    context definition (simulator/model.py).
-4. The engine runs once: the baseline and LLAMA x {oracle, exact table, site table,
-   one class[, model]}; its JSON is OUT/simulation.json (and OUT/model/served.txt).
+   The context oracles are computed from the trace itself (each context's T95 class, and
+   the class pipeline.lifetimes.cost_rule picks from its bytes per class) and written as
+   class tables too (OUT/tables/context_{t95,cost}.tbl).
+4. The engine runs once: the baseline and LLAMA x {oracle, context oracle (T95), context
+   oracle (cost rule), exact table, site table, one class[, model]}; its JSON is OUT/simulation.json (and OUT/model/served.txt).
 5. OUT/report.{md,html,json} and PNGs (simulator/report.py).
 """
 
@@ -36,7 +39,8 @@ def add_parser(sub) -> None:
         "simulate", help="replay a profile's objects through a TCMalloc-like allocator and LLAMA",
         description="Converts PROFILE (a .ltprof, ideally a full trace) into an object trace, "
                     "fits the exact-context and site tables on the training dataset, runs the "
-                    "heap simulator (baseline + LLAMA with the oracle, each table and one class "
+                    "heap simulator (baseline + LLAMA with the oracle, the context oracles "
+                    "computed from the trace (T95 and cost rule), each table and one class "
                     "for all) and writes report.md/.html/.json with the Table-3 row and the "
                     "Figure-8 plot into --out.  A .lttrace written by an earlier run (with its "
                     ".stacks.json next to it) is taken as it is.")
@@ -121,6 +125,7 @@ def _label_scheme(dataset: str):
 _OUTPUTS = ("trace.lttrace", "trace.stacks.json", "simulation.json", "report.md", "report.html",
             "report.json", "memory_over_time.png", "memory_bars.png",
             os.path.join("tables", "exact.tbl"), os.path.join("tables", "site.tbl"),
+            os.path.join("tables", "context_t95.tbl"), os.path.join("tables", "context_cost.tbl"),
             os.path.join("model", "contexts.txt"), os.path.join("model", "served.txt"))
 
 
@@ -178,9 +183,12 @@ def run(args: argparse.Namespace) -> int:
              f"{side['source']['sampling_interval_bytes']:,} bytes): the simulation is of the "
              "sampled objects only and underestimates the heap (nothing is scaled up)")
 
-    tbl = tables.build_tables(args.train, side, os.path.join(args.out, "tables"),
-                              debug_dirs=debug_dirs, sysroot=sysroot, progress=_say)
-    specs = ["oracle", f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
+    tbl = tables.build_tables(args.train, side, os.path.join(args.out, "tables"), trace_path,
+                              deadline_k=args.deadline_k, debug_dirs=debug_dirs,
+                              sysroot=sysroot, progress=_say)
+    specs = ["oracle", f"context_t95=table:{tbl.files['context_t95']}",
+             f"context_cost=table:{tbl.files['context_cost']}",
+             f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
              f"one_class=constant:{tbl.majority}"]
     mi, served_path = None, None
     if args.model:
@@ -195,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
         served_path = os.path.join(args.out, "model", "served.txt")
     sim_json = os.path.join(args.out, "simulation.json")
     n = side["counts"]["records"]
-    _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, exact, site, one class"
+    _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, context oracle (T95), "
+         "context oracle (cost rule), exact, site, one class"
          + (", model" if mi else "") + "}"
          + (" with invariant checks" if args.check_invariants else ""))
     t0 = time.monotonic()
@@ -214,7 +223,10 @@ def run(args: argparse.Namespace) -> int:
     _say(f"simulated in {time.monotonic() - t0:.1f} s")
     if mi is not None:
         served = model_input.read_served(served_path).get("model", {})
-        tbl.per_context["model"] = model_input.per_context_accuracy(served, mi.stack_context, side)
+        labels = (tbl.context_t95 if mi.stack_context is tbl.stack_context else
+                  tables.context_t95_classes(trace_path, mi.stack_context, scheme))
+        tbl.per_context["model"] = model_input.per_context_accuracy(served, mi.stack_context,
+                                                                    side, labels)
     workload = side["source"]["program"] + (f" ({side['source']['version_label']})"
                                             if side["source"].get("version_label") else "")
     settings = {"engine": engine, "predictor_specs": specs,
@@ -230,12 +242,12 @@ def run(args: argparse.Namespace) -> int:
           f"{time.monotonic() - started:.1f} s")
     if rep["sampled"]:
         print("note: sampled profile: the simulated heap holds the sampled objects only")
-    print(f"{'predictor':<20} {'acc(alloc)':>10} {'acc(bytes)':>10} {'baseline MiB':>12} "
+    print(f"{'predictor':<26} {'acc(alloc)':>10} {'acc(bytes)':>10} {'baseline MiB':>12} "
           f"{'LLAMA MiB':>10} {'live MiB':>9} {'frag. red.':>10}")
     for r in rep["table3"]:
         pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
         mib = lambda x: "n/a" if x is None else f"{x / report.MB:.1f}"  # noqa: E731
-        print(f"{r['predictor']:<20} {pct(r['accuracy_by_allocations']):>10} "
+        print(f"{r['predictor']:<26} {pct(r['accuracy_by_allocations']):>10} "
               f"{pct(r['accuracy_by_bytes']):>10} {mib(r['baseline_steady_state_bytes']):>12} "
               f"{mib(r['llama_steady_state_bytes']):>10} {mib(r['live_steady_state_bytes']):>9} "
               f"{pct(r['fragmentation_reduction']):>10}")

@@ -138,12 +138,13 @@ def read_served(path: str) -> dict:
     return out
 
 
-def per_context_accuracy(served: dict, stack_context: dict, side: dict) -> dict:
+def per_context_accuracy(served: dict, stack_context: dict, side: dict, labels: dict) -> dict:
     """Table 3's per-context accuracy of the model: a context (the model's frames) is
-    right when the class it was given most is the T95 class of its objects in the trace."""
+    right when the class it was given most is its label, the T95 class of its objects in
+    the trace (labels: simulator.tables.context_t95_classes over stack_context)."""
     import numpy as np
 
-    from simulator.tables import context_accuracy, context_label
+    from simulator.tables import context_accuracy
 
     per_stack = {int(s["id"]): s for s in side["stacks"]}
     objects: dict = {}
@@ -154,6 +155,6 @@ def per_context_accuracy(served: dict, stack_context: dict, side: dict) -> dict:
         g = given.setdefault(c, {})
         for k, n in classes.items():
             g[k] = g.get(k, 0) + n
-    right = {c: max(given[c], key=lambda k: (given[c][k], -k)) == context_label(counts)
-             for c, counts in objects.items()}
-    return context_accuracy(right, objects)
+    right = {c: max(given[c], key=lambda k: (given[c][k], -k)) == labels[c]
+             for c in objects if c in labels}
+    return context_accuracy(right, {c: objects[c] for c in right})

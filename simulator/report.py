@@ -7,6 +7,11 @@ and the fragmentation reduction 1 - (LLAMA - live) / (baseline - live); then pea
 final memory, the page counters (pages reclassified down, deadlines hit, class
 increases, recycled blocks), each table's coverage of the trace, and the Figure-8
 plot: huge-page-backed memory over time for every allocator, with live bytes.
+
+Beside the per-object oracle, two context oracles computed from the trace itself
+(simulator/tables.py): each context's T95 class, and the cost rule's class from its
+per-class bytes; the report states how far the context oracles are from the per-object
+oracle, and the model from the context oracles (points of fragmentation reduction).
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ FORMAT = "lifetime-simulate-report-v1"
 #: LLAMA variants in report order: engine label -> (short name, what it is).
 VARIANTS = {
     "oracle": ("oracle", "each object's own class from its recorded lifetime (upper bound)"),
+    "context_t95": ("context oracle (T95)",
+                    "each context's T95 class of its objects in this trace, by the dataset's "
+                    "label rule: the best any per-context T95 predictor can do"),
+    "context_cost": ("context oracle (cost rule)",
+                     "the class pipeline.lifetimes.cost_rule picks from each context's bytes per "
+                     "class in this trace: a perfect per-context distribution under the cost rule"),
     "exact": ("exact-context table", "exact-context lookup table fit on the training dataset"),
     "site": ("site table", "allocation-site (first frame) lookup table fit on the training dataset"),
     "one_class": ("one class", "the training set's majority class for every object"),
@@ -128,7 +139,23 @@ def build_report(sim: dict, side: dict, tables, *, workload: str, simulation_jso
                                 "rule": "a context missing from a table gets the training "
                                         "set's majority class (model/baselines.py)"}
         rep["coverage"] = tables.coverage
+        if getattr(tables, "context_oracle", None):
+            rep["context_oracle"] = {k: v for k, v in tables.context_oracle.items() if k != "files"}
+    rep["gaps"] = _gaps(rows)
     return rep
+
+
+def _gaps(rows: list) -> dict:
+    """Points of steady-state fragmentation reduction between the oracles and the model:
+    how much per-object knowledge buys over per-context (oracle - context oracle), and how
+    far the model is from what a per-context prediction could give (context oracle - model)."""
+    red = {r["allocator"].split(":", 1)[1]: r["fragmentation_reduction"] for r in rows}
+    out = {}
+    for a, b in (("oracle", "context_t95"), ("oracle", "context_cost"),
+                 ("context_t95", "model"), ("context_cost", "model"), ("oracle", "model")):
+        if red.get(a) is not None and red.get(b) is not None:
+            out[f"{a}_minus_{b}"] = red[a] - red[b]
+    return out
 
 
 def figure8_png(sim: dict, path: str, title: str) -> str:
@@ -235,6 +262,27 @@ def markdown_report(rep: dict, figs: dict) -> str:
                  f"{_pct(r['accuracy_per_context'])} | "
                  f"{_mb(r['baseline_steady_state_bytes'])} | {_mb(r['llama_steady_state_bytes'])} | "
                  f"{_mb(r['live_steady_state_bytes'])} | {_pct(r['fragmentation_reduction'])} |")
+    co = rep.get("context_oracle")
+    if co:
+        cost = co["cost"]
+        L += ["", f"Context oracles, computed from this trace over its {co['contexts']:,} contexts "
+              "(the training dataset's context definition): **T95** gives each context the T95 "
+              "class of its objects here (the dataset's label rule: Kaplan-Meier, objects live "
+              "at the end censored at their age then); the **cost rule** "
+              "(`pipeline.lifetimes.cost_rule`, simulator/README.md) gives it the class of least "
+              f"expected held byte-seconds from its bytes per class here (deadline factor "
+              f"{cost['deadline_k']:g}, horizon {cost['horizon_ms'] / 1000:.1f} s = the trace, "
+              f"under-prediction weight {cost['under_weight']:g}). The two agree on "
+              f"{co['cost_rule_equals_t95']:,} contexts."]
+    gaps = rep.get("gaps") or {}
+    if gaps:
+        say = {"oracle_minus_context_t95": "oracle − context oracle (T95)",
+               "oracle_minus_context_cost": "oracle − context oracle (cost rule)",
+               "context_t95_minus_model": "context oracle (T95) − model",
+               "context_cost_minus_model": "context oracle (cost rule) − model",
+               "oracle_minus_model": "oracle − model"}
+        L += ["", "Gaps in steady-state fragmentation reduction (points): "
+              + "; ".join(f"{say[k]} {100 * v:+.1f}" for k, v in gaps.items()) + "."]
     L += ["", "## Peak and final memory", "",
           "| allocator | peak MiB | final MiB | peak fragmentation reduction | under-predicted objects |",
           "|---|---|---|---|---|"]

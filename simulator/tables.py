@@ -4,7 +4,18 @@
                context), fit on every context of the training dataset (both splits);
   * site:      the allocation-site table of model/baselines.py (key: the first frame);
   * one class: the training set's majority class for every object (`constant:C`);
-  * oracle:    each object's own class from its recorded lifetime (the engine's).
+  * oracle:    each object's own class from its recorded lifetime (the engine's);
+  * context oracles, computed from the simulated trace itself: each context (the
+               dataset's context definition, as for the tables) gets
+      - context_t95:  the T95 class of its objects in the trace, by the dataset's own
+                      label rule (pipeline.contexts.ContextStats.t95, Kaplan-Meier with
+                      objects live at the trace's end censored at their age then, and
+                      LabelScheme.label): what a perfect per-context T95 predictor gives;
+      - context_cost: the class pipeline.lifetimes.cost_rule picks from the context's
+                      bytes per true class in the trace (never freed = inf, as the engine
+                      sees it), horizon = the trace's duration: what a perfect
+                      per-context distribution gives under the cost rule.
+    They separate "the model is wrong" from "no per-context prediction can be right".
 
 The trace's stacks (its side file, simulator/convert.py) are symbolized ONCE each with
 the dataset's context definition -- `pipeline.context.machinery_free`, then
@@ -14,6 +25,10 @@ seen: the training set's majority class (as in model/baselines.py).  The tables 
 written as the engine's class-table files (`STACK_ID CLASS` per line,
 simulator.trace.write_class_table), one line for every stack of the trace (misses
 included, with the fallback), and `--table-default` is the fallback too.
+
+Per-context accuracy (Table 3's "unweighted", and weighted by allocations) compares a
+predictor's class for a context with the context's T95 class in the trace, the one label
+rule above (`context_t95_classes`).
 """
 
 from __future__ import annotations
@@ -47,6 +62,8 @@ class Tables:
     training: dict                     # what the tables were fit on
     coverage: dict                     # predictor name -> hits by stacks / objects / bytes
     per_context: dict                  # predictor name -> per-context (unweighted) accuracy
+    context_t95: dict                  # context frames -> T95 class of its objects in the trace
+    context_oracle: dict               # the context oracles' rules, parameters and counts
 
 
 def training_examples(dataset_dir: str):
@@ -87,14 +104,126 @@ def context_accuracy(right: dict, objects: dict) -> dict:
             "accuracy_weighted": correct_objects / total if total else None}
 
 
-def context_label(objects_per_class) -> int:
-    """A context's label from its objects' classes in the trace: the class holding the
-    95th percentile (T95 < bound), never-freed objects counting as inf -- the labelling
-    rule of pipeline/lifetimes.py on class counts (censoring read as inf)."""
-    counts = np.asarray(objects_per_class, np.float64)
-    total = counts.sum()
-    cum = np.cumsum(counts)
-    return int(np.searchsorted(cum, 0.95 * total - 1e-9 * total, side="left"))
+#: The .lttrace record as numpy reads it (simulator/trace.py's RECORD).
+TRACE_RECORD = np.dtype([("alloc", "<u8"), ("free", "<u8"), ("size", "<u8"), ("stack", "<u8"),
+                         ("thread", "<u4"), ("align", "<u4")])
+
+
+def _trace_records(trace_path: str):
+    """(header, records as a read-only numpy memmap) of a trace, its header checked."""
+    from lifetime.files import open_regular
+    from simulator.trace import FIXED, NEVER, RECORD, read_header
+
+    assert TRACE_RECORD.itemsize == RECORD.size and NEVER == np.iinfo(np.uint64).max
+    f, _ = open_regular(trace_path)
+    with f:
+        header = read_header(f, trace_path)
+    offset = FIXED.size + 8 * len(header.boundaries_ns)
+    if not header.num_records:
+        return header, np.zeros(0, TRACE_RECORD)
+    return header, np.memmap(trace_path, TRACE_RECORD, mode="r", offset=offset,
+                             shape=(header.num_records,))
+
+
+def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
+    """{key: class} for the keys of stack_key (stack id -> context frames, or any key),
+    each the T95 class of its objects in the trace by the dataset's label rule:
+    `pipeline.contexts.ContextStats.t95` (Kaplan-Meier; a censored object "survived this
+    long") then `scheme.label` (pipeline/dataset.py does the same per training context).
+    A freed object's lifetime is free - alloc; an object live at the trace's end is
+    censored at its age then (end_ns - alloc: the trace keeps no other observed age; its
+    end is the profile's).  Weights are 1 (the trace is objects, not weighted samples).
+    Keys without objects in the trace get no class."""
+    from pipeline.contexts import ContextStats
+    from pipeline.lifetimes import NS_PER_MS
+
+    if scheme.clock != "wall":
+        raise TableError(f"the trace replays wall-clock time; labels on the {scheme.clock!r} "
+                         "clock cannot be computed from it")
+    header, rec = _trace_records(trace_path)
+    if not len(rec):
+        return {}
+    keys = {}
+    key_index = {}
+    for sid, key in stack_key.items():
+        keys[int(sid)] = key_index.setdefault(key, len(key_index))
+    sids, inverse = np.unique(rec["stack"], return_inverse=True)
+    try:
+        of_sid = np.fromiter((keys[int(x)] for x in sids), np.int64, len(sids))
+    except KeyError as e:
+        raise TableError(f"{trace_path}: stack {e.args[0]} is not in the trace's side file") from None
+    key_of = of_sid[inverse.reshape(-1)]
+    alloc, free = rec["alloc"], rec["free"]
+    censored = free == np.iinfo(np.uint64).max
+    # Integer differences first, then ms: (free - alloc) / NS_PER_MS, as lifetime_on_clock.
+    life_ns = np.where(censored, np.uint64(header.end_ns) - alloc, free - alloc)
+    life = life_ns.astype(np.float64) / NS_PER_MS
+    sizes = np.asarray(rec["size"], np.uint64)
+    order = np.argsort(key_of, kind="stable")
+    bounds = np.searchsorted(key_of[order], np.arange(len(key_index) + 1))
+    names = list(key_index)
+    out = {}
+    for k, key in enumerate(names):
+        idx = order[bounds[k]:bounds[k + 1]]
+        if not len(idx):
+            continue
+        st = ContextStats()
+        lv, cv = life[idx], censored[idx]
+        st.obs_lifetime.frombytes(np.ascontiguousarray(lv).tobytes())
+        st.obs_censored.frombytes(cv.astype(np.uint8).tobytes())
+        st.obs_weight.frombytes(np.ones(len(idx), np.float64).tobytes())
+        st.obs_size.frombytes(np.ascontiguousarray(sizes[idx]).tobytes())
+        st.samples = len(idx)
+        st.objects = float(len(idx))
+        out[key] = scheme.label(st.t95())
+    return out
+
+
+def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, scheme, out_dir: str,
+                          *, deadline_k: float | None = None) -> tuple[dict, dict, dict, dict]:
+    """The two context oracles for the trace: ({name: {stack id: class}}, {name: table
+    file}, {context: T95 class}, and what they were computed with).  context_t95: each
+    context's T95 class in the trace (context_t95_classes); context_cost: the cost rule
+    (pipeline.lifetimes.cost_rule) on the context's bytes per true class in the trace,
+    with the run's deadline factor and the trace's duration as the horizon."""
+    from pipeline.lifetimes import DEADLINE_K, UNDER_WEIGHT, NS_PER_MS, cost_rule
+
+    k = DEADLINE_K if deadline_k is None else deadline_k
+    labels = context_t95_classes(trace_path, stack_context, scheme)
+    header, rec = _trace_records(trace_path)
+    start = int(rec["alloc"][0]) if len(rec) else 0
+    horizon = max(header.end_ns - start, 1) / NS_PER_MS
+    per_stack = {int(st["id"]): st for st in side["stacks"]}
+    by_bytes: dict = {}
+    for sid, c in stack_context.items():
+        if sid in per_stack:
+            by_bytes[c] = by_bytes.get(c, 0) + np.asarray(per_stack[sid]["bytes"], np.float64)
+    cost = {}
+    for c, b in by_bytes.items():
+        if b.sum() > 0:
+            cost[c] = cost_rule(b, scheme.boundaries, deadline_k=k, horizon=horizon)
+        elif c in labels:  # zero-byte objects only: nothing to weigh by bytes
+            cost[c] = labels[c]
+    stack_class = {"context_t95": {}, "context_cost": {}}
+    for sid, c in stack_context.items():
+        if c in labels:
+            stack_class["context_t95"][sid] = labels[c]
+        if c in cost:
+            stack_class["context_cost"][sid] = cost[c]
+    os.makedirs(out_dir, exist_ok=True)
+    files = {name: write_class_table(os.path.join(out_dir, f"{name}.tbl"), table)
+             for name, table in stack_class.items()}
+    agree = sum(1 for c in labels if cost.get(c) == labels[c])
+    info = {"contexts": len(labels), "cost_rule_equals_t95": agree,
+            "t95": {"rule": "T95 class of the context's objects in this trace: "
+                            "pipeline.contexts.ContextStats.t95 (Kaplan-Meier; objects live at "
+                            "the end censored at their age then) and LabelScheme.label"},
+            "cost": {"rule": "pipeline.lifetimes.cost_rule on the context's bytes per true "
+                             "class in this trace (never freed = inf)",
+                     "deadline_k": k, "horizon_ms": horizon, "under_weight": UNDER_WEIGHT,
+                     "weights": "bytes"},
+            "files": files}
+    return stack_class, files, labels, info
 
 
 def symbolize_stacks(side: dict, definition, *, debug_dirs=None, sysroot: str | None = None,
@@ -115,11 +244,13 @@ def symbolize_stacks(side: dict, definition, *, debug_dirs=None, sysroot: str | 
     return out
 
 
-def build_tables(dataset_dir: str, side: dict, out_dir: str, *, debug_dirs=None,
-                 sysroot: str | None = None,
+def build_tables(dataset_dir: str, side: dict, out_dir: str, trace_path: str, *,
+                 deadline_k: float | None = None, debug_dirs=None, sysroot: str | None = None,
                  progress: Callable[[str], None] | None = None) -> Tables:
-    """Fits the exact and site tables on `dataset_dir` and writes the engine's class
-    tables for the trace described by `side` (its stacks side file) into out_dir."""
+    """Fits the exact and site tables on `dataset_dir`, computes the context oracles from
+    the trace (`trace_path`, described by `side`, its stacks side file; deadline_k: the
+    run's LLAMA deadline factor, for the cost rule) and writes the engine's class tables
+    for the trace into out_dir."""
     from model import baselines
 
     say = progress or (lambda _m: None)
@@ -162,6 +293,12 @@ def build_tables(dataset_dir: str, side: dict, out_dir: str, *, debug_dirs=None,
             "bytes": sum(sum(per_stack[i]["bytes"]) for i in hits),
             "bytes_total": sum(sum(per_stack[i]["bytes"]) for i in ids)}
 
+    say("context oracles: each context's T95 class and cost-rule class in the trace")
+    oracle_class, oracle_files, labels, oracle_info = context_oracle_tables(
+        trace_path, side, contexts, scheme, out_dir, deadline_k=deadline_k)
+    stack_class.update(oracle_class)
+    files.update(oracle_files)
+
     # Per-context ("unweighted", Table 3) accuracy: a context of the trace is the
     # dataset's context frames; its label is the T95 class of its objects in the trace.
     by_context: dict[tuple, np.ndarray] = {}
@@ -172,10 +309,10 @@ def build_tables(dataset_dir: str, side: dict, out_dir: str, *, debug_dirs=None,
     for i in ids:
         first_stack.setdefault(contexts[i], i)
     per_context = {}
-    for name in ("exact", "site", "one_class"):
-        right = {c: stack_class[name][first_stack[c]] == context_label(counts)
-                 for c, counts in by_context.items()}
-        per_context[name] = context_accuracy(right, by_context)
+    for name in ("exact", "site", "one_class", "context_t95", "context_cost"):
+        right = {c: stack_class[name].get(first_stack[c]) == labels[c]
+                 for c in by_context if c in labels}
+        per_context[name] = context_accuracy(right, {c: by_context[c] for c in right})
     totals = collections.Counter()
     for y, w in zip(ex.label, ex.weight):
         totals[int(y)] += float(w)
@@ -187,4 +324,4 @@ def build_tables(dataset_dir: str, side: dict, out_dir: str, *, debug_dirs=None,
                 "context": definition.to_json(), "label_scheme": scheme.to_json(),
                 "programs": sorted(set(ex.program.tolist()))}
     return Tables(majority, scheme.class_names, bounds, definition, files, stack_class, stack_hit,
-                  contexts, training, coverage, per_context)
+                  contexts, training, coverage, per_context, labels, oracle_info)

@@ -169,7 +169,8 @@ def test_simulate_full_proxy_profile_writes_table3_report(full_profile, train_da
     assert rep["source"]["coverage"] > 0.99  # nearly every allocation is in the trace
     assert sim["settings"]["check_invariants"] and sim["settings"]["series_interval_ns"] == 20 * MS
     rows = {r["predictor"]: r for r in rep["table3"]}
-    assert list(rows) == ["oracle", "exact-context table", "site table", "one class"]
+    assert list(rows) == ["oracle", "context oracle (T95)", "context oracle (cost rule)",
+                          "exact-context table", "site table", "one class"]
     live = sim["live"]["steady_state_bytes"]
     base = next(a for a in sim["allocators"] if a["name"] == "baseline")["steady_state_bytes"]
     for r in rows.values():
@@ -179,6 +180,15 @@ def test_simulate_full_proxy_profile_writes_table3_report(full_profile, train_da
         assert r["fragmentation_reduction"] == pytest.approx(r["engine_fragmentation_reduction"],
                                                              abs=1e-5)
     assert rows["oracle"]["accuracy_by_allocations"] == 1.0
+    # The context oracles: every stack of the trace in their tables, the T95 one right on
+    # every context by construction (its class is the per-context label).
+    assert rows["context oracle (T95)"]["accuracy_per_context"] == 1.0
+    assert 0 < rows["context oracle (cost rule)"]["accuracy_per_context"] <= 1
+    assert rep["context_oracle"]["contexts"] > 0
+    assert {"oracle_minus_context_t95", "oracle_minus_context_cost"} <= set(rep["gaps"])
+    for name in ("context_t95", "context_cost"):
+        assert (out / "tables" / f"{name}.tbl").is_file()
+        assert f"llama:{name}" in {a["name"] for a in sim["allocators"]}
     # Same binary, same context definition: the trace's stacks are cut into the dataset's
     # contexts, so the exact table knows nearly all of them and predicts well.
     assert rep["coverage"]["exact"]["objects"] > 0.95 * rep["coverage"]["exact"]["objects_total"]
@@ -191,6 +201,8 @@ def test_simulate_full_proxy_profile_writes_table3_report(full_profile, train_da
 
     md = (out / "report.md").read_text()
     assert "## Table 3" in md and "| proxy\\_server\\_v1 (v1) | exact-context table |" in md
+    assert "| proxy\\_server\\_v1 (v1) | context oracle (T95) |" in md
+    assert "| proxy\\_server\\_v1 (v1) | context oracle (cost rule) |" in md
     assert "![memory over time (Figure 8)](memory_over_time.png)" in md
     assert "Sampled trace" not in md
     html = (out / "report.html").read_text()
@@ -391,31 +403,35 @@ def test_model_with_another_context_definition_is_refused(model_run, tmp_path, c
 
 def test_oracle_classes_match_the_proxy_ground_truth(full_profile, tmp_path):
     """The proxy's designed lifetimes give the oracle a second check: on a full trace, the
-    T95 of the oracle classes of each ground-truth site's objects is the site's designed
-    class.  Checked for the sites whose objects die well inside the 3 s run (10ms, 100ms)
+    T95 class of each ground-truth site's objects is the site's designed class.  Checked for the sites whose objects die well inside the 3 s run (10ms, 100ms)
     or never (inf); longer classes are cut short by the end of the run."""
     from pipeline import symbolize as sym
+    from pipeline.lifetimes import LabelScheme
     from simulator.convert import MappingRecord
-    from simulator.tables import context_label
+    from simulator.tables import context_t95_classes
     from tests.proxy_support import GROUND_TRUTH
 
     result = convert_profile(full_profile, tmp_path / "t.lttrace")
     side = load_stacks(stacks_path(result.trace))
     names = side["class_names"]
     symbolizer = sym.Symbolizer([MappingRecord(m) for m in side["mappings"]], cache=sym.ModuleCache())
-    per_site: dict[str, list] = {}
+    site_of: dict[int, str] = {}
     for s in side["stacks"]:
         site = sym.allocation_site(symbolizer.symbolize_stack(s["addresses"], leaf_is_return_address=True))
-        if site is not None:
-            acc = per_site.setdefault(site.function, [0] * len(s["objects"]))
-            per_site[site.function] = [a + b for a, b in zip(acc, s["objects"])]
+        site_of[int(s["id"])] = site.function if site is not None else ""
+    objects: dict[str, int] = {}
+    for s in side["stacks"]:
+        objects[site_of[int(s["id"])]] = objects.get(site_of[int(s["id"])], 0) + sum(s["objects"])
+    # The T95 class of each site's objects in the trace, by the dataset's label rule (the
+    # context oracle's; objects live at the end censored at their age then).
+    per_site = context_t95_classes(result.trace, site_of, LabelScheme())
     checked = []
     for site in GROUND_TRUTH["sites"]:
         if site["class"] not in ("10ms", "100ms", "inf"):
             continue
-        counts = per_site.get(site["functions"]["v1"])
-        assert counts is not None and sum(counts) >= 20, f"{site['id']}: too few objects {counts}"
-        got = names[context_label(counts)]
+        fn = site["functions"]["v1"]
+        assert fn in per_site and objects[fn] >= 20, f"{site['id']}: too few objects"
+        got = names[per_site[fn]]
         assert got == site["class"], f"{site['id']}: oracle T95 class {got}, designed {site['class']}"
         checked.append(site["id"])
     print("oracle vs ground truth:", checked)

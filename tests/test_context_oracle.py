@@ -1,0 +1,257 @@
+"""The context oracles of `lifetime simulate` (simulator/tables.py) on hand-built traces
+with known per-context lifetimes.
+
+Stacks are symbolized through the side file's mappings; the modules do not exist, so a
+frame is its module, `<liba+?>`, and the contexts (the dataset's definition) are
+
+    A = (<liba+?>, <liba+?>)  stacks 1, 2    90 objects die in 1 ms, 10 never freed (64 B)
+    B = (<libb+?>, <libb+?>)  stack 3        20 objects live 50 ms
+    C = (<liba+?>, <libb+?>)  stack 4        16 objects live 5 s, 4 die in 1 ms
+    D = (<libb+?>, <liba+?>)  stack 5        one object a second living 5 s; the last four
+                                             are live at the end (ages 4..1 s)
+    E = (<libe+?>, <libe+?>)  stacks 6, 7    90 x 16 B die in 1 ms, 10 x 512 B never freed
+
+over a 30 s trace (the cost rule's horizon).  Expected, by hand:
+
+  T95 (Kaplan-Meier, the dataset's rule): A inf (10% outlive every free); B <100ms;
+      C <10s; D <10s (the four censored objects are younger than 5 s when the trace ends,
+      so they say nothing past their ages -- counting them as never freed would give inf);
+      E inf.
+  cost rule on bytes (K = 2, H = 3e4 ms; life = [10, 100, 1e3, 1e4, 3e4, 3e4, 3e4, 3e4],
+      hold = [20, 200, 2e3, 2e4, 3e4, 3e4, 3e4, 3e4]):
+      A: p = 90% <10ms, 10% inf: C(0) = 0.1 x (3e4 - 20) = 2998 < C(inf) = 0.9 x (3e4 - 10)
+         = 26991 (C(1) = 0.9 x 190 + 0.1 x (3e4 - 200) = 3151): <10ms;
+      B: <100ms (pure);  C: 80% <10s: C(3) = 0.2 x (2e4 - 10) = 3998, C(2) = 0.2 x 1990 +
+         0.8 x 8000 = 6798, C(0) = 0.8 x 9980 = 7984: <10s;
+      D: 26 objects <10s, 4 inf (13.3%): C(3) = (4/30) x (3e4 - 2e4) = 1333: <10s;
+      E: bytes 1440 <10ms vs 5120 inf (78% inf): C(inf) = 0.22 x 29990 = 6561 < C(0) =
+         0.78 x 29980 = 23390: inf (by objects it would be <10ms: bytes are the weight).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import simulator
+from simulator import trace as tr
+from simulator.convert import STACKS_FORMAT, stacks_path
+
+MS = 1_000_000
+S = 1000 * MS
+END = 30 * S
+C0, C1, C3, INF = 0, 1, 3, 7
+
+MAPPINGS = [{"id": i + 1, "start": base, "limit": base + 0x100000, "file_offset": 0,
+             "path": f"/nonexistent/{name}.so", "build_id": f"{i + 1:02x}" * 4}
+            for i, (name, base) in enumerate([("liba", 0x400000), ("libb", 0x600000),
+                                              ("libe", 0x800000)])]
+# stack id -> leaf-first return addresses (liba 0x4..., libb 0x6..., libe 0x8...)
+STACKS = {1: [0x400101, 0x400200], 2: [0x400102, 0x400201], 3: [0x600101, 0x600200],
+          4: [0x400103, 0x600202], 5: [0x600103, 0x400202], 6: [0x800101, 0x800200],
+          7: [0x800102, 0x800201]}
+A, B, C, D, E = (("<liba+?>", "<liba+?>"), ("<libb+?>", "<libb+?>"), ("<liba+?>", "<libb+?>"),
+                 ("<libb+?>", "<liba+?>"), ("<libe+?>", "<libe+?>"))
+CONTEXT_OF = {1: A, 2: A, 3: B, 4: C, 5: D, 6: E, 7: E}
+T95 = {A: INF, B: C1, C: C3, D: C3, E: INF}
+COST = {A: C0, B: C1, C: C3, D: C3, E: INF}
+
+
+def mixed_records() -> list[tr.ObjectRecord]:
+    recs = []
+    t = MS  # one allocation per 10 ms from 1 ms on, interleaving the contexts
+    def put(free_after, size, stack):
+        nonlocal t
+        recs.append(tr.ObjectRecord(t, None if free_after is None else t + free_after, size, stack,
+                                    thread_id=1 + stack % 2))
+        t += 10 * MS
+    for i in range(100):                       # A: 90 short, 10 never freed
+        put(None if i % 10 == 9 else MS, 64, 2 if i % 10 == 9 else 1)
+    for _ in range(20):                        # B: 50 ms
+        put(50 * MS, 256, 3)
+    for i in range(20):                        # C: 16 x 5 s, 4 x 1 ms
+        put(MS if i % 5 == 4 else 5 * S, 128, 4)
+    for i in range(100):                       # E: 90 x 16 B short, 10 x 512 B never freed
+        put(None if i % 10 == 9 else MS, 512 if i % 10 == 9 else 16, 7 if i % 10 == 9 else 6)
+    for k in range(30):                        # D: one a second, each living 5 s
+        a = k * S + 5 * MS
+        recs.append(tr.ObjectRecord(a, a + 5 * S if a + 5 * S <= END else None, 96, 5, 3))
+    return sorted(recs, key=lambda r: r.alloc_ns)
+
+
+def write_mixed_trace(path) -> str:
+    """The trace (TraceWriter) and its side file, as simulator/convert.py writes them."""
+    recs = mixed_records()
+    with tr.TraceWriter(path, end_ns=END) as w:
+        for r in recs:
+            w.write_record(r)
+    nclass = len(tr.DEFAULT_BOUNDARIES_NS) + 2
+    per = {sid: ([0] * nclass, [0] * nclass) for sid in STACKS}
+    for r in recs:
+        c = tr.true_class(tr.DEFAULT_BOUNDARIES_NS, r.alloc_ns, r.free_ns)
+        per[r.stack_id][0][c] += 1
+        per[r.stack_id][1][c] += r.size
+    from pipeline.lifetimes import LabelScheme
+
+    scheme = LabelScheme()
+    side = {
+        "format": STACKS_FORMAT, "trace": os.path.basename(path),
+        "source": {"profile": "hand-built", "program": "mixed", "version_label": "v1",
+                   "executable_path": "/nonexistent/mixed", "pid": 1, "argv": ["mixed"],
+                   "sampling_interval_bytes": 1, "full_trace": True, "sampled": False,
+                   "complete": True, "end_reason": 1, "total_allocations": len(recs),
+                   "total_allocated_bytes": sum(r.size for r in recs), "dropped_by_sampler": 0,
+                   "coverage": 1.0, "start_monotonic_ns": 0},
+        "boundaries_ns": list(tr.DEFAULT_BOUNDARIES_NS), "class_names": scheme.class_names,
+        "label_scheme": scheme.to_json(),
+        "counts": {"samples": len(recs), "records": len(recs),
+                   "censored": sum(r.free_ns is None for r in recs), "skipped": {},
+                   "dropped_by_reader": {}, "problems": [], "stacks": len(STACKS),
+                   "end_ns": END, "runs": 1, "seconds": 0.0},
+        "mappings": MAPPINGS,
+        "stacks": [{"id": sid, "addresses": STACKS[sid], "truncated": False,
+                    "objects": per[sid][0], "bytes": per[sid][1]} for sid in sorted(STACKS)],
+    }
+    with open(stacks_path(path), "w") as f:
+        json.dump(side, f)
+    return os.fspath(path)
+
+
+def _side(path):
+    from simulator.convert import load_stacks
+
+    return load_stacks(stacks_path(path))
+
+
+def test_contexts_are_the_dataset_definitions_frames(tmp_path):
+    from pipeline.context import ContextDefinition
+    from simulator.tables import symbolize_stacks
+
+    trace = write_mixed_trace(tmp_path / "mixed.lttrace")
+    assert symbolize_stacks(_side(trace), ContextDefinition()) == CONTEXT_OF
+
+
+def test_context_t95_is_the_dataset_label_rule_with_censoring(tmp_path):
+    from pipeline.lifetimes import LabelScheme
+    from simulator.tables import context_t95_classes
+
+    trace = write_mixed_trace(tmp_path / "mixed.lttrace")
+    assert context_t95_classes(trace, CONTEXT_OF, LabelScheme()) == T95
+    # Per stack too (any key): stack 2 is A's never-freed half, stack 1 its short one.
+    per_stack = context_t95_classes(trace, {s: s for s in STACKS}, LabelScheme())
+    assert per_stack == {1: C0, 2: INF, 3: C1, 4: C3, 5: C3, 6: C0, 7: INF}
+
+
+def test_context_oracle_tables_and_the_engine_with_invariants(tmp_path):
+    from pipeline.lifetimes import LabelScheme
+    from simulator.tables import context_oracle_tables
+
+    trace = write_mixed_trace(tmp_path / "mixed.lttrace")
+    stack_class, files, labels, info = context_oracle_tables(
+        trace, _side(trace), CONTEXT_OF, LabelScheme(), str(tmp_path / "tables"))
+    assert labels == T95
+    assert stack_class["context_t95"] == {s: T95[c] for s, c in CONTEXT_OF.items()}
+    assert stack_class["context_cost"] == {s: COST[c] for s, c in CONTEXT_OF.items()}
+    assert info["cost"]["horizon_ms"] == pytest.approx((END - MS) / MS)
+    assert info["cost"]["deadline_k"] == 2 and info["cost"]["weights"] == "bytes"
+    assert info["contexts"] == 5 and info["cost_rule_equals_t95"] == 4  # all but A
+    # The class tables the engine reads: every stack, its context's class.
+    for name, expected in (("context_t95", T95), ("context_cost", COST)):
+        rows = [line.split() for line in open(files[name]) if not line.startswith("#")]
+        assert {int(s): int(c) for s, c in rows} == {s: expected[c] for s, c in CONTEXT_OF.items()}
+
+    rep = simulator.simulate(trace, ["oracle", f"context_t95=table:{files['context_t95']}",
+                                     f"context_cost=table:{files['context_cost']}"],
+                             check_invariants=True, check_every=1)
+    objects = {s: 0 for s in STACKS}
+    for r in mixed_records():
+        objects[r.stack_id] += 1
+    for name, expected in (("context_t95", T95), ("context_cost", COST)):
+        a = next(x for x in rep["allocators"] if x["name"] == f"llama:{name}")
+        per_class = [0] * 8
+        for s, c in CONTEXT_OF.items():
+            per_class[expected[c]] += objects[s]
+        assert a["predictor"]["predicted_per_class"] == per_class, name
+        assert a["steady_state_bytes"] > 0
+
+
+@pytest.fixture(scope="module")
+def mixed_dataset(tmp_path_factory):
+    """`lifetime build-dataset` on a hand-built sampled profile over the same modules (the
+    simulate command needs a training dataset: its context definition and tables)."""
+    from lifetime import cli
+    from profiler_proto import profile_pb2, write_profile
+
+    d = tmp_path_factory.mktemp("mixed-ds")
+    chunk = profile_pb2.ProfileChunk()
+    h = chunk.header
+    h.schema_version = profile_pb2.SCHEMA_VERSION
+    h.program, h.version_label, h.pid = "mixed", "v0", 7
+    h.sampling_interval_bytes = 4096
+    h.start_monotonic_ns = 0
+    for m in MAPPINGS:
+        chunk.mappings.add(id=m["id"], start=m["start"], limit=m["limit"], file_offset=0,
+                           path=m["path"], build_id=bytes.fromhex(m["build_id"]))
+    for sid, addrs in STACKS.items():
+        chunk.stacks.add(id=sid, addresses=addrs)
+    t = MS
+    for sid, life in ((1, MS), (3, 50 * MS), (4, 5 * S), (6, MS), (5, 5 * S)):
+        for _ in range(5):
+            s = chunk.samples.add(stack_id=sid, size=64, alloc_monotonic_ns=t, alloc_thread=1,
+                                  weight=1.0, alloc_function=profile_pb2.MALLOC)
+            s.free_monotonic_ns, s.free_function = t + life, profile_pb2.FREE
+            s.alloc_allocated_bytes, s.free_allocated_bytes = 1, 2
+            t += 10 * MS
+    tail = profile_pb2.ProfileChunk()
+    tail.trailer.end_reason, tail.trailer.end_monotonic_ns = profile_pb2.END_EXIT, 40 * S
+    tail.trailer.total_allocations, tail.trailer.samples = 25, 25
+    prof = d / "mixed.ltprof"
+    write_profile(str(prof), [chunk, tail])
+    out = d / "ds"
+    assert cli.main(["build-dataset", "--profiles", str(prof), "--out", str(out)]) == 0
+    return str(out)
+
+
+def test_simulate_reports_both_context_oracle_rows(mixed_dataset, tmp_path, capsys):
+    from lifetime import cli
+
+    trace = write_mixed_trace(tmp_path / "mixed.lttrace")
+    out = tmp_path / "sim"
+    assert cli.main(["simulate", trace, "--train", mixed_dataset, "--out", str(out),
+                     "--check-invariants"]) == 0
+    printed = capsys.readouterr().out
+    assert "context oracle (T95)" in printed and "context oracle (cost rule)" in printed
+    for name, expected in (("context_t95", T95), ("context_cost", COST)):
+        rows = [line.split() for line in open(out / "tables" / f"{name}.tbl")
+                if not line.startswith("#")]
+        assert {int(s): int(c) for s, c in rows} == {s: expected[c] for s, c in CONTEXT_OF.items()}
+
+    sim = json.loads((out / "simulation.json").read_text())
+    names = [a["name"] for a in sim["allocators"]]
+    assert names[:4] == ["baseline", "llama:oracle", "llama:context_t95", "llama:context_cost"]
+    assert sim["settings"]["check_invariants"]
+
+    rep = json.loads((out / "report.json").read_text())
+    rows = {r["predictor"]: r for r in rep["table3"]}
+    assert list(rows) == ["oracle", "context oracle (T95)", "context oracle (cost rule)",
+                          "exact-context table", "site table", "one class"]
+    # Per context, against the T95 class in the trace: the T95 oracle is right by
+    # construction; the cost rule differs on A only (its 100 objects).
+    t95, cost = rows["context oracle (T95)"], rows["context oracle (cost rule)"]
+    assert t95["accuracy_per_context"] == 1.0 and t95["accuracy_per_context_weighted"] == 1.0
+    assert cost["accuracy_per_context"] == pytest.approx(4 / 5)
+    total = len(mixed_records())
+    assert cost["accuracy_per_context_weighted"] == pytest.approx((total - 100) / total)
+    co = rep["context_oracle"]
+    assert co["contexts"] == 5 and co["cost_rule_equals_t95"] == 4
+    assert co["cost"]["horizon_ms"] == pytest.approx((END - MS) / MS)
+    assert set(rep["gaps"]) >= {"oracle_minus_context_t95", "oracle_minus_context_cost"}
+    assert rep["variants"]["llama:context_cost"]["name"] == "context oracle (cost rule)"
+
+    md = (out / "report.md").read_text()
+    assert "| mixed (v1) | context oracle (T95) |" in md
+    assert "| mixed (v1) | context oracle (cost rule) |" in md
+    assert "| LLAMA context oracle (cost rule) |" in md and "Context oracles, computed" in md
+    assert "oracle − context oracle (T95)" in md
