@@ -155,22 +155,30 @@ def tcmalloc_seeds() -> dict[str, bytes]:
     return out
 
 
+def _one_chunk(chunks: list[profile_pb2.ProfileChunk]) -> bytes:
+    """A profile's chunks merged into one, as the payload the `pprof` target frames."""
+    merged = profile_pb2.ProfileChunk()
+    for c in chunks:
+        merged.MergeFrom(c)
+    return merged.SerializeToString(deterministic=True)
+
+
 def pprof_seeds() -> dict[str, bytes]:
-    """Profiles for `lifetime pprof`: the valid one, issue 20's overflows (a weight of
-    1e30, sizes of 2^63 and 2^64 - 1, a weight of 1e308 on a huge size), and the real
-    heaptrack and TCMalloc recordings of tests/data imported."""
+    """Profiles for `lifetime pprof`, each as one chunk's payload: the valid one, issue
+    20's overflows (a weight of 1e30, sizes of 2^63 and 2^64 - 1, a weight of 1e308 on
+    a huge size), and the real heaptrack and TCMalloc recordings of tests/data imported."""
     import tempfile
 
     from interop import heaptrack, tcmalloc
 
-    out = {"valid": _file(valid_chunks())}
+    out = {"valid": _one_chunk(valid_chunks())}
     huge = valid_chunks()
     huge[0].samples[0].weight = 1e30
     huge[0].samples[1].size = 1 << 63
     huge[0].samples[2].size, huge[0].samples[2].weight = (1 << 64) - 1, 1e308
     huge[0].header.sampling_interval_bytes = 1 << 63
     huge[1].samples[0].observed_age_ns = (1 << 64) - 1
-    out["overflow"] = _file(huge)
+    out["overflow"] = _one_chunk(huge)
     with tempfile.TemporaryDirectory() as tmp:
         for name, importer, source in (("heaptrack", heaptrack, HEAPTRACK_RAW),
                                        ("tcmalloc", tcmalloc, TCMALLOC)):
@@ -185,7 +193,7 @@ def pprof_seeds() -> dict[str, bytes]:
                 kept = [m for m in c.mappings if m.path == exe]
                 del c.mappings[:]
                 c.mappings.extend(kept)
-            out["imported-" + name] = _file(chunks)
+            out["imported-" + name] = _one_chunk(chunks)
     return out
 
 

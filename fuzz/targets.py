@@ -131,16 +131,23 @@ _PPROF_CACHE = None
 
 
 def pprof(data: bytes) -> None:
-    """`lifetime pprof` on the bytes as a profile: both views, classes, serialized."""
+    """`lifetime pprof` on a profile built from the bytes: one chunk whose payload they
+    are, framed here with valid checksums, so that mutations reach the converter rather
+    than stop at the framing (`records` and `chunk` fuzz that); both views, classes,
+    serialized."""
     global _PPROF_CACHE
+    import io
+
     from interop.pprof import convert
     from pipeline import symbolize
 
     if _PPROF_CACHE is None:  # one ELF cache for the campaign: each module read once
         _PPROF_CACHE = symbolize.ModuleCache()
+    framed = io.BytesIO()
+    container.write_record(framed, data)
     view = convert.VIEWS[len(data) % 2]
-    builder, _ = convert.build([_as_file(data)], view=view, group_by_class=len(data) % 3 == 0,
-                               cache=_PPROF_CACHE)
+    builder, _ = convert.build([_as_file(framed.getvalue())], view=view,
+                               group_by_class=len(data) % 3 == 0, cache=_PPROF_CACHE)
     builder.serialize()
 
 
