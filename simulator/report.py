@@ -271,7 +271,7 @@ def markdown_report(rep: dict, figs: dict) -> str:
               "at the end censored at their age then); the **cost rule** "
               "(`pipeline.lifetimes.cost_rule`, simulator/README.md) gives it the class of least "
               f"expected held byte-seconds from its bytes per class here (deadline factor "
-              f"{cost['deadline_k']:g}, horizon {cost['horizon_ms'] / 1000:.1f} s = the trace, "
+              f"{cost['deadline_k']:g}, horizon {cost['horizon_ms'] / 1000:g} s, "
               f"under-prediction weight {cost['under_weight']:g}). The two agree on "
               f"{co['cost_rule_equals_t95']:,} contexts."]
     gaps = rep.get("gaps") or {}

@@ -13,8 +13,8 @@
                       LabelScheme.label): what a perfect per-context T95 predictor gives;
       - context_cost: the class pipeline.lifetimes.cost_rule picks from the context's
                       bytes per true class in the trace (never freed = inf, as the engine
-                      sees it), horizon = the trace's duration: what a perfect
-                      per-context distribution gives under the cost rule.
+                      sees it), the run's deadline factor, the rule's default horizon:
+                      what a perfect per-context distribution gives under the cost rule.
     They separate "the model is wrong" from "no per-context prediction can be right".
 
 The trace's stacks (its side file, simulator/convert.py) are symbolized ONCE each with
@@ -185,14 +185,13 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
     file}, {context: T95 class}, and what they were computed with).  context_t95: each
     context's T95 class in the trace (context_t95_classes); context_cost: the cost rule
     (pipeline.lifetimes.cost_rule) on the context's bytes per true class in the trace,
-    with the run's deadline factor and the trace's duration as the horizon."""
-    from pipeline.lifetimes import DEADLINE_K, UNDER_WEIGHT, NS_PER_MS, cost_rule
+    with the run's deadline factor and the rule's default horizon (the one the model's
+    predictions get; not the trace's length, see lifetimes.cost_horizon)."""
+    from pipeline.lifetimes import DEADLINE_K, UNDER_WEIGHT, cost_horizon, cost_rule
 
     k = DEADLINE_K if deadline_k is None else deadline_k
     labels = context_t95_classes(trace_path, stack_context, scheme)
-    header, rec = _trace_records(trace_path)
-    start = int(rec["alloc"][0]) if len(rec) else 0
-    horizon = max(header.end_ns - start, 1) / NS_PER_MS
+    horizon = cost_horizon(scheme.boundaries, k)
     per_stack = {int(st["id"]): st for st in side["stacks"]}
     by_bytes: dict = {}
     for sid, c in stack_context.items():

@@ -5,7 +5,7 @@ Default scheme: bounds 10 ms .. 1000 s, so with deadline factor K = 2 and the de
 horizon H = 10 x 1000 s = 1e7 ms:
 
     life(c) = [10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e7]          (ms; open-ended and inf = H)
-    hold(k) = [20, 200, 2e3, 2e4, 2e5, 2e6, 1e7, 1e7]          (K x bound, capped at H)
+    hold(k) = [20, 200, 2e3, 2e4, 2e5, 2e6, 1e7, 1e7]          (K x bound; H)
     cost(k | c) = hold(k) - life(c) (c < k);  life(c) - hold(k), at least 0 (c > k)
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.lifetimes import LabelScheme, class_costs, cost_rule, default_horizon
+from pipeline.lifetimes import LabelScheme, class_costs, cost_horizon, cost_rule, default_horizon
 
 B = LabelScheme().boundaries  # (10, 100, 1e3, 1e4, 1e5, 1e6) ms
 INF = 7
@@ -85,15 +85,23 @@ def test_pure_context_is_its_own_class_and_ties_go_long():
     assert cost_rule(dist(c1=1.0), B, deadline_k=20) == 1
 
 
-def test_horizon_caps_every_duration():
-    """Within a 30 s run, <100s and longer pages all hold their holes to the end."""
+def test_horizon_is_never_reused_and_at_least_the_longest_deadline():
+    """H only prices the classes without a deadline; a shorter one is raised to K x the
+    last bound, so a run's length cannot make <100s cost what inf costs."""
+    assert cost_horizon(B) == 1e7
+    assert cost_horizon(B, horizon=6e4) == 2e6       # raised to 2 x 1000 s
+    assert cost_horizon(B, deadline_k=20) == 2e7     # 20 x 1000 s > 10 x 1000 s
     p = dist(c0=0.5, c4=0.5)
-    costs = class_costs(p, B, horizon=3e4)
-    assert costs[4] == costs[5] == costs[6] == costs[INF] == pytest.approx(0.5 * (3e4 - 10))
-    assert costs[0] == pytest.approx(0.5 * (3e4 - 20))
-    assert cost_rule(p, B, horizon=3e4) == 0  # 14990 < 14995
-    # Without the cap <100s would cost 0.5 * (2e5 - 10) for the short half.
-    assert class_costs(p, B)[4] == pytest.approx(0.5 * (2e5 - 10))
+    costs = class_costs(p, B, horizon=6e4)
+    assert costs[4] == pytest.approx(0.5 * (2e5 - 10))
+    assert costs[6] == costs[INF] == pytest.approx(0.5 * (2e6 - 10) + 0.5 * (2e6 - 1e5))
+    assert costs[0] == pytest.approx(0.5 * (1e5 - 20))
+    assert cost_rule(p, B, horizon=6e4) == 0
+    # A context of 72% <100s, the rest shorter, nothing never freed (Redis's session
+    # values): <100s, never inf (a horizon of the run's 60 s made them tie).
+    sessions = dist(c0=0.055, c1=0.004, c2=0.124, c3=0.099, c4=0.718)
+    assert cost_rule(sessions, B) == 4
+    assert cost_rule(sessions, B, horizon=6e4) == 4
 
 
 def test_under_weight_19_leans_to_the_tail_like_t95():
