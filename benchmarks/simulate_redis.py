@@ -23,17 +23,38 @@ Several load seeds (a different key/session mix and load for train and test alik
         --out out/simulate_redis_load$s; done
     .venv/bin/python benchmarks/simulate_redis.py --combine out/simulate_redis_load{1,2,3}
 
---combine writes combined.md/.json next to the first: every row as mean ± sd and min..max
-over all (load seed, model seed) runs.
+--combine writes combined.md/.json into --out (default: next to the first): every row as
+mean ± sd and min..max over all (load seed, model seed) runs, the worst run, every run's
+figures and the machine's load during every profile.
 
-Outputs under --out (default out/simulate_redis). Steps whose outputs exist are
-reused; delete them to redo. Redis 7.0+ is refused (benchmarks/servers/redis.py).
+Workloads (--workload): `phases` (benchmarks/servers/redis_phases.py, the issue 13
+figure: redis-benchmark and `redis-cli --pipe` as fast as they go) or `mixed`
+(benchmarks/servers/redis_mixed.py: one command path, many fates; paced by the wall
+clock, so what the server gets is the same on every machine).
+
+The spread in one command (every load seed x every model seed, mean ± sd and the worst
+run; each load seed in OUT/load<S>, the combined table in OUT/combined.md):
+
+    nice .venv/bin/python benchmarks/simulate_redis.py --workload mixed \
+        --load-seeds 1 2 3 --seeds 0 1 2 --out out/simulate_redis_mixed
+
+Every profiling run records the machine's load while it ran (run.json `machine`:
+load average, CPU busy and steal shares; lifetimes are on the wall clock, so a loaded
+machine shifts the labels), and results.md reports it beside the figures.
+
+Outputs under --out (default out/simulate_redis, out/simulate_redis_mixed for mixed).
+OUT/stamp.json records the configuration and the code (git commit, modified files)
+that made them. Steps whose outputs exist are reused only when the stamp matches;
+an OUT made by another configuration or other code is refused (--fresh deletes it
+first; --resume reuses it anyway and results.md says so). Redis 7.0+ is refused
+(benchmarks/servers/redis.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import shlex
@@ -47,7 +68,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks.servers import redis, redis_phases  # noqa: E402
+from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
 
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 ROWS = ("oracle", "model", "exact", "site", "one_class")
@@ -63,20 +84,79 @@ def sh(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
+WORKLOADS = {"phases": redis_phases, "mixed": redis_mixed}
+# the code whose changes make earlier outputs stale
+CODE_PATHS = ("benchmarks", "pipeline", "model", "simulator", "profiler", "export", "lifetime",
+              "profiler_proto")
+
+
 def profile(version: str, run: int, out: str, args, full_trace: bool) -> str:
     d = os.path.join(out, "profiles")
     if not glob.glob(os.path.join(d, "*.ltprof")):
         shutil.rmtree(d, ignore_errors=True)
         seed = args.load_seed + run - 1
-        LOG.append(f"# redis_phases.run({version!r}, {d!r}, seed={seed}, "
-                   f"full_trace={full_trace}, interval={None if full_trace else args.interval})")
+        module = WORKLOADS[args.workload]
+        extra = {"keys": args.keys} if args.workload == "phases" else {"scale": args.scale}
+        LOG.append(f"# {module.__name__.rsplit('.', 1)[1]}.run({version!r}, {d!r}, seed={seed}, "
+                   f"full_trace={full_trace}, interval={None if full_trace else args.interval}, "
+                   + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")")
         print(LOG[-1], flush=True)
-        rec = redis_phases.run(version, d, seed=seed, full_trace=full_trace,
-                               interval=None if full_trace else args.interval,
-                               keys=args.keys)
+        before = machine.snapshot()
+        with machine.Monitor() as mon:
+            rec = module.run(version, d, seed=seed, full_trace=full_trace,
+                             interval=None if full_trace else args.interval, **extra)
+        rec.setdefault("machine", {"before": before, "during": mon.summary(),
+                                   "after": machine.snapshot()})
         with open(os.path.join(out, "run.json"), "w") as f:
             json.dump(rec, f, indent=1)
     return d
+
+
+def code_state() -> dict:
+    """The git commit and the modified files under CODE_PATHS (uncommitted changes)."""
+    def git(*a):
+        p = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        return p.stdout.strip() if p.returncode == 0 else None
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    diff = git("diff", "HEAD", "--", *CODE_PATHS) or ""
+    return {"commit": git("rev-parse", "HEAD"),
+            "modified": sorted(line[3:] for line in (dirty or "").splitlines()),
+            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest()[:16]}
+
+
+def check_stamp(out: str, config: dict, fresh: bool, resume: bool) -> dict:
+    """Refuses to reuse OUT's outputs made by another configuration or other code;
+    writes OUT/stamp.json. Returns {"reused_outputs_of_other_code": the stamp of the code
+    that made the reused outputs ("unknown" without a stamp), or None} for the results."""
+    path = os.path.join(out, "stamp.json")
+    code = code_state()
+    if fresh and os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+    stale = None
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("config") != config:
+            raise SystemExit(f"simulate_redis: {out} holds outputs of another configuration "
+                             f"({old.get('config')} != {config}); use another --out or --fresh")
+        if old.get("code") != code:
+            if not resume:
+                raise SystemExit(
+                    f"simulate_redis: {out} holds outputs made by other code (commit "
+                    f"{(old.get('code') or {}).get('commit')}, modified "
+                    f"{(old.get('code') or {}).get('modified')}; now {code['commit']}, "
+                    f"modified {code['modified']}): --fresh redoes them, --resume reuses them")
+            stale = old.get("code")
+    elif any(os.scandir(out)):
+        if not resume:
+            raise SystemExit(f"simulate_redis: {out} holds outputs of an unknown run (no "
+                             f"stamp.json): --fresh redoes them, --resume reuses them")
+        stale = "unknown"
+    with open(path, "w") as f:
+        json.dump({"config": config, "code": code if stale is None else (stale if stale != "unknown" else None),
+                   "now": code}, f, indent=1)
+    return {"reused_outputs_of_other_code": stale}
 
 
 def spread(values: list[float]) -> dict:
@@ -89,27 +169,53 @@ def spread(values: list[float]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="phases")
     ap.add_argument("--train", nargs="+", default=["5.0.6", "6.0.16"])
     ap.add_argument("--train-runs", type=int, default=1, help="sampled runs per train version")
     ap.add_argument("--test", default="6.2.14")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="model seeds")
     ap.add_argument("--load-seed", type=int, default=1)
-    ap.add_argument("--keys", type=int, default=redis_phases.GROW_KEYS)
+    ap.add_argument("--load-seeds", nargs="+", type=int,
+                    help="several load seeds: each in OUT/load<S>, then OUT/combined.md")
+    ap.add_argument("--keys", type=int, default=redis_phases.GROW_KEYS,
+                    help="phases: keys written in grow")
+    ap.add_argument("--scale", type=float, default=1.0, help="mixed: factor on every rate")
     ap.add_argument("--interval", type=int, default=65536)
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "simulate_redis"))
+    ap.add_argument("--out")
     ap.add_argument("--keep-trace", action="store_true",
                     help="keep the full-trace profile and .lttrace (large) when done")
+    ap.add_argument("--fresh", action="store_true",
+                    help="delete OUT (each load seed's) first: nothing is reused")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse outputs even if other code made them (said in results.md)")
     ap.add_argument("--combine", nargs="+", metavar="OUT",
                     help="only combine the results.json of earlier runs (one per load seed)")
     args = ap.parse_args()
-    if args.combine:
-        return combine(args.combine)
+    if args.combine:  # into --out when given, else next to the first
+        return combine(args.combine, args.out)
     for v in [*args.train, args.test]:
         redis.check_version(v)
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    if args.out is None:
+        args.out = os.path.join(ROOT, "out", "simulate_redis" if args.workload == "phases"
+                                else f"simulate_redis_{args.workload}")
     LOG.append(f"cd {ROOT} && nice .venv/bin/python benchmarks/simulate_redis.py "
                + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    if not args.load_seeds:
+        return run_load_seed(args, os.path.abspath(args.out))
+    outs = []
+    for ls in args.load_seeds:
+        args.load_seed = ls
+        outs.append(os.path.join(os.path.abspath(args.out), f"load{ls}"))
+        run_load_seed(args, outs[-1])
+    return combine(outs, os.path.abspath(args.out))
+
+
+def run_load_seed(args, out: str) -> int:
+    """Steps 1-5 for one load seed (args.load_seed) into OUT."""
+    config = {"workload": args.workload, "train": args.train, "train_runs": args.train_runs,
+              "test": args.test, "load_seed": args.load_seed, "interval": args.interval,
+              **({"keys": args.keys} if args.workload == "phases" else {"scale": args.scale})}
+    reuse = check_stamp(out, config, args.fresh, args.resume)
     t0 = time.monotonic()
 
     # 1-2. training profiles, dataset, models, exports
@@ -139,7 +245,9 @@ def main() -> int:
         prof = sorted(glob.glob(os.path.join(tdir, "*.ltprof")), key=os.path.getsize)[-1]
 
     # 4. simulate per model seed (the first run converts; the others reuse the trace)
-    reports, trace = {}, None
+    reports = {}
+    kept = sorted(glob.glob(os.path.join(out, "sim-seed*", "trace.lttrace")))
+    trace = kept[0] if kept else None
     for s in args.seeds:
         sim = os.path.join(out, f"sim-seed{s}")
         rep = os.path.join(sim, "report.json")
@@ -164,14 +272,18 @@ def main() -> int:
                 "live_steady_state_bytes", "fragmentation_reduction", "baseline_peak_bytes",
                 "llama_peak_bytes", "live_peak_bytes", "peak_fragmentation_reduction",
                 "under_predicted_share")}
+            base_peak, peak = rows[label]["baseline_peak_bytes"], rows[label]["llama_peak_bytes"]
+            rows[label]["peak_ratio_to_baseline"] = (peak / base_peak if base_peak and peak
+                                                     else None)
         cache = (r.get("model") or {}).get("cache") or {}
         per_seed[s] = {"rows": rows, "cache_hit_rate": cache.get("hit_rate"),
                        "cache": cache}
     first = reports[args.seeds[0]]
+    labels = row_labels(per_seed[args.seeds[0]]["rows"])
     summary = {label: {k: spread([per_seed[s]["rows"][label][k] for s in per_seed
                                   if label in per_seed[s]["rows"]])
                        for k in per_seed[args.seeds[0]]["rows"][label]}
-               for label in ROWS if label in per_seed[args.seeds[0]]["rows"]}
+               for label in labels}
     hit = spread([per_seed[s]["cache_hit_rate"] for s in per_seed])
     model_red = summary["model"]["fragmentation_reduction"]["mean"]
     oracle_red = summary["oracle"]["fragmentation_reduction"]["mean"]
@@ -184,7 +296,8 @@ def main() -> int:
     for p in glob.glob(os.path.join(out, "**", "run.json"), recursive=True):
         with open(p) as f:
             runs[os.path.relpath(p, out)] = json.load(f)
-    result = {"train": args.train, "test": args.test, "seeds": args.seeds,
+    result = {"workload": args.workload, "config": config, **reuse,
+              "train": args.train, "test": args.test, "seeds": args.seeds,
               "interval": args.interval, "keys": args.keys, "load_seed": args.load_seed,
               "trace": first["trace"], "source": {k: first["source"].get(k) for k in (
                   "total_allocations", "complete", "full_trace", "coverage")},
@@ -206,13 +319,40 @@ def main() -> int:
     return 0
 
 
+def row_labels(rows: dict) -> list[str]:
+    """ROWS first (those present), then any other LLAMA row of the report (e.g. a
+    context oracle), in the report's order."""
+    return [r for r in ROWS if r in rows] + [r for r in rows if r not in ROWS]
+
+
+def machine_rows(runs: dict) -> list[dict]:
+    """Per profiling run: what ran and how loaded the machine was."""
+    out = []
+    for path, rec in sorted(runs.items()):
+        m = (rec.get("machine") or {}).get("during") or {}
+        pacing = (rec.get("driver") or {}).get("pacing") or {}
+        out.append({"run": os.path.dirname(path), "version": rec.get("version"),
+                    "full_trace": rec.get("full_trace"),
+                    "wall_s": rec.get("wall_s") or (rec.get("marks_s") or {}).get("end"),
+                    "loadavg1_mean": (m.get("loadavg1") or {}).get("mean"),
+                    "loadavg1_max": (m.get("loadavg1") or {}).get("max"),
+                    "busy_mean": (m.get("busy") or {}).get("mean"),
+                    "cpus": m.get("cpus"),
+                    "late_share": pacing.get("late_share"),
+                    "max_lag_s": pacing.get("max_lag_s"),
+                    "marks_s": (rec.get("driver") or {}).get("phase_marks_s") or rec.get("marks_s")})
+    return out
+
+
 COMBINED = ("accuracy_by_allocations", "accuracy_per_context_weighted", "accuracy_per_context",
             "llama_steady_state_bytes", "llama_peak_bytes", "fragmentation_reduction",
-            "peak_fragmentation_reduction")
+            "peak_fragmentation_reduction", "peak_ratio_to_baseline")
 
 
-def combine(outs: list[str]) -> int:
-    """Every row over all (load seed, model seed) runs of several results.json."""
+def combine(outs: list[str], dest: str | None = None) -> int:
+    """Every row over all (load seed, model seed) runs of several results.json: mean ±
+    sd (min..max), the worst run, per-run figures and the machine's load per run.
+    Written to DEST (default: the first OUT) as combined.md / combined.json."""
     results = []
     for o in outs:
         with open(os.path.join(o, "results.json")) as f:
@@ -221,14 +361,34 @@ def combine(outs: list[str]) -> int:
     base = {k: spread([r["summary"]["oracle"][k]["mean"] for r in results])
             for k in ("baseline_steady_state_bytes", "baseline_peak_bytes",
                       "live_steady_state_bytes", "live_peak_bytes")}
+    labels = row_labels(runs[0][2])
     rows = {label: {k: spread([rows[label].get(k) for _, _, rows in runs if label in rows])
                     for k in COMBINED}
-            for label in ROWS}
-    gap = spread([rows_["oracle"]["fragmentation_reduction"] - rows_["model"]["fragmentation_reduction"]
-                  for _, _, rows_ in runs])
-    out = {"load_seeds": [r["load_seed"] for r in results], "runs": len(runs),
+            for label in labels}
+    per_run = []
+    for ls, ms, r in runs:
+        res = next(x for x in results if x["load_seed"] == ls)
+        per_run.append({"load_seed": ls, "model_seed": ms,
+                        "trace_objects": res["trace"]["records"],
+                        "trace_seconds": res["trace"].get("seconds"),
+                        "model_reduction": r["model"]["fragmentation_reduction"],
+                        "oracle_reduction": r["oracle"]["fragmentation_reduction"],
+                        "gap_points": r["oracle"]["fragmentation_reduction"]
+                        - r["model"]["fragmentation_reduction"],
+                        "model_accuracy": r["model"]["accuracy_by_allocations"],
+                        "model_peak_ratio": r["model"].get("peak_ratio_to_baseline"),
+                        "model_above_baseline_steady": r["model"]["llama_steady_state_bytes"]
+                        > r["model"]["baseline_steady_state_bytes"]})
+    gap = spread([x["gap_points"] for x in per_run])
+    worst = min(per_run, key=lambda x: x["model_reduction"])
+    machines = {r["load_seed"]: machine_rows(r.get("runs", {})) for r in results}
+    out = {"workload": results[0].get("workload", "phases"),
+           "load_seeds": [r["load_seed"] for r in results], "runs": len(runs),
            "test": results[0]["test"], "train": results[0]["train"], "baseline": base,
-           "rows": rows, "oracle_minus_model_points": gap}
+           "rows": rows, "oracle_minus_model_points": gap, "worst_run": worst,
+           "per_run": per_run, "machine": machines,
+           "reused_outputs_of_other_code": {r["load_seed"]: r.get("reused_outputs_of_other_code")
+                                            for r in results}}
 
     def pm(s, scale=100.0, digits=1):
         if not s or s.get("mean") is None:
@@ -238,56 +398,107 @@ def combine(outs: list[str]) -> int:
             text += f" ± {s['sd'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})"
         return text
 
-    lines = [f"# Redis {out['test']} (full trace), trained on {', '.join(out['train'])}: "
-             f"load seeds {out['load_seeds']}, {out['runs']} runs (load seed x model seed)", "",
-             f"baseline steady {pm(base['baseline_steady_state_bytes'], 1 / MB)} MiB, peak "
-             f"{pm(base['baseline_peak_bytes'], 1 / MB)} MiB; live steady "
-             f"{pm(base['live_steady_state_bytes'], 1 / MB)} MiB, peak {pm(base['live_peak_bytes'], 1 / MB)} MiB", "",
-             "| allocator | acc. (objects) | acc. per context (weighted) | acc. per context | "
-             "steady MiB | peak MiB | frag. reduction (steady) | frag. reduction (peak) |",
-             "|---|---|---|---|---|---|---|---|"]
     def pc(s):
         text = pm(s)
         return text if text == "n/a" else text + "%"
 
+    lines = [f"# Redis {out['test']} (full trace), `{out['workload']}` workload, trained on "
+             f"{', '.join(out['train'])}: load seeds {out['load_seeds']}, {out['runs']} runs "
+             "(load seed x model seed)", "",
+             f"baseline steady {pm(base['baseline_steady_state_bytes'], 1 / MB)} MiB, peak "
+             f"{pm(base['baseline_peak_bytes'], 1 / MB)} MiB; live steady "
+             f"{pm(base['live_steady_state_bytes'], 1 / MB)} MiB, peak {pm(base['live_peak_bytes'], 1 / MB)} MiB", "",
+             "| allocator | acc. (objects) | acc. per context (weighted) | acc. per context | "
+             "steady MiB | peak MiB | peak / baseline peak | frag. reduction (steady) | "
+             "frag. reduction (peak) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for label, r in rows.items():
-        lines.append(f"| {NAMES[label]} | {pc(r['accuracy_by_allocations'])} | "
+        lines.append(f"| {NAMES.get(label, label)} | {pc(r['accuracy_by_allocations'])} | "
                      f"{pc(r['accuracy_per_context_weighted'])} | {pc(r['accuracy_per_context'])} | "
                      f"{pm(r['llama_steady_state_bytes'], 1 / MB)} | {pm(r['llama_peak_bytes'], 1 / MB)} | "
+                     f"{pm(r['peak_ratio_to_baseline'], 1, 2)} | "
                      f"{pc(r['fragmentation_reduction'])} | {pc(r['peak_fragmentation_reduction'])} |")
-    lines += ["", f"oracle minus model, steady-state reduction: {pm(gap)} points", ""]
-    with open(os.path.join(outs[0], "combined.json"), "w") as f:
+    lines += ["", f"oracle minus model, steady-state reduction: {pm(gap)} points", "",
+              f"worst run: load seed {worst['load_seed']}, model seed {worst['model_seed']}: "
+              f"model {worst['model_reduction'] * 100:.1f}% (oracle "
+              f"{worst['oracle_reduction'] * 100:.1f}%), accuracy by objects "
+              f"{worst['model_accuracy'] * 100:.1f}%", "",
+              "| load seed | model seed | trace objects | trace s | model reduction | oracle "
+              "reduction | gap (points) | model acc. | model peak / baseline peak | "
+              "model above baseline (steady) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in per_run:
+        lines.append(f"| {x['load_seed']} | {x['model_seed']} | {x['trace_objects']:,} | "
+                     f"{x['trace_seconds'] or 0:.1f} | {x['model_reduction'] * 100:.1f}% | "
+                     f"{x['oracle_reduction'] * 100:.1f}% | {x['gap_points'] * 100:.1f} | "
+                     f"{x['model_accuracy'] * 100:.1f}% | "
+                     f"{x['model_peak_ratio'] or 0:.2f} | {'YES' if x['model_above_baseline_steady'] else 'no'} |")
+    lines += ["", machine_markdown(machines), ""]
+    stale = {k: v for k, v in out["reused_outputs_of_other_code"].items() if v}
+    if stale:
+        lines += [f"**Reused outputs made by other code** (--resume) for load seeds "
+                  f"{sorted(stale)}: {stale}", ""]
+    dest = dest or outs[0]
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "combined.json"), "w") as f:
         json.dump(out, f, indent=1)
-    with open(os.path.join(outs[0], "combined.md"), "w") as f:
+    with open(os.path.join(dest, "combined.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def loaded(m: dict) -> bool:
+    return bool(m.get("loadavg1_mean") and m.get("cpus") and m["loadavg1_mean"] > m["cpus"])
+
+
+def machine_markdown(machines: dict) -> str:
+    lines = ["Machine while each profile was recorded (lifetimes are wall-clock: load shifts "
+             "labels; LOADED: mean load average above the core count):", "",
+             "| load seed | run | version | full trace | wall s | load avg (mean / max) | "
+             "CPU busy (all cores) | late ticks (mixed) | max lag s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for ls, rows in machines.items():
+        for m in rows:
+            def f(x, fmt):
+                return format(x, fmt) if isinstance(x, (int, float)) else "n/a"
+            lines.append(f"| {ls} | {m['run']} | {m['version']} | {m['full_trace']} | "
+                         f"{f(m['wall_s'], '.1f')} | {f(m['loadavg1_mean'], '.2f')} / "
+                         f"{f(m['loadavg1_max'], '.2f')} ({m['cpus']} cores)"
+                         f"{' LOADED' if loaded(m) else ''} | "
+                         f"{f(m['busy_mean'], '.0%')} | {f(m['late_share'], '.1%')} | "
+                         f"{f(m['max_lag_s'], '.2f')} |")
+    return "\n".join(lines)
 
 
 def markdown(r: dict) -> str:
     def pm(s, scale=1.0, digits=1):
         if s["mean"] is None:
             return "n/a"
-        return (f"{s['mean'] * scale:.{digits}f}" if s["sd"] < 5e-7 * max(1, abs(s["mean"]))
-                else f"{s['mean'] * scale:.{digits}f} ± {s['sd'] * scale:.{digits}f}")
+        if s["sd"] < 5e-7 * max(1, abs(s["mean"])):
+            return f"{s['mean'] * scale:.{digits}f}"
+        return (f"{s['mean'] * scale:.{digits}f} ± {s['sd'] * scale:.{digits}f} "
+                f"({s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})")
 
     s = r["summary"]
     b = s["oracle"]
-    lines = [f"# Redis {r['test']} (full trace), model trained on {', '.join(r['train'])} "
+    lines = [f"# Redis {r['test']} (full trace, `{r.get('workload', 'phases')}` workload, load "
+             f"seed {r['load_seed']}), model trained on {', '.join(r['train'])} "
              f"(sampled, {r['interval']} B)", "",
              f"trace: {r['trace']['records']:,} objects, {r['trace']['seconds']:.1f} s; "
-             f"model seeds {r['seeds']} (mean ± sd where the row depends on the seed)", "",
-             "| allocator | acc. (allocs) | acc. (bytes) | steady MB | peak MB | live steady MB "
-             "| live peak MB | frag. reduction (steady) | frag. reduction (peak) |",
-             "|---|---|---|---|---|---|---|---|---|",
+             f"model seeds {r['seeds']} (mean ± sd (min..max) where the row depends on the seed)", "",
+             "| allocator | acc. (allocs) | acc. (bytes) | steady MiB | peak MiB | peak / "
+             "baseline peak | live steady MiB | live peak MiB | frag. reduction (steady) | "
+             "frag. reduction (peak) |",
+             "|---|---|---|---|---|---|---|---|---|---|",
              f"| baseline (TCMalloc-like) | | | {pm(b['baseline_steady_state_bytes'], 1 / MB)} | "
-             f"{pm(b['baseline_peak_bytes'], 1 / MB)} | {pm(b['live_steady_state_bytes'], 1 / MB)} "
+             f"{pm(b['baseline_peak_bytes'], 1 / MB)} | 1 | {pm(b['live_steady_state_bytes'], 1 / MB)} "
              f"| {pm(b['live_peak_bytes'], 1 / MB)} | 0 | 0 |"]
     for label, row in s.items():
         lines.append(f"| {NAMES.get(label, label)} | {pm(row['accuracy_by_allocations'], 100)}% | "
                      f"{pm(row['accuracy_by_bytes'], 100)}% | "
                      f"{pm(row['llama_steady_state_bytes'], 1 / MB)} | "
                      f"{pm(row['llama_peak_bytes'], 1 / MB)} | "
+                     f"{pm(row['peak_ratio_to_baseline'], 1, 2)} | "
                      f"{pm(row['live_steady_state_bytes'], 1 / MB)} | "
                      f"{pm(row['live_peak_bytes'], 1 / MB)} | "
                      f"{pm(row['fragmentation_reduction'], 100)}% | "
@@ -296,7 +507,11 @@ def markdown(r: dict) -> str:
     lines += ["", f"model cache hit rate: {pm(r['cache_hit_rate'], 100, 2)}%", "",
               f"targets: model reduction ≥ 50%: {'met' if t['model_reduction_ge_50pct'] else 'NOT met'}; "
               f"within 10 points of the oracle: "
-              f"{'met' if t['model_within_10_points_of_oracle'] else 'NOT met'}", ""]
+              f"{'met' if t['model_within_10_points_of_oracle'] else 'NOT met'}", "",
+              machine_markdown({r["load_seed"]: machine_rows(r.get("runs", {}))}), ""]
+    if r.get("reused_outputs_of_other_code"):
+        lines += [f"**Reused outputs made by other code** (--resume): "
+                  f"{r['reused_outputs_of_other_code']}", ""]
     return "\n".join(lines) + "\n"
 
 
