@@ -315,3 +315,21 @@ def test_directory_output_is_refused_up_front_and_no_temp_file_is_left(tmp_path,
     assert _convert([path], tmp_path / "x.pb.gz") == 1
     assert "x.pb.gz: cannot write: No space left on device" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_mapping_path_with_a_nul_is_an_unsymbolized_module_not_a_crash(tmp_path):
+    """Found by the pprof fuzz target: os.stat raised ValueError on a recorded mapping
+    path holding a NUL byte (pipeline/symbolize/module_cache.py)."""
+    from profiler_proto import container
+
+    path = _imported(tmp_path)
+    chunks = [container.parse_chunk(path, i, r) for i, r in
+              enumerate(container.iter_records(path))]
+    for m in chunks[0].mappings:
+        m.path = m.path + "\0x"
+    bad = tmp_path / "nul.ltprof"
+    with open(bad, "wb") as f:
+        for c in chunks:
+            container.write_record(f, c.SerializeToString())
+    _, summary = pprof.build([str(bad)])
+    assert summary.samples == 300 and summary.unsymbolized_modules

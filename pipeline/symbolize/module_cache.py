@@ -101,7 +101,7 @@ class ModuleCache:
         try:
             st = os.stat(path)
             key = (path, *file_identity(st))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in a path a profile names
             key = (path,)
         with self._lock:
             if key in self._modules:
