@@ -43,7 +43,8 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
              json_out: str | os.PathLike | None = None, timeout: float | None = None,
              model_revalidate_every: int | None = None,
              model_served: str | os.PathLike | None = None,
-             recycle_spans_immediately: bool = False) -> dict:
+             recycle_spans_immediately: bool = False,
+             policy: str | Sequence[str] = (), snapshot_spans: bool = False) -> dict:
     """Runs the engine on `trace` and returns its report (see simulator/README.md).
 
     predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE",
@@ -62,10 +63,14 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
         args += ["--series-interval-ns", str(series_interval_ns)]
     for t in snapshots_ns:
         args += ["--snapshot-at-ns", str(t)]
+    if snapshot_spans:
+        args.append("--snapshot-spans")
     if deadline_k is not None:
         args += ["--deadline-k", str(deadline_k)]
     if recycle_spans_immediately:
         args.append("--recycle-spans-immediately")
+    for p in [policy] if isinstance(policy, str) else policy:  # LLAMA: [LABEL=]NAME[,NAME...]
+        args += ["--policy", p]
     if check_invariants:
         args.append("--check-invariants")
     if check_every is not None:

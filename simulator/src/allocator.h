@@ -22,6 +22,7 @@ struct AllocRequest {
   uint32_t thread;  // trace thread id
   int cls;          // predicted lifetime class (LLAMA); ignored by the baseline
   uint64_t now;     // trace time, ns
+  uint64_t stack = 0;  // the trace's stack id (LLAMA's contain-mixed policy)
 };
 
 // Every live object of one allocator by address: the checker's independent record.

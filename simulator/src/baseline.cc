@@ -142,9 +142,11 @@ void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
     // Whole huge pages, contiguous (fresh ids); the tail of the last one is donated to the filler.
     uint32_t whole = npages / kPagesPerHuge, tail = npages % kPagesPerHuge;
     uint64_t first = ids_.take_fresh(whole + (tail ? 1 : 0));
+    const uint32_t sid = uint32_t(&s - spans_.data());
     s.hp = new_huge_page(first, whole);
     HugePage& h = hps_[s.hp];
     h.whole = true;
+    h.owner = sid;
     h.used.set_range(0, kPagesPerHuge);
     h.nused = kPagesPerHuge;
     if (tail) {
@@ -152,6 +154,7 @@ void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
       HugePage& last = hps_[s.tail];
       last.used.set_range(0, tail);
       last.nused = tail;
+      last.owner = sid;
       filler_insert(s.tail);
     }
     s.first_page = 0;
@@ -227,10 +230,11 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     s.cls = 0;
     s.nobjs = s.nlive = 1;
     if (npages < kPagesPerHuge) hps_[s.hp].span_at[s.first_page] = sid;
-    handles_[r.slot] = {sid, 0, r.size};
     ++c_large_allocs_;
     uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
-    return (base + r.align - 1) & ~uint64_t(r.align - 1);
+    uint64_t addr = (base + r.align - 1) & ~uint64_t(r.align - 1);
+    handles_[r.slot] = {sid, uint32_t(addr - base), r.size};  // padding < align <= 2^31
+    return addr;
   }
   // Central free list: the span with the most live objects among those not full.
   uint32_t sid;
@@ -265,7 +269,10 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
     uint32_t n = s.npages;
     if (n >= kPagesPerHuge) {
       release_huge_page(s.hp);  // the whole pages (their ids go back in order, then the tail's)
-      if (s.tail != kNone) pageheap_free(s.tail, 0, n % kPagesPerHuge);
+      if (s.tail != kNone) {
+        hps_[s.tail].owner = kNone;
+        pageheap_free(s.tail, 0, n % kPagesPerHuge);
+      }
     } else {
       hps_[s.hp].span_at[s.first_page] = kNone;
       pageheap_free(s.hp, s.first_page, n);
@@ -292,7 +299,7 @@ std::pair<uint64_t, uint64_t> TcmallocBaseline::where(uint32_t slot) const {
   Handle hd = handles_[slot];
   const Span& s = spans_[hd.span];
   uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
-  if (s.cls == 0) return {base, uint64_t(s.npages) * kPageBytes};
+  if (s.cls == 0) return {base + hd.slot_idx, hd.size};
   return {base + uint64_t(hd.slot_idx) * classes_[s.cls].size, classes_[s.cls].size};
 }
 
@@ -316,19 +323,25 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   SIM_CHECK(h.live && (h.count == 1 || h.whole), where + "page entry state");
   if (h.whole) {
     SIM_CHECK(h.nused == kPagesPerHuge && !h.in_filler, where + "whole page state");
-    bool any = false;
-    shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj&) { any = true; });
-    SIM_CHECK(any, where + "whole page of a large object with no live object");
+    // Its span's object is live (it need not reach this page: alignment padding may
+    // cover whole pages), and nothing else is here.
+    SIM_CHECK(h.owner != kNone && spans_[h.owner].hp == slot && spans_[h.owner].cls == 0 &&
+              spans_[h.owner].nlive == 1, where + "whole page of a large object with no live object");
+    shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj& o) {
+      SIM_CHECK(handles_[o.slot].span == h.owner, where + "whole page holds another span's object");
+    });
     return;
   }
   // Pages used = spans starting here + a multi-huge-page span's tail (pages [0, t)).
   Bits256 expect;
+  if (h.owner != kNone) {
+    const Span& s = spans_[h.owner];
+    SIM_CHECK(s.cls == 0 && s.npages > kPagesPerHuge && s.tail == slot && s.nlive == 1, where + "tail page owner");
+    expect.set_range(0, s.npages % kPagesPerHuge);
+  }
   shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
-    if (a < lo) {  // a multi-huge-page object ending here: its span's tail pages
-      const Span& s = spans_[handles_[o.slot].span];
-      SIM_CHECK(s.cls == 0 && s.npages > kPagesPerHuge, where + "object straddles huge pages");
-      expect.set_range(0, s.npages % kPagesPerHuge);
-    }
+    if (a < lo)  // a multi-huge-page object ending here: its span's tail page
+      SIM_CHECK(handles_[o.slot].span == h.owner, where + "object straddles huge pages");
   });
   for (unsigned p = 0; p < kPagesPerHuge; ++p) {
     uint32_t sid = h.span_at[p];

@@ -55,9 +55,10 @@ class TcmallocBaseline final : public HeapAllocator {
     uint32_t nused = 0, lfr = 0;
     uint32_t prev = kNone, next = kNone;  // filler bucket links
     bool live = false, whole = false, in_filler = false;
+    uint32_t owner = kNone;  // whole pages and tail of a span of several huge pages: the span (checks)
     std::array<uint32_t, kPagesPerHuge> span_at;  // span starting at each page (kNone)
   };
-  struct Handle { uint32_t span; uint32_t slot_idx; uint64_t size; };
+  struct Handle { uint32_t span; uint32_t slot_idx; uint64_t size; };  // large: slot_idx = alignment padding
 
   void build_size_classes();
   uint32_t size_class(uint64_t size, uint32_t align) const;

@@ -37,13 +37,21 @@ Results Engine::run(const std::string& trace_path) {
     R.allocators.back().kind = "tcmalloc-hugepage";
     names.insert("baseline");
   }
+  std::set<std::string> labels;
   for (const std::string& spec : opts_.predictors) {
     auto p = make_predictor(spec, classes, opts_.predictor_options);
     std::string name = "llama:" + p->label;
     if (!names.insert(name).second) throw SimError("--predictor " + spec + ": the name " + name + " is used twice (give it a LABEL=)");
-    allocs.push_back(std::make_unique<Llama>(name, classes, opts_.deadline_k,
-                                                    opts_.recycle_spans_immediately));
+    labels.insert(p->label);
+    std::string policy_names = opts_.policy;
+    for (const auto& [label, names_for] : opts_.policy_for)
+      if (label == p->label) policy_names = names_for;
+    LlamaPolicy policy = policy_names.empty() ? LlamaPolicy() : parse_llama_policy(policy_names, "--policy " + policy_names);
+    auto llama = std::make_unique<Llama>(name, classes, opts_.deadline_k, opts_.recycle_spans_immediately, policy);
+    llama->set_snapshot_spans(opts_.snapshot_spans);
+    allocs.push_back(std::move(llama));
     R.allocators.push_back({});
+    if (!policy.paper()) R.allocators.back().policy = policy.describe();
     R.allocators.back().name = name;
     R.allocators.back().kind = "llama";
     R.allocators.back().predictor = p.get();
@@ -51,6 +59,8 @@ Results Engine::run(const std::string& trace_path) {
     preds.push_back(std::move(p));
   }
   if (allocs.empty()) throw SimError("nothing to simulate: no baseline and no --predictor");
+  for (const auto& [label, names_for] : opts_.policy_for)
+    if (!labels.count(label)) throw SimError("--policy " + label + "=" + names_for + ": no LLAMA instance is labelled " + label);
   const size_t A = allocs.size();
 
   // Time frame.
@@ -175,7 +185,7 @@ Results Engine::run(const std::string& trace_path) {
     live += rec->size;
     int true_cls = -1;
     for (size_t i = 0; i < A; ++i) {
-      AllocRequest q{slot, rec->size, rec->align, rec->thread_id, 0, rec->alloc_ns};
+      AllocRequest q{slot, rec->size, rec->align, rec->thread_id, 0, rec->alloc_ns, rec->stack_id};
       if (preds[i]) {
         q.cls = preds[i]->predict(*rec);
         if (q.cls < 0 || q.cls >= classes.num_classes())

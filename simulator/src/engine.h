@@ -20,8 +20,13 @@ struct EngineOptions {
   // after their huge page's deadline expires, for shorter classes.  true (an ablation):
   // as soon as a free leaves a free line, for the page's class and shorter ones.
   bool recycle_spans_immediately = false;
+  // LLAMA's policy (llama.h, LlamaPolicy): `policy` for every instance, `policy_for`
+  // (instance label -> names) for one; empty = the paper's.
+  std::string policy;
+  std::vector<std::pair<std::string, std::string>> policy_for;
   uint64_t series_interval_ns = 0;       // 0: automatic, about 1000 samples
   std::vector<uint64_t> snapshot_at_ns;  // huge page dumps after all events <= t
+  bool snapshot_spans = false;           // LLAMA snapshots also list each page's spans
   bool check_invariants = false;
   uint64_t full_check_every = 1024;      // events between whole-heap checks
 };
@@ -29,6 +34,7 @@ struct EngineOptions {
 // Per-allocator results.
 struct AllocatorResult {
   std::string name, kind;
+  std::string policy;              // LLAMA: its policy's names when not the paper's, else empty
   Predictor* predictor = nullptr;  // LLAMA only
   uint64_t peak_hp = 0, peak_hp_t = 0, final_hp = 0;
   double steady_hp = 0;

@@ -1,6 +1,7 @@
 #include "llama.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "json.h"
 
@@ -11,15 +12,77 @@ uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > kNever - b ? kNever : a + b; }
 }  // namespace
 
+std::string LlamaPolicy::describe() const {
+  std::string s;
+  auto add = [&](const std::string& n) { s += (s.empty() ? "" : ",") + n; };
+  if (occupancy) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "occupancy:%g", occupancy_threshold);
+    add(buf);
+  }
+  if (own_blocks) add("own-blocks");
+  if (span_fit) add("span-fit");
+  if (fine_lines) add("fine-lines");
+  if (contain_mixed) add("contain-mixed");
+  if (medium_spans) add("medium-spans");
+  return s.empty() ? "paper" : s;
+}
+
+LlamaPolicy parse_llama_policy(const std::string& names, const std::string& what) {
+  LlamaPolicy p;
+  size_t i = 0;
+  for (;;) {
+    size_t j = names.find(',', i);
+    std::string n = names.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    if (n == "paper") {
+    } else if (n == "occupancy") {
+      p.occupancy = true;
+    } else if (n.compare(0, 10, "occupancy:") == 0) {
+      const char* v = n.c_str() + 10;
+      char* end = nullptr;
+      double f = std::strtod(v, &end);
+      if (!*v || *end || !(f > 0.0 && f <= 1.0))
+        throw SimError(what + ": occupancy threshold must be a number in (0, 1], got '" + std::string(v) + "'");
+      p.occupancy = true;
+      p.occupancy_threshold = f;
+    } else if (n == "fine-lines") {
+      p.fine_lines = true;
+    } else if (n == "span-fit") {
+      p.span_fit = true;
+    } else if (n == "own-blocks") {
+      p.own_blocks = true;
+    } else if (n == "contain-mixed") {
+      p.contain_mixed = true;
+    } else if (n == "medium-spans") {
+      p.medium_spans = true;
+    } else {
+      throw SimError(what + ": unknown policy '" + n +
+                     "' (paper, occupancy[:F], own-blocks, span-fit, contain-mixed, medium-spans, fine-lines)");
+    }
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  if ((p.own_blocks || p.span_fit) && !p.occupancy)
+    throw SimError(what + ": own-blocks and span-fit need occupancy");
+  return p;
+}
+
 Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
-             bool recycle_spans_immediately)
+             bool recycle_spans_immediately, LlamaPolicy policy)
     : name_(std::move(name)), classes_(classes), k_(deadline_k),
-      recycle_now_(recycle_spans_immediately), nclasses_(classes.num_classes()) {
+      recycle_now_(recycle_spans_immediately), pol_(policy), nclasses_(classes.num_classes()) {
   open_.assign(nclasses_, -1);
   bucket_head_.resize(nclasses_);
   for (auto& h : bucket_head_) h.fill(kNone);
   bucket_mask_.resize(nclasses_);
-  recycle_.resize(nclasses_);
+  recycle_.resize(2 * size_t(nclasses_));
+  occ_recycle_.resize(2 * size_t(nclasses_));
+  if (pol_.occupancy) {
+    lo_head_.resize(nclasses_);
+    for (auto& h : lo_head_) h.fill(kNone);
+    lo_mask_.resize(nclasses_);
+    occ_blocks_ = uint32_t(pol_.occupancy_threshold * kBlocks);
+  }
 }
 
 // ---------------------------------------------------------------- huge pages
@@ -100,10 +163,12 @@ void Llama::link(uint64_t hp) {
   head = uint32_t(hp);
   bucket_mask_[p.lc].set(p.lfr - 1);
   p.linked = true;
+  if (pol_.occupancy && lo_eligible(p)) link_lo(hp);
 }
 
 void Llama::unlink(uint64_t hp) {
   Page& p = pages_[hp];
+  if (p.lo_linked) unlink_lo(hp);
   if (!p.linked) return;
   auto& head = bucket_head_[p.lc][p.lfr - 1];
   if (p.prev != kNone) pages_[p.prev].next = p.next;
@@ -112,6 +177,38 @@ void Llama::unlink(uint64_t hp) {
   if (head == kNone) bucket_mask_[p.lc].clear(p.lfr - 1);
   p.prev = p.next = kNone;
   p.linked = false;
+}
+
+// Occupancy policy: an active page of a class without a deadline (the open-ended and inf
+// classes) whose live blocks are at most the threshold lends its free blocks to its own
+// class; a second list per class and longest free run.  (Not finite classes: their pages
+// drain in allocation order and are returned; refilling the drained ones keeps more
+// pages alive at once, measured on the proxy.)
+bool Llama::lo_eligible(const Page& p) const {
+  return p.state == kActive && p.count == 1 && p.nlive <= occ_blocks_ &&
+         (pol_.own_blocks || classes_.bound_ns(p.lc) == kNever);
+}
+
+void Llama::link_lo(uint64_t hp) {
+  Page& p = pages_[hp];
+  auto& head = lo_head_[p.lc][p.lfr - 1];
+  p.lo_prev = kNone;
+  p.lo_next = head;
+  if (head != kNone) pages_[head].lo_prev = uint32_t(hp);
+  head = uint32_t(hp);
+  lo_mask_[p.lc].set(p.lfr - 1);
+  p.lo_linked = true;
+}
+
+void Llama::unlink_lo(uint64_t hp) {
+  Page& p = pages_[hp];
+  auto& head = lo_head_[p.lc][p.lfr - 1];
+  if (p.lo_prev != kNone) pages_[p.lo_prev].lo_next = p.lo_next;
+  else head = p.lo_next;
+  if (p.lo_next != kNone) pages_[p.lo_next].lo_prev = p.lo_prev;
+  if (head == kNone) lo_mask_[p.lc].clear(p.lfr - 1);
+  p.lo_prev = p.lo_next = kNone;
+  p.lo_linked = false;
 }
 
 // ---------------------------------------------------------------- global allocator
@@ -133,6 +230,27 @@ std::pair<uint64_t, uint32_t> Llama::alloc_blocks(int lc, uint32_t n, uint64_t n
     ++c_recycled_allocs_;
     c_recycled_blocks_ += n;
     return {hp, uint32_t(b)};
+  }
+  // Occupancy policy: then free blocks of a mostly free active page of this very class
+  // when it has no deadline (residual: they match its class).
+  if (pol_.occupancy && (pol_.own_blocks || classes_.bound_ns(lc) == kNever)) {
+    int idx = lo_mask_[lc].first_set_from(n - 1);
+    if (idx >= 0) {
+      uint64_t hp = lo_head_[lc][idx];
+      Page& p = pages_[hp];
+      int b = first_fit(p.live, n);
+      SIM_CHECK(b >= 0, name_ + ": occupancy recycling list without room");
+      unlink(hp);
+      p.live.set_range(unsigned(b), n);
+      p.residual.set_range(unsigned(b), n);
+      p.nlive += n;
+      p.nresidual += n;
+      if (classes_.bound_ns(lc) != kNever) set_deadline(hp, now);  // own-blocks
+      link(hp);
+      ++c_occ_block_allocs_;
+      c_occ_blocks_ += n;
+      return {hp, uint32_t(b)};
+    }
   }
   // Otherwise the open page of this class (bump pointer); a page that cannot take the run is full.
   int64_t o = open_[lc];
@@ -214,23 +332,32 @@ void Llama::expire(uint64_t hp, uint64_t t) {
     if (sid == kNone) continue;
     Span& s = spans_[sid];
     if (s.open || s.listed || s.nobjs == 0) continue;
-    bool has_free = false;
-    for (unsigned l = 0; l < kLines && !has_free; ++l) has_free = s.lines[l] == 0;
-    if (has_free) list_span(sid);
+    if (s.used_lines < s.nlines) list_span(sid);  // it has a free line
   }
 }
 
 void Llama::list_span(uint32_t sid) {
   Span& s = spans_[sid];
   s.listed = true;
-  recycle_[pages_[s.hp].lc].push_back({sid, s.gen});
+  recycle_[size_t(s.kind) * nclasses_ + pages_[s.hp].lc].push_back({sid, s.gen});
   ++listed_;
+}
+
+// Occupancy policy: a closed span whose occupied lines fell to the threshold is
+// recyclable at once, for its own class and shorter ones.
+void Llama::maybe_list_by_occupancy(uint32_t sid) {
+  Span& s = spans_[sid];
+  if (s.open || s.listed || s.nobjs == 0 || s.used_lines > occ_limit(s)) return;
+  s.listed = true;
+  occ_recycle_[size_t(s.kind) * nclasses_ + s.lc].push_back({sid, s.gen});
+  ++occ_listed_;
+  ++c_occ_spans_listed_;
 }
 
 // ---------------------------------------------------------------- small objects
 
-uint32_t Llama::open_fresh_span(int lc, uint64_t now) {
-  auto [hp, block] = alloc_blocks(lc, kSpanBlocks, now);
+uint32_t Llama::open_fresh_span(int lc, int kind, uint64_t now) {
+  auto [hp, block] = alloc_blocks(lc, kSpanBlocksOf[kind], now);
   uint32_t sid;
   if (!free_span_ids_.empty()) {
     sid = free_span_ids_.back();
@@ -246,19 +373,23 @@ uint32_t Llama::open_fresh_span(int lc, uint64_t now) {
   s.hp = hp;
   s.block = block;
   s.open = true;
+  s.kind = uint8_t(kind);
+  s.lc = lc;
   s.cursor = 0;
-  s.limit = kSpanBytes;
+  s.shift = uint8_t(kind == 0 && pol_.fine_lines ? 5 : kLineShiftOf[kind]);
+  s.nlines = uint16_t((uint64_t(kSpanBlocksOf[kind]) * kBlockBytes) >> s.shift);
+  s.limit = uint32_t(span_bytes(s));
   pages_[hp].span_at[block] = sid;
   ++c_spans_opened_;
   return sid;
 }
 
-uint32_t Llama::take_recycled_span(int lc) {
-  if (listed_ == 0) return kNone;
+uint32_t Llama::take_recycled_span(int lc, int kind) {
+  if (listed_ == 0) return occ_listed_ == 0 ? kNone : take_occupancy_span(lc, kind);
   // The paper's recycling feeds shorter classes only; the immediate ablation also feeds
   // the page's own class (what a size-class allocator's free lists do).
   for (int c = nclasses_ - 1; c > lc || (recycle_now_ && c == lc); --c) {
-    auto& list = recycle_[c];
+    auto& list = recycle_[size_t(kind) * nclasses_ + c];
     while (!list.empty()) {
       auto [sid, gen] = list.back();
       list.pop_back();
@@ -269,11 +400,52 @@ uint32_t Llama::take_recycled_span(int lc) {
       if (s.open || s.nobjs == 0) continue;
       s.open = true;
       s.cursor = s.limit = 0;  // search free lines from the start
+      s.lc = std::max(s.lc, lc);  // the longest class its objects may have
       ++c_span_reuses_;
       return sid;
     }
   }
+  return occ_listed_ == 0 ? kNone : take_occupancy_span(lc, kind);
+}
+
+// Occupancy policy: spans listed by occupancy (by the class of their objects), of the
+// longest class >= lc first.
+uint32_t Llama::take_occupancy_span(int lc, int kind, int* from) {
+  for (int c = nclasses_ - 1; c >= lc; --c) {
+    auto& list = occ_recycle_[size_t(kind) * nclasses_ + c];
+    while (!list.empty()) {
+      auto [sid, gen] = list.front();
+      list.pop_front();
+      --occ_listed_;
+      Span& s = spans_[sid];
+      if (s.gen != gen || !s.listed) continue;
+      s.listed = false;
+      if (s.open || s.nobjs == 0) continue;
+      s.open = true;
+      s.cursor = s.limit = 0;
+      if (from) *from = s.lc;
+      s.lc = std::max(s.lc, lc);  // the longest class its objects may have
+      ++c_occ_span_reuses_;
+      return sid;
+    }
+  }
   return kNone;
+}
+
+// span-fit: a span taken for a try goes back, closed, to the front of its class's list
+// (the back is taken first); one with no object left is returned.
+void Llama::requeue_span(uint32_t sid, int cls, uint64_t now) {
+  Span& s = spans_[sid];
+  s.open = false;
+  s.lc = cls;
+  if (s.nobjs == 0) {
+    release_span(sid, now);
+    return;
+  }
+  if (s.used_lines == s.nlines) return;  // full: closed like any used-up span
+  s.listed = true;
+  occ_recycle_[size_t(s.kind) * nclasses_ + cls].push_back({sid, s.gen});
+  ++occ_listed_;
 }
 
 // Immix-style bump allocation into the free line ranges of a span.  `exhausted`: the
@@ -282,34 +454,37 @@ uint32_t Llama::take_recycled_span(int lc) {
 bool Llama::place(uint32_t sid, uint64_t size, uint32_t align, uint64_t& addr, bool& exhausted) {
   Span& s = spans_[sid];
   uint64_t base = span_base(s);
+  const unsigned shift = s.shift, nlines = s.nlines;
+  const uint64_t line_bytes = uint64_t(1) << shift;
   uint32_t cur = s.cursor, lim = s.limit;
   exhausted = false;
   for (;;) {
     uint64_t start = align_up(base + cur, align) - base;
     if (start + size <= lim) {
-      for (uint64_t l = start / kLineBytes; l <= (start + size - 1) / kLineBytes; ++l) ++s.lines[l];
+      for (uint64_t l = start >> shift; l <= (start + size - 1) >> shift; ++l)
+        if (s.lines[l]++ == 0) ++s.used_lines;
       ++s.nobjs;
       s.cursor = uint32_t(start + size);
       s.limit = lim;
       addr = base + start;
       return true;
     }
-    unsigned l = unsigned(lim / kLineBytes);
-    while (l < kLines && s.lines[l] != 0) ++l;
-    if (l >= kLines) {
+    unsigned l = unsigned(lim >> shift);
+    while (l < nlines && s.lines[l] != 0) ++l;
+    if (l >= nlines) {
       // No range takes it.  The span is used up only if nothing is left after its limit
       // and less than a line before it; otherwise it is kept for smaller objects.
-      unsigned m = unsigned(s.limit / kLineBytes);
-      while (m < kLines && s.lines[m] != 0) ++m;
-      if (m < kLines || s.limit - s.cursor >= kLineBytes) return false;
-      s.cursor = s.limit = uint32_t(kSpanBytes);
+      unsigned m = unsigned(s.limit >> shift);
+      while (m < nlines && s.lines[m] != 0) ++m;
+      if (m < nlines || s.limit - s.cursor >= line_bytes) return false;
+      s.cursor = s.limit = uint32_t(span_bytes(s));
       exhausted = true;
       return false;
     }
     unsigned e = l;
-    while (e < kLines && s.lines[e] == 0) ++e;
-    cur = uint32_t(l * kLineBytes);
-    lim = uint32_t(e * kLineBytes);
+    while (e < nlines && s.lines[e] == 0) ++e;
+    cur = uint32_t(l << shift);
+    lim = uint32_t(e << shift);
   }
 }
 
@@ -327,10 +502,74 @@ void Llama::release_span(uint32_t sid, uint64_t now) {
   pages_[s.hp].span_at[s.block] = kNone;
   free_span_ids_.push_back(sid);
   ++c_spans_released_;
-  free_blocks(s.hp, s.block, kSpanBlocks, now);
+  free_blocks(s.hp, s.block, kSpanBlocksOf[s.kind], now);
 }
 
 // ---------------------------------------------------------------- objects
+
+// Small objects (kind 0) and, with the medium-spans policy, medium ones (kind 1): the
+// thread-local allocator of (thread, class) and its two spans of that kind.
+uint64_t Llama::alloc_in_spans(const AllocRequest& r, int lc, int kind, Handle& h) {
+  uint64_t key = uint64_t(r.thread) << 8 | uint64_t(lc);
+  if (key != last_local_key_) {
+    last_local_ = &locals_[key];
+    last_local_key_ = key;
+  }
+  Local& L = *last_local_;
+  uint32_t& partial = L.partial[kind];
+  uint32_t& fresh = L.fresh[kind];
+  uint64_t addr;
+  bool exhausted;
+  for (;;) {  // a recycled, partially free span first
+    if (partial == kNone && (partial = take_recycled_span(lc, kind)) == kNone) break;
+    if (place(partial, r.size, r.align, addr, exhausted)) {
+      h.addr = addr;
+      h.span = partial;
+      return addr;
+    }
+    if (!exhausted && pol_.span_fit && occ_listed_ > 0) {
+      // span-fit: another listed span whose free lines take it replaces the partial one.
+      std::pair<uint32_t, int> tried[kFitTries];
+      int ntried = 0;
+      uint32_t found = kNone;
+      for (int t = 0; t < kFitTries && found == kNone; ++t) {
+        int from = lc;
+        uint32_t sid = take_occupancy_span(lc, kind, &from);
+        if (sid == kNone) break;
+        bool ex;
+        if (place(sid, r.size, r.align, addr, ex)) found = sid;
+        else tried[ntried++] = {sid, from};
+      }
+      for (int t = ntried - 1; t >= 0; --t) requeue_span(tried[t].first, tried[t].second, r.now);
+      if (found != kNone) {
+        ++c_fit_swaps_;
+        requeue_span(partial, spans_[partial].lc, r.now);
+        partial = found;
+        h.addr = addr;
+        h.span = found;
+        return addr;
+      }
+    }
+    if (!exhausted) break;
+    close_span(partial, r.now);
+    partial = kNone;
+  }
+  if (fresh != kNone) {  // then the span that was fully free when opened
+    if (place(fresh, r.size, r.align, addr, exhausted)) {
+      h.addr = addr;
+      h.span = fresh;
+      return addr;
+    }
+    close_span(fresh, r.now);
+  }
+  if (occ_listed_ > 0 && partial != kNone) ++c_fresh_no_fit_;
+  fresh = open_fresh_span(lc, kind, r.now);
+  bool ok = place(fresh, r.size, r.align, addr, exhausted);
+  SIM_CHECK(ok, name_ + ": a fresh span cannot take a small object");
+  h.addr = addr;
+  h.span = fresh;
+  return addr;
+}
 
 uint64_t Llama::alloc(const AllocRequest& r) {
   if (handles_.size() <= r.slot) handles_.resize(r.slot + 1 + handles_.size() / 2);
@@ -338,41 +577,28 @@ uint64_t Llama::alloc(const AllocRequest& r) {
   live_bytes_ += r.size;
   Handle& h = handles_[r.slot];
   h.size = r.size;
+  h.inf_pred = false;
+  if (pol_.contain_mixed && lc == nclasses_ - 1) {
+    // A stack whose inf predictions have mostly died goes to the pages of the longest
+    // non-inf class (no deadline either), away from the contexts that do live forever.
+    Context& c = contexts_[r.stack];
+    if (c.placed >= kMixedMinObjects && 2 * c.died >= c.placed) {
+      lc = nclasses_ - 2;
+      ++c_contained_;
+      if (!c.contained) ++c_contexts_contained_;
+      c.contained = true;
+    }
+    ++c.placed;
+    h.inf_pred = true;
+    h.stack = r.stack;
+  }
   if (r.size < kBlockBytes && r.align <= kBlockBytes) {
     ++c_small_;
-    uint64_t key = uint64_t(r.thread) << 8 | uint64_t(lc);
-    if (key != last_local_key_) {
-      last_local_ = &locals_[key];
-      last_local_key_ = key;
-    }
-    Local& L = *last_local_;
-    uint64_t addr;
-    bool exhausted;
-    for (;;) {  // a recycled, partially free span first
-      if (L.partial == kNone && (L.partial = take_recycled_span(lc)) == kNone) break;
-      if (place(L.partial, r.size, r.align, addr, exhausted)) {
-        h.addr = addr;
-        h.span = L.partial;
-        return addr;
-      }
-      if (!exhausted) break;
-      close_span(L.partial, r.now);
-      L.partial = kNone;
-    }
-    if (L.fresh != kNone) {  // then the span that was fully free when opened
-      if (place(L.fresh, r.size, r.align, addr, exhausted)) {
-        h.addr = addr;
-        h.span = L.fresh;
-        return addr;
-      }
-      close_span(L.fresh, r.now);
-    }
-    L.fresh = open_fresh_span(lc, r.now);
-    bool ok = place(L.fresh, r.size, r.align, addr, exhausted);
-    SIM_CHECK(ok, name_ + ": a fresh span cannot take a small object");
-    h.addr = addr;
-    h.span = L.fresh;
-    return addr;
+    return alloc_in_spans(r, lc, 0, h);
+  }
+  if (pol_.medium_spans && r.size < 4 * kBlockBytes && r.size % kBlockBytes != 0 && r.align <= kBlockBytes) {
+    ++c_medium_;
+    return alloc_in_spans(r, lc, 1, h);
   }
   // Large objects: contiguous blocks (padded for alignment beyond a block).
   ++c_large_;
@@ -399,6 +625,7 @@ uint64_t Llama::alloc(const AllocRequest& r) {
       p.live.set_range(0, m);
       p.residual.set_range(0, m);
       p.nlive = p.nresidual = m;
+      p.owner = r.slot;  // the checker finds the run from here (padding may hide the object)
       set_deadline(hp, r.now);
       link(hp);
       return hp;
@@ -414,14 +641,23 @@ uint64_t Llama::alloc(const AllocRequest& r) {
 void Llama::free(uint32_t slot, uint64_t now) {
   Handle& h = handles_[slot];
   live_bytes_ -= h.size;
+  if (h.inf_pred) {
+    auto it = contexts_.find(h.stack);
+    if (it != contexts_.end()) ++it->second.died;
+  }
   if (h.span != kNone) {
     Span& s = spans_[h.span];
     uint64_t off = h.addr - span_base(s);
+    const unsigned shift = s.shift;
     bool line_freed = false;
-    for (uint64_t l = off / kLineBytes; l <= (off + h.size - 1) / kLineBytes; ++l)
-      line_freed |= --s.lines[l] == 0;
+    for (uint64_t l = off >> shift; l <= (off + h.size - 1) >> shift; ++l)
+      if (--s.lines[l] == 0) {
+        line_freed = true;
+        --s.used_lines;
+      }
     if (--s.nobjs == 0 && !s.open) release_span(h.span, now);
     else if (recycle_now_ && line_freed && !s.open && !s.listed) list_span(h.span);
+    else if (pol_.occupancy && line_freed) maybe_list_by_occupancy(h.span);
     return;
   }
   if (h.nblocks <= kBlocks) {
@@ -429,7 +665,10 @@ void Llama::free(uint32_t slot, uint64_t now) {
     return;
   }
   release_page(h.page);  // the whole pages (their ids go back in order, then the tail's)
-  if (h.tail != kNone) free_blocks(h.tail, 0, h.nblocks % kBlocks, now);
+  if (h.tail != kNone) {
+    pages_[h.tail].owner = kNone;
+    free_blocks(h.tail, 0, h.nblocks % kBlocks, now);
+  }
 }
 
 std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
@@ -437,7 +676,7 @@ std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
 }
 
 Counters Llama::counters() const {
-  return {{"huge_pages_acquired", c_acquired_},
+  Counters c = {{"huge_pages_acquired", c_acquired_},
           {"huge_pages_released", c_released_},
           {"open_to_active", c_open_to_active_},
           {"reclassifications_down", c_reclass_down_},
@@ -451,6 +690,21 @@ Counters Llama::counters() const {
           {"small_allocs", c_small_},
           {"large_allocs", c_large_},
           {"multi_huge_page_allocs", c_multi_}};
+  // A policy's counters only with it (the paper's report is unchanged).
+  if (pol_.occupancy) {
+    c.push_back({"occupancy_spans_listed", c_occ_spans_listed_});
+    c.push_back({"occupancy_span_reuses", c_occ_span_reuses_});
+    c.push_back({"occupancy_block_allocs", c_occ_block_allocs_});
+    c.push_back({"occupancy_blocks", c_occ_blocks_});
+    c.push_back({"fresh_spans_past_a_partial", c_fresh_no_fit_});
+    if (pol_.span_fit) c.push_back({"span_fit_swaps", c_fit_swaps_});
+  }
+  if (pol_.contain_mixed) {
+    c.push_back({"contained_allocs", c_contained_});
+    c.push_back({"contained_contexts", c_contexts_contained_});
+  }
+  if (pol_.medium_spans) c.push_back({"medium_allocs", c_medium_});
+  return c;
 }
 
 // ---------------------------------------------------------------- invariants
@@ -469,7 +723,7 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   SIM_CHECK(p.state != kFree && (p.count == 1 || (p.nlive == kBlocks && p.state == kActive)),
             where + "page entry state");
   Bits256 expect;
-  std::vector<std::array<uint16_t, kLines>> lines;
+  std::vector<std::array<uint16_t, kMaxLines>> lines;
   std::vector<uint32_t> sids, nobjs;
   std::array<int, kBlocks> span_index;
   span_index.fill(-1);
@@ -477,20 +731,46 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     uint32_t sid = p.span_at[b];
     if (sid == kNone) continue;
     const Span& s = spans_[sid];
-    SIM_CHECK(s.hp == slot && s.block == b && b + kSpanBlocks <= kBlocks, where + "span index");
-    SIM_CHECK(!expect.test(b) && !expect.test(b + 1), where + "spans overlap");
+    const unsigned nb = kSpanBlocksOf[s.kind];
+    SIM_CHECK(s.hp == slot && s.block == b && b + nb <= kBlocks, where + "span index");
+    for (unsigned i = b; i < b + nb; ++i) {
+      SIM_CHECK(!expect.test(i), where + "spans overlap");
+      span_index[i] = int(sids.size());
+    }
     SIM_CHECK(s.open || s.nobjs > 0, where + "closed empty span not returned");
-    expect.set_range(b, kSpanBlocks);
-    span_index[b] = span_index[b + 1] = int(sids.size());
+    unsigned used = 0;
+    SIM_CHECK(s.shift == (s.kind == 0 && pol_.fine_lines ? 5u : kLineShiftOf[s.kind]) &&
+                  s.nlines == (uint64_t(nb) * kBlockBytes) >> s.shift, where + "span line size");
+    for (unsigned l = 0; l < s.nlines; ++l) used += s.lines[l] != 0;
+    SIM_CHECK(s.used_lines == used, where + "span's count of used lines");
+    SIM_CHECK(!s.listed || s.used_lines < s.nlines, where + "listed span without a free line");
+    expect.set_range(b, nb);
     sids.push_back(sid);
     lines.emplace_back();
     lines.back().fill(0);
     nobjs.push_back(0);
   }
+  // The page of an object of several huge pages: its run, whether or not the object
+  // itself reaches this page (alignment padding may cover whole pages).
+  auto run_blocks = [&](const Handle& h) {
+    uint64_t rs = std::max(h.base, lo), re = std::min(h.base + uint64_t(h.nblocks) * kBlockBytes, hi);
+    for (uint64_t b = (rs - lo) / kBlockBytes; b < (re - lo) / kBlockBytes; ++b) {
+      SIM_CHECK(!expect.test(unsigned(b)), where + "large object overlaps another run");
+      expect.set(unsigned(b));
+    }
+  };
+  if (p.owner != kNone) {
+    const Handle& h = handles_[p.owner];
+    SIM_CHECK(h.span == kNone && h.nblocks > kBlocks && (h.page == slot || h.tail == slot) &&
+              h.base < hi && h.base + uint64_t(h.nblocks) * kBlockBytes > lo, where + "owner of a multi-page run");
+    run_blocks(h);
+  }
   shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
     const Handle& h = handles_[o.slot];
     SIM_CHECK(h.addr == a, where + "handle address");
-    if (h.span == kNone) {
+    if (h.span == kNone && o.slot == p.owner) {
+      SIM_CHECK(a >= h.base && o.end <= h.base + uint64_t(h.nblocks) * kBlockBytes, where + "object outside its run");
+    } else if (h.span == kNone) {
       uint64_t rs = std::max(h.base, lo), re = std::min(h.base + uint64_t(h.nblocks) * kBlockBytes, hi);
       SIM_CHECK(a >= h.base && o.end <= h.base + uint64_t(h.nblocks) * kBlockBytes, where + "object outside its run");
       for (uint64_t b = (rs - lo) / kBlockBytes; b < (re - lo) / kBlockBytes; ++b) {
@@ -503,8 +783,9 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
       SIM_CHECK(si >= 0 && sids[si] == h.span, where + "small object outside its span");
       const Span& s = spans_[h.span];
       uint64_t sb = span_base(s);
-      SIM_CHECK(o.end <= sb + kSpanBytes, where + "small object straddles its span");
-      for (uint64_t l = (a - sb) / kLineBytes; l <= (o.end - 1 - sb) / kLineBytes; ++l) ++lines[si][l];
+      SIM_CHECK(o.end <= sb + span_bytes(s), where + "small object straddles its span");
+      const unsigned shift = s.shift;
+      for (uint64_t l = (a - sb) >> shift; l <= (o.end - 1 - sb) >> shift; ++l) ++lines[si][l];
       ++nobjs[si];
     }
   });
@@ -526,6 +807,7 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     SIM_CHECK(p.nresidual > 0, where + "active page without residual blocks not reclassified");
     unsigned lfr = longest_free_run(p.live);
     SIM_CHECK(p.linked == (lfr > 0) && (!p.linked || p.lfr == lfr), where + "recycling bucket");
+    SIM_CHECK(p.lo_linked == (pol_.occupancy && p.linked && lo_eligible(p)), where + "occupancy recycling list");
     SIM_CHECK((p.deadline == kNever) == (classes_.bound_ns(p.lc) == kNever) || p.deadline == kNever,
               where + "deadline");
     SIM_CHECK(p.deadline == kNever || p.deadline > now_, where + "deadline passed without expiry");
@@ -556,10 +838,12 @@ void Llama::check_all(const ShadowHeap& shadow) const {
   SIM_CHECK(live_bytes_ <= blocks * kBlockBytes && blocks * kBlockBytes <= live * kHugePageBytes,
             name_ + ": live bytes <= live blocks <= huge pages");
   for (const auto& [key, L] : locals_) {
-    for (uint32_t sid : {L.partial, L.fresh})
-      if (sid != kNone)
-        SIM_CHECK(spans_[sid].open && pages_[spans_[sid].hp].span_at[spans_[sid].block] == sid,
-                  name_ + ": thread-local span not open");
+    for (int kind = 0; kind < 2; ++kind)
+      for (uint32_t sid : {L.partial[kind], L.fresh[kind]})
+        if (sid != kNone)
+          SIM_CHECK(spans_[sid].open && spans_[sid].kind == kind &&
+                        pages_[spans_[sid].hp].span_at[spans_[sid].block] == sid,
+                    name_ + ": thread-local span not open");
   }
 }
 
@@ -578,6 +862,20 @@ void Llama::snapshot(JsonWriter& j) const {
     for (unsigned b = 0; b < kBlocks; ++b)
       if (p.live.test(b)) blocks[b] = p.residual.test(b) ? 'R' : 'n';
     j.kv("blocks", blocks);
+    if (snapshot_spans_) {
+      // Per span on the page: "B:K:C:U/N:S" = first block, kind (s small, m medium), its
+      // class, used lines of its N lines, open (o) / listed for recycling (l) / closed (c).
+      std::string spans;
+      for (unsigned b = 0; b < kBlocks; ++b) {
+        uint32_t sid = p.span_at[b];
+        if (sid == kNone) continue;
+        const Span& s = spans_[sid];
+        spans += (spans.empty() ? "" : " ") + std::to_string(b) + ":" + (s.kind ? "m" : "s") + ":" +
+                 std::to_string(s.lc) + ":" + std::to_string(s.used_lines) + "/" + std::to_string(s.nlines) + ":" +
+                 (s.open ? "o" : s.listed ? "l" : "c");
+      }
+      j.kv("spans", spans);
+    }
     j.end_object();
   }
   j.end_array();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <map>
 #include <queue>
 #include <string>
@@ -13,6 +14,44 @@
 
 namespace sim {
 
+// Named departures from the paper's policy (§3.2-3.5), each off by default: with none
+// set, LLAMA is the paper's (every figure reproduces byte for byte).  Selected with
+// lifetime_simulate --policy [LABEL=]NAME[,NAME...] (see simulator/README.md).
+struct LlamaPolicy {
+  // "occupancy[:F]": a closed span whose occupied lines fall to <= F of its lines is
+  // recyclable at once (not only after its page's deadline expires, which never happens
+  // to the inf and open-ended classes), for its objects' class and shorter ones; an active
+  // page of a class without a deadline whose live blocks fall to <= F of its blocks lends
+  // its free blocks to its own class too (marked residual).
+  bool occupancy = false;
+  double occupancy_threshold = 0.9;
+  // "own-blocks": with occupancy, pages of finite classes lend their free blocks to their
+  // own class too (at the same threshold), and the page's deadline restarts from then.
+  bool own_blocks = false;
+  // "span-fit": with occupancy, an object that fits nowhere in the thread's recycled span
+  // tries up to kFitTries other spans listed by occupancy (the one that takes it becomes
+  // the recycled span, the others go back to their list) before a fresh span: the paper's
+  // allocator (Immix's overflow rule) takes a fresh span at once.
+  bool span_fit = false;
+  // "contain-mixed": a stack whose objects predicted inf have mostly died (at least
+  // kMixedMinObjects placed, at least half of them freed) is contained: its further inf
+  // predictions go to the longest finite-or-open class's pages (>= last bound, no
+  // deadline), away from the pages of contexts that do live forever.
+  bool contain_mixed = false;
+  // "medium-spans": objects of 8-32 KiB that are not a whole number of blocks go into
+  // 64 KiB spans (8 blocks) of 128 lines of 512 B, like small objects, instead of whole
+  // 8 KiB blocks each.
+  bool medium_spans = false;
+  // "fine-lines": small objects' 16 KiB spans have 512 lines of 32 B instead of 128 of 128 B
+  // (a survivor pins 32 B, not 128 B, of a span's reusable space).
+  bool fine_lines = false;
+  bool paper() const { return !occupancy && !own_blocks && !span_fit && !contain_mixed && !medium_spans && !fine_lines; }
+  std::string describe() const;  // "paper" or the names, comma-separated
+};
+// Parses "NAME[,NAME...]" (paper | occupancy[:F] | contain-mixed | medium-spans);
+// throws SimError naming `what` on a bad name.
+LlamaPolicy parse_llama_policy(const std::string& names, const std::string& what);
+
 class Llama final : public HeapAllocator {
  public:
   static constexpr unsigned kBlocks = 256;           // 8 KiB blocks per 2 MiB huge page
@@ -21,9 +60,12 @@ class Llama final : public HeapAllocator {
   static constexpr uint64_t kSpanBytes = kSpanBlocks * kBlockBytes;
   static constexpr uint64_t kLineBytes = 128;
   static constexpr unsigned kLines = unsigned(kSpanBytes / kLineBytes);
+  static constexpr unsigned kMaxLines = 512;        // fine-lines: 16 KiB of 32 B lines
 
   Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
-        bool recycle_spans_immediately = false);
+        bool recycle_spans_immediately = false, LlamaPolicy policy = {});
+  static constexpr uint32_t kMixedMinObjects = 8;
+  static constexpr int kFitTries = 8;
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
   void advance(uint64_t now) override;
@@ -33,6 +75,7 @@ class Llama final : public HeapAllocator {
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot(JsonWriter& j) const override;
+  void set_snapshot_spans(bool on) { snapshot_spans_ = on; }  // --snapshot-spans
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -52,6 +95,9 @@ class Llama final : public HeapAllocator {
     uint32_t lfr = 0;     // active page: longest free run, its recycling bucket
     uint32_t prev = kNone, next = kNone;
     bool linked = false;
+    uint32_t lo_prev = kNone, lo_next = kNone;  // occupancy policy: own-class recycling list
+    bool lo_linked = false;
+    uint32_t owner = kNone;  // pages of an object of several huge pages: its slot (checks)
     uint64_t deadline = kNever;
     uint32_t gen = 0;     // bumped on every deadline change and release (stale heap entries)
     std::array<uint32_t, kBlocks> span_at;  // span whose first block this is
@@ -64,7 +110,12 @@ class Llama final : public HeapAllocator {
     bool open = false;    // held by a thread-local allocator
     bool listed = false;  // on a recycle list (closed, partially free, page deadline expired)
     uint32_t cursor = 0, limit = 0;  // bump range within the span, bytes
-    std::array<uint16_t, kLines> lines{};
+    uint32_t used_lines = 0;  // lines holding an object
+    uint8_t kind = 0;     // 0: small (2 blocks, 128 B lines); 1: medium (8 blocks, 512 B lines)
+    uint8_t shift = 7;    // log2 of its line size (fine-lines: 5 for small spans)
+    uint16_t nlines = kLines;
+    int lc = 0;           // class of the local allocator that last held it
+    std::array<uint16_t, kMaxLines> lines{};
   };
   struct Handle {
     uint64_t addr, base;  // object address; start of its block run (large)
@@ -72,8 +123,16 @@ class Llama final : public HeapAllocator {
     uint32_t span;        // small: its span; large: kNone
     uint32_t nblocks;     // large: blocks of the run (may exceed one huge page)
     uint32_t page, tail;  // large: page slot (several huge pages: their whole pages), partial last page
+    uint64_t stack;       // contain-mixed: the allocating stack of an inf prediction
+    bool inf_pred;
   };
-  struct Local { uint32_t partial = kNone, fresh = kNone; };
+  // Per kind of span (small, medium): a recycled, initially partially free span and one
+  // that was fully free when opened.
+  struct Local { uint32_t partial[2] = {kNone, kNone}, fresh[2] = {kNone, kNone}; };
+  struct Context { uint64_t placed = 0, died = 0; bool contained = false; };  // contain-mixed: inf predictions of a stack
+  static constexpr unsigned kSpanBlocksOf[2] = {kSpanBlocks, 8};
+  static constexpr unsigned kLineShiftOf[2] = {7, 9};
+  uint32_t occ_limit(const Span& s) const { return uint32_t(pol_.occupancy_threshold * s.nlines); }
   struct Deadline {
     uint64_t t, id;  // ties expire in page id order
     uint32_t hp, gen;
@@ -93,18 +152,29 @@ class Llama final : public HeapAllocator {
   void free_blocks(uint64_t hp, uint32_t block, uint32_t n, uint64_t now);
   void expire(uint64_t hp, uint64_t t);
   // Small objects.
-  uint32_t open_fresh_span(int lc, uint64_t now);
-  uint32_t take_recycled_span(int lc);
+  uint32_t open_fresh_span(int lc, int kind, uint64_t now);
+  uint32_t take_recycled_span(int lc, int kind);
+  uint32_t take_occupancy_span(int lc, int kind, int* from = nullptr);
+  void requeue_span(uint32_t sid, int cls, uint64_t now);
   void list_span(uint32_t sid);
+  void maybe_list_by_occupancy(uint32_t sid);
+  bool lo_eligible(const Page& p) const;
+  void link_lo(uint64_t hp);
+  void unlink_lo(uint64_t hp);
+  uint64_t alloc_in_spans(const AllocRequest& r, int lc, int kind, Handle& h);
   bool place(uint32_t sid, uint64_t size, uint32_t align, uint64_t& addr, bool& exhausted);
   void close_span(uint32_t sid, uint64_t now);
   void release_span(uint32_t sid, uint64_t now);
   uint64_t span_base(const Span& s) const { return pages_[s.hp].id * kHugePageBytes + s.block * kBlockBytes; }
+  static uint64_t span_bytes(const Span& s) { return uint64_t(s.nlines) << s.shift; }
 
   std::string name_;
   ClassScheme classes_;
   unsigned k_;
   bool recycle_now_;  // EngineOptions::recycle_spans_immediately
+  LlamaPolicy pol_;
+  bool snapshot_spans_ = false;
+  uint32_t occ_blocks_ = 0;  // occupancy policy: threshold in blocks
   int nclasses_;
   std::vector<Page> pages_;
   std::vector<uint32_t> free_slots_;
@@ -116,8 +186,13 @@ class Llama final : public HeapAllocator {
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines_;
   std::vector<Span> spans_;
   std::vector<uint32_t> free_span_ids_;
-  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> recycle_;  // per page class: (span, gen)
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> recycle_;  // per kind x page class: (span, gen)
   uint64_t listed_ = 0;
+  std::vector<std::deque<std::pair<uint32_t, uint32_t>>> occ_recycle_;  // per kind x span class
+  uint64_t occ_listed_ = 0;
+  std::vector<std::array<uint32_t, kBlocks>> lo_head_;  // occupancy: per class, per lfr-1
+  std::vector<Bits256> lo_mask_;
+  std::unordered_map<uint64_t, Context> contexts_;
   std::unordered_map<uint64_t, Local> locals_;
   uint64_t last_local_key_ = UINT64_MAX;
   Local* last_local_ = nullptr;
@@ -127,6 +202,9 @@ class Llama final : public HeapAllocator {
   uint64_t c_acquired_ = 0, c_released_ = 0, c_open_to_active_ = 0, c_reclass_down_ = 0, c_expiries_ = 0,
            c_class_up_ = 0, c_recycled_allocs_ = 0, c_recycled_blocks_ = 0, c_span_reuses_ = 0,
            c_spans_opened_ = 0, c_spans_released_ = 0, c_small_ = 0, c_large_ = 0, c_multi_ = 0;
+  // Policy counters (reported only with their policy).
+  uint64_t c_occ_spans_listed_ = 0, c_occ_span_reuses_ = 0, c_occ_block_allocs_ = 0, c_occ_blocks_ = 0,
+           c_contained_ = 0, c_fresh_no_fit_ = 0, c_fit_swaps_ = 0, c_contexts_contained_ = 0, c_medium_ = 0;
 };
 
 }  // namespace sim

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine.h"
+#include "llama.h"
 
 namespace {
 
@@ -26,9 +27,23 @@ const char kUsage[] =
     "  --deadline-k K          LLAMA deadline = now + K x class bound (default 2)\n"
     "  --recycle-spans-immediately  ablation: reuse a closed span's free lines at once\n"
     "                          (the paper waits for its page's deadline to expire)\n"
+    "  --policy [LABEL=]NAME[,NAME...]  LLAMA's policy for every instance, or for the one\n"
+    "                          labelled LABEL (repeatable; default: paper, the paper's):\n"
+    "                          occupancy[:F]  closed spans at most F live (default 0.9)\n"
+    "                            are recycled at once, own class too; pages of the inf and\n"
+    "                            open-ended classes lend free blocks to their own class\n"
+    "                          own-blocks     (with occupancy) so do pages of every class\n"
+    "                          span-fit       (with occupancy) an object that fits nowhere\n"
+    "                            in the recycled span tries 8 listed spans before a fresh one\n"
+    "                          contain-mixed  stacks whose inf objects mostly died go to\n"
+    "                            the longest other class\n"
+    "                          medium-spans   8-32 KiB objects in 64 KiB spans, 512 B lines\n"
+    "                          fine-lines     small objects' spans have 32 B lines\n"
     "  --series-interval-ms N  time series sampling interval (default: ~1000 samples)\n"
     "  --series-interval-ns N  the same in ns\n"
     "  --snapshot-at-ns T      dump every live huge page after all events <= T (repeatable)\n"
+    "  --snapshot-spans        LLAMA snapshots also list each page's spans (class, used\n"
+    "                          lines, open/listed/closed)\n"
     "  --check-invariants      check heap invariants after every event (slow)\n"
     "  --check-every N         events between whole-heap checks (default 1024)\n"
     "  --json OUT              write the report to OUT (default: stdout)\n"
@@ -67,6 +82,15 @@ int main(int argc, char** argv) {
       } else if (a == "--model-served") served_out = arg();
       else if (a == "--no-baseline") opts.baseline = false;
       else if (a == "--recycle-spans-immediately") opts.recycle_spans_immediately = true;
+      else if (a == "--policy") {
+        std::string v = arg();
+        size_t eq = v.find('=');
+        std::string names = eq == std::string::npos ? v : v.substr(eq + 1);
+        sim::parse_llama_policy(names, "--policy " + v);  // checked here, before any work
+        if (eq == std::string::npos) opts.policy = names;
+        else if (eq == 0) throw sim::SimError("--policy " + v + ": empty label");
+        else opts.policy_for.push_back({v.substr(0, eq), names});
+      }
       else if (a == "--deadline-k") {
         opts.deadline_k = unsigned(parse_u64(a, arg()));
         if (opts.deadline_k == 0) throw sim::SimError("--deadline-k must be >= 1");
@@ -78,6 +102,7 @@ int main(int argc, char** argv) {
         opts.series_interval_ns = parse_u64(a, arg());
         if (opts.series_interval_ns == 0) throw sim::SimError(a + ": must be positive");
       } else if (a == "--snapshot-at-ns") opts.snapshot_at_ns.push_back(parse_u64(a, arg()));
+      else if (a == "--snapshot-spans") opts.snapshot_spans = true;
       else if (a == "--check-invariants") opts.check_invariants = true;
       else if (a == "--check-every") {
         opts.full_check_every = parse_u64(a, arg());

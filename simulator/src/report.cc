@@ -37,6 +37,15 @@ std::string report_json(const Results& r, const EngineOptions& opts) {
   j.kv("llama_line_bytes", uint64_t(128));
   j.kv("deadline_k", opts.deadline_k);
   j.kv("recycle_spans_immediately", opts.recycle_spans_immediately);
+  bool any_policy = false;  // the key only when some LLAMA runs a policy other than the paper's
+  for (const auto& a : r.allocators) any_policy |= !a.policy.empty();
+  if (any_policy) {
+    j.key("llama_policy");
+    j.begin_object();
+    for (const auto& a : r.allocators)
+      if (a.kind == "llama") j.kv(a.name, a.policy.empty() ? std::string("paper") : a.policy);
+    j.end_object();
+  }
   j.kv("baseline_page_bytes", uint64_t(8192));
   j.kv("series_interval_ns", r.interval_ns);
   j.kv("steady_state_from_ns", r.steady_from_ns);
