@@ -32,8 +32,8 @@ def add_parser(sub) -> None:
         "import", help="convert other profilers' recordings (heaptrack, TCMalloc) to .ltprof",
         description="Converts each FILE into one .ltprof in OUT_DIR (Header.imported_from "
                     "names the profiler), ready for build-dataset, characterize and simulate. "
-                    "See interop/README.md and each importer's docstring for what is carried "
-                    "over.")
+                    "See each importer's docstring (interop/heaptrack.py, interop/tcmalloc.py) "
+                    "for what is carried over.")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--format", default="auto",
                    choices=["auto", *sorted(interop.IMPORTERS)],
