@@ -181,6 +181,9 @@ def main() -> int:
                     help="phases: keys written in grow")
     ap.add_argument("--scale", type=float, default=1.0, help="mixed: factor on every rate")
     ap.add_argument("--interval", type=int, default=65536)
+    ap.add_argument("--wrapper", action="append", default=[], metavar="NAME",
+                    help="build-dataset --wrapper NAME (repeatable), e.g. sdsnewlen and "
+                         "_sdsnewlen: Redis 6.2's sds constructor, a name older versions lack")
     ap.add_argument("--out")
     ap.add_argument("--keep-trace", action="store_true",
                     help="keep the full-trace profile and .lttrace (large) when done")
@@ -214,6 +217,7 @@ def run_load_seed(args, out: str) -> int:
     """Steps 1-5 for one load seed (args.load_seed) into OUT."""
     config = {"workload": args.workload, "train": args.train, "train_runs": args.train_runs,
               "test": args.test, "load_seed": args.load_seed, "interval": args.interval,
+              **({"wrappers": args.wrapper} if args.wrapper else {}),
               **({"keys": args.keys} if args.workload == "phases" else {"scale": args.scale})}
     reuse = check_stamp(out, config, args.fresh, args.resume)
     t0 = time.monotonic()
@@ -222,6 +226,8 @@ def run_load_seed(args, out: str) -> int:
     ds = os.path.join(out, "dataset-train")
     if not os.path.exists(os.path.join(ds, "manifest.json")):
         cmd = [LIFETIME, "build-dataset", "--out", ds]
+        for w in args.wrapper:
+            cmd += ["--wrapper", w]
         for v in args.train:
             for k in range(1, args.train_runs + 1):
                 d = profile(v, k, os.path.join(out, "train", v, f"run{k}"), args, False)
@@ -411,7 +417,9 @@ def combine(outs: list[str], dest: str | None = None) -> int:
              "| allocator | acc. (objects) | acc. per context (weighted) | acc. per context | "
              "steady MiB | peak MiB | peak / baseline peak | frag. reduction (steady) | "
              "frag. reduction (peak) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|",
+             f"| baseline (TCMalloc-like) | | | | {pm(base['baseline_steady_state_bytes'], 1 / MB)} | "
+             f"{pm(base['baseline_peak_bytes'], 1 / MB)} | 1 | 0 | 0 |"]
     for label, r in rows.items():
         lines.append(f"| {NAMES.get(label, label)} | {pc(r['accuracy_by_allocations'])} | "
                      f"{pc(r['accuracy_per_context_weighted'])} | {pc(r['accuracy_per_context'])} | "
