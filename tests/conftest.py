@@ -100,3 +100,15 @@ def bins(tmp_path_factory, lib):
     from tests.sampler_support import NativeBinaries
 
     return NativeBinaries(tmp_path_factory.mktemp("native"))
+
+
+@pytest.fixture(scope="session")
+def simulator_engine():
+    """The built engine binary; a missing one fails the simulator tests (never skips
+    them).  Modules use it with pytestmark = pytest.mark.usefixtures(...)."""
+    import simulator
+
+    try:
+        return simulator.engine_path()
+    except FileNotFoundError as e:
+        pytest.fail(str(e))

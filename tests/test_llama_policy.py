@@ -19,12 +19,7 @@ MIB = 1 << 20
 INF = "constant:7"   # every object predicted never freed (a context that mostly dies)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _engine_built():
-    try:
-        simulator.engine_path()
-    except FileNotFoundError as e:
-        pytest.fail(str(e))
+pytestmark = pytest.mark.usefixtures("simulator_engine")
 
 
 def llama(report: dict, label: str) -> dict:

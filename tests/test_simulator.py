@@ -19,12 +19,7 @@ BLOCK = 8192
 HP = 2 * 1024 * 1024
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _engine_built():
-    try:
-        simulator.engine_path()
-    except FileNotFoundError as e:
-        pytest.fail(str(e))
+pytestmark = pytest.mark.usefixtures("simulator_engine")
 
 
 def alloc_by_name(report: dict, name: str) -> dict:

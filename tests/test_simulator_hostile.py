@@ -26,12 +26,7 @@ HEADER = tr.FIXED.size + 8 * NB
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _engine_built():
-    try:
-        simulator.engine_path()
-    except FileNotFoundError as e:
-        pytest.fail(str(e))
+pytestmark = pytest.mark.usefixtures("simulator_engine")
 
 
 def _limit_as(nbytes):
