@@ -63,10 +63,12 @@ def main() -> int:
     ap.add_argument("--largest", type=int, default=0,
                     help="also the N contexts with the most allocated bytes")
     ap.add_argument("--to", nargs="+", type=int, required=True, help="classes to try")
+    ap.add_argument("--trace", help="the .lttrace simulated (default SIM/trace.lttrace; its "
+                                    ".stacks.json next to it)")
     args = ap.parse_args()
     sim = os.path.abspath(args.sim)
-    trace = os.path.join(sim, "trace.lttrace")
-    with open(os.path.join(sim, "trace.stacks.json")) as f:
+    trace = os.path.abspath(args.trace or os.path.join(sim, "trace.lttrace"))
+    with open(trace[:-len(".lttrace")] + ".stacks.json") as f:
         side = json.load(f)
     names = side["class_names"]
     served = served_classes(os.path.join(sim, "model", "served.txt"))
