@@ -73,7 +73,10 @@ def _print_table(result: dict) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from lifetime.files import writable_parent, write_json
     from model.evaluate import evaluate
+    from model.io import read_model_dir
 
+    if not args.out:
+        read_model_dir(args.model)  # the default output goes inside it: check it first
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
         os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
     writable_parent(out, "--out" if args.out else "--model")  # before the work

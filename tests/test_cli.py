@@ -187,3 +187,13 @@ def test_log_arguments_are_escaped():
     record = log.LogRecord("x", log.INFO, __file__, 1, "%s: read", ("evil\x1b[2J\r.ltprof",), None)
     assert cli._EscapeArguments().filter(record)
     assert record.getMessage() == "evil\\x1b[2J\\x0d.ltprof: read"
+
+
+def test_evaluate_with_a_missing_model_creates_nothing(tmp_path, capsys):
+    """The default output goes inside --model: a missing model directory is the error,
+    and no evaluations/ directory is made where it should have been (issue 20's rerun
+    found /nonexistent/evaluations/ left by `evaluate --model /nonexistent`)."""
+    missing = tmp_path / "no-model"
+    assert cli.main(["evaluate", "--model", str(missing), "--dataset", str(tmp_path)]) == 1
+    assert "model directory does not exist" in capsys.readouterr().err
+    assert not missing.exists()
