@@ -450,22 +450,24 @@ def cli_cases(b: dict, work: pathlib.Path) -> list[Case]:
     a_file = d / "a-file"
     a_file.write_text("x")
     ro = "/proc/self/cannot-write"
+    MISSING = str(d / "missing")  # never a system path: a command that wrongly creates it
+    # would leave it behind for the next case (/nonexistent is nobody's home)
     P, DS, OUT = str(b["ls_profile"]), str(b["dataset"]), str(d / "out")
     misuses = {
         "inspect": [["--samples", "-1", P], ["--samples", "x", P], ["--samples", "1" * 30, P],
-                    [str(fifo)], [str(d)], ["/nonexistent"], ["/dev/zero"]],
+                    [str(fifo)], [str(d)], [MISSING], ["/dev/zero"]],
         "build-dataset": [
             *[["--profiles", P, "--out", OUT, *o] for o in (
                 ["--max-frames", "1000000000"], ["--max-frames", "0"], ["--max-frames", "-3"],
                 ["--boundaries", "nan,inf"], ["--boundaries", "3,2"], ["--boundaries", "1,1"],
                 ["--boundaries", "-1"], ["--boundaries", "abc"], ["--boundaries", "1e400"],
                 ["--boundaries", ","], ["--vocab", str(d / "vocab.txt")], ["--vocab", str(d)],
-                ["--vocab", "/nonexistent"], ["--like", str(fifo_ds)], ["--like", str(d)],
+                ["--vocab", MISSING], ["--like", str(fifo_ds)], ["--like", str(d)],
                 ["--vocab-size", "0"], ["--vocab-size", "1" * 20], ["--eval-percent", "101"],
                 ["--shards", "0"], ["--shards", "1000000000"], ["--format", "bogus"],
-                ["--clock", "bogus"], ["--debug-dir", "/nonexistent"], ["--sysroot", str(a_file)],
+                ["--clock", "bogus"], ["--debug-dir", MISSING], ["--sysroot", str(a_file)],
                 ["--version-label", "a", "--version-label", "b"])],
-            ["--profiles", str(fifo), "--out", OUT], ["--profiles", "/nonexistent", "--out", OUT],
+            ["--profiles", str(fifo), "--out", OUT], ["--profiles", MISSING, "--out", OUT],
             ["--profiles", P, "--out", str(a_file)], ["--profiles", P, "--out", ro]],
         "characterize": [["--profiles", str(fifo), "--out", OUT],
                          ["--profiles", P, "--out", str(a_file)]],
@@ -475,45 +477,47 @@ def cli_cases(b: dict, work: pathlib.Path) -> list[Case]:
             ["--batch-size", "0"], ["--batch-size", "1" * 20], ["--lstm-units", "0"],
             ["--embedding-dim", "1000000000"], ["--unk-dropout", "1.5"],
             ["--weight-power", "nan"], ["--patience", "-1"], ["--tokens-per-frame", "0"])] + [
-            ["--dataset", str(fifo_ds), "--out", OUT], ["--dataset", "/nonexistent", "--out", OUT],
+            ["--dataset", str(fifo_ds), "--out", OUT], ["--dataset", MISSING, "--out", OUT],
             ["--dataset", DS, "--out", str(a_file)]],
-        "evaluate": [["--model", "/nonexistent", "--dataset", DS],
+        "evaluate": [["--model", MISSING, "--dataset", DS],
                      ["--model", str(d), "--dataset", DS], ["--model", str(fifo_ds), "--dataset", DS]],
-        "report": [["--model", "/nonexistent", "--train", DS, "--test", DS, "--out", OUT, *o]
+        "report": [["--model", MISSING, "--train", DS, "--test", DS, "--out", OUT, *o]
                    for o in (["--fractions", "0,2"], ["--fractions", "nan"],
                              ["--fractions", "-0.1"], ["--fractions", "abc"], [])],
-        "evaluate-online": [[P, "--model", "/nonexistent"], [P, "--model", str(d)],
+        "evaluate-online": [[P, "--model", MISSING], [P, "--model", str(d)],
                             [P, "--model", str(d), "--boundaries", "nan"],
                             [P, "--model", str(d), "--json", ro + "/x.json"]],
-        "export": [["/nonexistent", "--out", OUT], [str(d), "--out", OUT],
+        "export": [[MISSING, "--out", OUT], [str(d), "--out", OUT],
                    [DS, "--out", str(a_file)]],
         "simulate": [*[[P, "--train", DS, "--out", OUT, *o] for o in (
             ["--deadline-k", "-1"], ["--deadline-k", "0"], ["--deadline-k", "1" * 25],
             ["--series-interval-ms", "0"], ["--series-interval-ms", "-5"],
             ["--run-records", "-1"], ["--model-revalidate-every", "-1"],
-            ["--model", "/nonexistent"], ["--model", str(d)])],
+            ["--model", MISSING], ["--model", str(d)])],
             [str(d / "x.lttrace"), "--train", DS, "--out", OUT],
             [str(d / "x.ltprof"), "--train", DS, "--out", OUT],
-            [P, "--train", str(fifo_ds), "--out", OUT], [P, "--train", "/nonexistent", "--out", OUT],
+            [P, "--train", str(fifo_ds), "--out", OUT], [P, "--train", MISSING, "--out", OUT],
             [P, "--train", DS, "--out", str(a_file)], [P, "--out", OUT]],
         "pprof": [[P, "-o", str(d)], [P, "-o", ro + "/x.pb.gz"], [P, "-o", OUT, "--view", "bogus"],
-                  [str(fifo), "-o", str(d / "x.pb.gz")], ["/nonexistent", "-o", str(d / "y.pb.gz")]],
+                  [str(fifo), "-o", str(d / "x.pb.gz")], [MISSING, "-o", str(d / "y.pb.gz")]],
         "import": [["--format", "bogus", P, "-o", OUT], [str(fifo), "-o", OUT],
                    ["--format", "heaptrack", str(fifo), "-o", OUT],
-                   [str(b["ls_heaptrack"]), "-o", str(a_file)], ["/nonexistent", "-o", OUT]],
+                   [str(b["ls_heaptrack"]), "-o", str(a_file)], [MISSING, "-o", OUT]],
         "profile": [["--out", ro, "--", "true"], ["--out", str(a_file), "--", "true"],
                     ["--out", str(fifo), "--", "true"],
                     ["--interval", "99999999999999999999999", "--out", OUT, "--", "true"],
                     ["--interval", "0", "--", "true"], ["--interval", "-5", "--", "true"],
                     ["--full-trace-capacity", "0", "--full-trace", "--", "true"],
-                    ["--out", OUT], ["--out", OUT, "--", "/nonexistent"],
-                    ["--out", OUT, "--", str(d)], ["--model", "/nonexistent", "--", "true"]],
+                    ["--out", OUT], ["--out", OUT, "--", MISSING],
+                    ["--out", OUT, "--", str(d)], ["--model", MISSING, "--", "true"]],
     }
     cases = []
     for cmd, argvs in misuses.items():
         for argv in argvs:
             cases.append(Case("cli misuse", f"{cmd} {' '.join(x[-30:] for x in argv)}",
-                              [LIFETIME, cmd, *argv], expect="error", timeout=60))
+                              [LIFETIME, cmd, *argv], expect="error", timeout=60,
+                              check=lambda r: f"wrong: {MISSING} created" if os.path.lexists(
+                                  MISSING) else None))
     cases.append(Case("cli misuse", "no subcommand", [LIFETIME], expect="error"))
     cases.append(Case("cli misuse", "unknown subcommand", [LIFETIME, "bogus"], expect="error"))
     return cases
