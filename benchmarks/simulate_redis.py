@@ -54,12 +54,10 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import json
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -69,6 +67,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
+from benchmarks.table3 import check_stamp, spread  # noqa: E402
 
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 ROWS = ("oracle", "model", "exact", "site", "one_class")
@@ -85,9 +84,6 @@ def sh(cmd: list[str]) -> None:
 
 
 WORKLOADS = {"phases": redis_phases, "mixed": redis_mixed}
-# the code whose changes make earlier outputs stale
-CODE_PATHS = ("benchmarks", "pipeline", "model", "simulator", "profiler", "export", "lifetime",
-              "profiler_proto")
 
 
 def profile(version: str, run: int, out: str, args, full_trace: bool) -> str:
@@ -110,61 +106,6 @@ def profile(version: str, run: int, out: str, args, full_trace: bool) -> str:
         with open(os.path.join(out, "run.json"), "w") as f:
             json.dump(rec, f, indent=1)
     return d
-
-
-def code_state() -> dict:
-    """The git commit and the modified files under CODE_PATHS (uncommitted changes)."""
-    def git(*a):
-        p = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
-        return p.stdout.strip() if p.returncode == 0 else None
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
-    diff = git("diff", "HEAD", "--", *CODE_PATHS) or ""
-    return {"commit": git("rev-parse", "HEAD"),
-            "modified": sorted(line[3:] for line in (dirty or "").splitlines()),
-            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest()[:16]}
-
-
-def check_stamp(out: str, config: dict, fresh: bool, resume: bool) -> dict:
-    """Refuses to reuse OUT's outputs made by another configuration or other code;
-    writes OUT/stamp.json. Returns {"reused_outputs_of_other_code": the stamp of the code
-    that made the reused outputs ("unknown" without a stamp), or None} for the results."""
-    path = os.path.join(out, "stamp.json")
-    code = code_state()
-    if fresh and os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
-    stale = None
-    if os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f)
-        if old.get("config") != config:
-            raise SystemExit(f"simulate_redis: {out} holds outputs of another configuration "
-                             f"({old.get('config')} != {config}); use another --out or --fresh")
-        if old.get("code") != code:
-            if not resume:
-                raise SystemExit(
-                    f"simulate_redis: {out} holds outputs made by other code (commit "
-                    f"{(old.get('code') or {}).get('commit')}, modified "
-                    f"{(old.get('code') or {}).get('modified')}; now {code['commit']}, "
-                    f"modified {code['modified']}): --fresh redoes them, --resume reuses them")
-            stale = old.get("code")
-    elif any(os.scandir(out)):
-        if not resume:
-            raise SystemExit(f"simulate_redis: {out} holds outputs of an unknown run (no "
-                             f"stamp.json): --fresh redoes them, --resume reuses them")
-        stale = "unknown"
-    with open(path, "w") as f:
-        json.dump({"config": config, "code": code if stale is None else (stale if stale != "unknown" else None),
-                   "now": code}, f, indent=1)
-    return {"reused_outputs_of_other_code": stale}
-
-
-def spread(values: list[float]) -> dict:
-    values = [v for v in values if v is not None]
-    if not values:
-        return {"mean": None, "sd": None, "n": 0}
-    return {"mean": statistics.fmean(values), "sd": statistics.pstdev(values),
-            "min": min(values), "max": max(values), "n": len(values)}
 
 
 def main() -> int:
@@ -219,7 +160,7 @@ def run_load_seed(args, out: str) -> int:
               "test": args.test, "load_seed": args.load_seed, "interval": args.interval,
               **({"wrappers": args.wrapper} if args.wrapper else {}),
               **({"keys": args.keys} if args.workload == "phases" else {"scale": args.scale})}
-    reuse = check_stamp(out, config, args.fresh, args.resume)
+    reuse = check_stamp(out, config, args.fresh, args.resume, "simulate_redis")
     t0 = time.monotonic()
 
     # 1-2. training profiles, dataset, models, exports
