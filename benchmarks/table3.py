@@ -1,6 +1,7 @@
 """Helpers shared by the Table 3 benchmarks (benchmarks/simulate_redis.py and
-benchmarks/simulate_postgres.py): the command log, the output stamp (which configuration and code made OUT), mean / sd spreads, and
-the machine-load rows of the profiling runs."""
+benchmarks/simulate_postgres.py): the command log, the output stamp (which
+configuration and code made OUT), mean / sd spreads, and the machine-load rows of the
+profiling runs."""
 
 from __future__ import annotations
 
