@@ -657,12 +657,7 @@ def combine(outs: list[str]) -> int:
         lines.append(f"| {scope} | " + " | ".join(
             f"{pm(acc[scope][p]['weighted_exact'])} / {pm(acc[scope][p]['unweighted_exact'])}"
             for p in preds) + " |")
-    dest = os.path.dirname(outs[0])
-    with open(os.path.join(dest, "combined.json"), "w") as f:
-        json.dump(out, f, indent=1)
-    with open(os.path.join(dest, "combined.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table3.write_combined(os.path.dirname(outs[0]), out, lines)
     return 0
 
 

@@ -67,7 +67,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
-from benchmarks.table3 import check_stamp, spread  # noqa: E402
+from benchmarks.table3 import check_stamp, spread, write_combined  # noqa: E402
 
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 ROWS = ("oracle", "model", "exact", "site", "one_class")
@@ -386,13 +386,7 @@ def combine(outs: list[str], dest: str | None = None) -> int:
     if stale:
         lines += [f"**Reused outputs made by other code** (--resume) for load seeds "
                   f"{sorted(stale)}: {stale}", ""]
-    dest = dest or outs[0]
-    os.makedirs(dest, exist_ok=True)
-    with open(os.path.join(dest, "combined.json"), "w") as f:
-        json.dump(out, f, indent=1)
-    with open(os.path.join(dest, "combined.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_combined(dest or outs[0], out, lines)
     return 0
 
 

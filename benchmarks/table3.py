@@ -125,3 +125,13 @@ def machine_markdown(rows: list[dict]) -> str:
                      f"{' LOADED' if loaded else ''} | {f(m['busy_mean'], '.0%')} | "
                      f"{f(m['late_share'], '.1%')} | {f(m['max_lag_s'], '.2f')} |")
     return "\n".join(lines)
+
+
+def write_combined(dest: str, result: dict, lines: list[str]) -> None:
+    """DEST/combined.json (the figures) and combined.md (the table), also printed."""
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "combined.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(dest, "combined.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
