@@ -67,7 +67,8 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
-from benchmarks.table3 import check_stamp, spread, write_combined  # noqa: E402
+from benchmarks.table3 import (check_stamp, loaded, machine_rows, spread,  # noqa: E402
+                               write_combined)
 
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 ROWS = ("oracle", "model", "exact", "site", "one_class")
@@ -272,25 +273,6 @@ def row_labels(rows: dict) -> list[str]:
     return [r for r in ROWS if r in rows] + [r for r in rows if r not in ROWS]
 
 
-def machine_rows(runs: dict) -> list[dict]:
-    """Per profiling run: what ran and how loaded the machine was."""
-    out = []
-    for path, rec in sorted(runs.items()):
-        m = (rec.get("machine") or {}).get("during") or {}
-        pacing = (rec.get("driver") or {}).get("pacing") or {}
-        out.append({"run": os.path.dirname(path), "version": rec.get("version"),
-                    "full_trace": rec.get("full_trace"),
-                    "wall_s": rec.get("wall_s") or (rec.get("marks_s") or {}).get("end"),
-                    "loadavg1_mean": (m.get("loadavg1") or {}).get("mean"),
-                    "loadavg1_max": (m.get("loadavg1") or {}).get("max"),
-                    "busy_mean": (m.get("busy") or {}).get("mean"),
-                    "cpus": m.get("cpus"),
-                    "late_share": pacing.get("late_share"),
-                    "max_lag_s": pacing.get("max_lag_s"),
-                    "marks_s": (rec.get("driver") or {}).get("phase_marks_s") or rec.get("marks_s")})
-    return out
-
-
 COMBINED = ("accuracy_by_allocations", "accuracy_per_context_weighted", "accuracy_per_context",
             "llama_steady_state_bytes", "llama_peak_bytes", "fragmentation_reduction",
             "peak_fragmentation_reduction", "peak_ratio_to_baseline")
@@ -388,10 +370,6 @@ def combine(outs: list[str], dest: str | None = None) -> int:
                   f"{sorted(stale)}: {stale}", ""]
     write_combined(dest or outs[0], out, lines)
     return 0
-
-
-def loaded(m: dict) -> bool:
-    return bool(m.get("loadavg1_mean") and m.get("cpus") and m["loadavg1_mean"] > m["cpus"])
 
 
 def machine_markdown(machines: dict) -> str:

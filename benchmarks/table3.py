@@ -99,13 +99,20 @@ def machine_rows(runs: dict) -> list[dict]:
         m = (rec.get("machine") or {}).get("during") or {}
         pacing = (rec.get("driver") or {}).get("pacing") or {}
         out.append({"run": os.path.dirname(path), "version": rec.get("version"),
-                    "full_trace": rec.get("full_trace"), "wall_s": rec.get("wall_s"),
+                    "full_trace": rec.get("full_trace"),
+                    "wall_s": rec.get("wall_s") or (rec.get("marks_s") or {}).get("end"),
                     "loadavg1_mean": (m.get("loadavg1") or {}).get("mean"),
                     "loadavg1_max": (m.get("loadavg1") or {}).get("max"),
                     "busy_mean": (m.get("busy") or {}).get("mean"), "cpus": m.get("cpus"),
                     "late_share": pacing.get("late_share"),
-                    "max_lag_s": pacing.get("max_lag_s")})
+                    "max_lag_s": pacing.get("max_lag_s"),
+                    "marks_s": (rec.get("driver") or {}).get("phase_marks_s") or rec.get("marks_s")})
     return out
+
+
+def loaded(m: dict) -> bool:
+    """A machine_rows row recorded with the mean load average above the core count."""
+    return bool(m.get("loadavg1_mean") and m.get("cpus") and m["loadavg1_mean"] > m["cpus"])
 
 
 def machine_markdown(rows: list[dict]) -> str:
@@ -117,12 +124,10 @@ def machine_markdown(rows: list[dict]) -> str:
     def f(x, fmt):
         return format(x, fmt) if isinstance(x, (int, float)) else "n/a"
     for m in rows:
-        loaded = bool(m.get("loadavg1_mean") and m.get("cpus")
-                      and m["loadavg1_mean"] > m["cpus"])
         lines.append(f"| {m['run']} | {m['version']} | {m['full_trace']} | "
                      f"{f(m['wall_s'], '.1f')} | {f(m['loadavg1_mean'], '.2f')} / "
                      f"{f(m['loadavg1_max'], '.2f')} ({m['cpus']} cores)"
-                     f"{' LOADED' if loaded else ''} | {f(m['busy_mean'], '.0%')} | "
+                     f"{' LOADED' if loaded(m) else ''} | {f(m['busy_mean'], '.0%')} | "
                      f"{f(m['late_share'], '.1%')} | {f(m['max_lag_s'], '.2f')} |")
     return "\n".join(lines)
 
