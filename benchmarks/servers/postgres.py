@@ -255,6 +255,18 @@ def _pgbench(build: PostgresBuild, port: int, args: list[str], cwd: str,
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def initdb(build, data: str, env: dict, cwd: str, user, version: str) -> None:
+    """A new cluster in DATA, owned by USER (postgres refuses root); one error naming
+    the version and initdb's output when it fails."""
+    init = subprocess.run([build.tool("initdb"), "-D", data, "-U", "postgres",
+                           "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"],
+                          capture_output=True, text=True, env=env, cwd=cwd,
+                          **user.popen_kwargs())
+    if init.returncode != 0:
+        raise ServerSetupError(f"initdb ({version}) failed:\n{init.stdout[-1500:]}"
+                               f"{init.stderr[-1500:]}")
+
+
 def profile(version: str, out_dir: str, seconds: float = 60, interval: int | None = None,
             seed: int = 1, extra_env: dict | None = None) -> dict:
     """initdb (not profiled), then the postmaster and every process it forks under the
@@ -282,13 +294,7 @@ def profile(version: str, out_dir: str, seconds: float = 60, interval: int | Non
     record: dict = {"family": "postgres", "version": version, "seed": seed, "seconds": seconds,
                     "server": build.to_json(), "user": user.name, "scale": plan["scale"]}
     try:
-        init = subprocess.run([build.tool("initdb"), "-D", data, "-U", "postgres",
-                               "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"],
-                              capture_output=True, text=True, env=server_env, cwd=tmp,
-                              **user.popen_kwargs())
-        if init.returncode != 0:
-            raise ServerSetupError(f"initdb ({version}) failed:\n{init.stdout[-1500:]}"
-                                   f"{init.stderr[-1500:]}")
+        initdb(build, data, server_env, tmp, user, version)
         t_init = time.monotonic()
         port = common.free_port()
         env = launch.profiled_env(staging, interval, f"postgres-{version}",

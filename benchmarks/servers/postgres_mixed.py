@@ -612,13 +612,7 @@ def profiled_server(version: str, out_dir: str, *, full_trace: bool, interval: i
     proc = None
     t0 = time.monotonic()
     try:
-        init = subprocess.run([build.tool("initdb"), "-D", data, "-U", "postgres",
-                               "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"],
-                              capture_output=True, text=True, env=server_env, cwd=tmp,
-                              **user.popen_kwargs())
-        if init.returncode != 0:
-            raise ServerSetupError(f"initdb ({version}) failed:\n{init.stdout[-1500:]}"
-                                   f"{init.stderr[-1500:]}")
+        postgres.initdb(build, data, server_env, tmp, user, version)
         record["init_s"] = round(time.monotonic() - t0, 2)
         port = common.free_port()
         env = launch.profiled_env(staging, None if full_trace else interval,
