@@ -256,13 +256,18 @@ def load_plan(seed: int, seconds: float) -> list[tuple[Phase, float]]:
 
 # --- a minimal RESP client (PING, INFO, SHUTDOWN) ---------------------------------
 
+def resp(*args: bytes) -> bytes:
+    """One command in RESP: an array of bulk strings (also the workloads' encoder)."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
 def command(port: int, *args: str, timeout: float = 5.0) -> bytes:
     """Sends one command to 127.0.0.1:PORT; returns the raw reply (b'' if the server
     closed the connection, as SHUTDOWN does)."""
-    payload = f"*{len(args)}\r\n".encode()
-    for a in args:
-        b = a.encode()
-        payload += b"$%d\r\n%s\r\n" % (len(b), b)
+    payload = resp(*(a.encode() for a in args))
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(payload)
         chunks = []

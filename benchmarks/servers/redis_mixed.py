@@ -58,6 +58,7 @@ import time
 from typing import Iterator
 
 from benchmarks.servers import common, machine, redis
+from benchmarks.servers.redis import resp
 
 TICK_S = 0.02
 PHASES = (("warm", 3.0), ("grow", 10.0), ("peak", 5.0), ("shrink", 8.0), ("steady", 40.0))
@@ -92,13 +93,6 @@ CHURN_EVERY = 10            # ticks between short-lived connections
 CONNECTIONS = 4             # 0: kv, 1: hot, 2: hash + set, 3: list + read
 RECENT = 50_000             # reads pick among the last RECENT keys of each kind
 LIFETIME = str(pathlib.Path(__file__).resolve().parents[2] / ".venv" / "bin" / "lifetime")
-
-
-def resp(*args: bytes) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 def command_name(cmd: bytes) -> str:

@@ -47,6 +47,7 @@ import tempfile
 import time
 
 from benchmarks.servers import common, redis
+from benchmarks.servers.redis import resp
 
 GROW_KEYS = 400_000
 PEAK_S = 3.0
@@ -56,13 +57,6 @@ STEADY_B_MIN_S = 15.0
 TTL_S = (11, 15)
 SHARES = {"sess": 0.80, "cache": 0.10, "user": 0.05, "tags": 0.05}
 LIFETIME = str(pathlib.Path(__file__).resolve().parents[2] / ".venv" / "bin" / "lifetime")
-
-
-def _resp(*args: bytes) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 def grow_plan(seed: int, keys: int = GROW_KEYS) -> tuple[bytes, bytes, dict]:
@@ -85,16 +79,16 @@ def grow_plan(seed: int, keys: int = GROW_KEYS) -> tuple[bytes, bytes, dict]:
         counts[kind] += 1
         key = b"%s:%012d" % (kind.encode(), i)
         if kind == "sess":
-            grow.append(_resp(b"SET", key, val(40, 700), b"EX", b"%d" % rng.randint(*TTL_S)))
+            grow.append(resp(b"SET", key, val(40, 700), b"EX", b"%d" % rng.randint(*TTL_S)))
         elif kind == "cache":
-            grow.append(_resp(b"SET", key, val(40, 700)))
-            shrink.append(_resp(b"UNLINK", key))
+            grow.append(resp(b"SET", key, val(40, 700)))
+            shrink.append(resp(b"UNLINK", key))
         elif kind == "user":
-            grow.append(_resp(b"HSET", key, b"name", val(6, 20), b"email", val(12, 40),
+            grow.append(resp(b"HSET", key, b"name", val(6, 20), b"email", val(12, 40),
                               b"bio", val(80, 300), b"prefs", val(70, 200)))
         else:
             members = [val(16, 48) for _ in range(rng.randint(4, 6))]
-            grow.append(_resp(b"SADD", key, *members))
+            grow.append(resp(b"SADD", key, *members))
     rng.shuffle(shrink)
     return b"".join(grow), b"".join(shrink), counts
 
