@@ -21,7 +21,9 @@ unseen in training, weighted by samples and unweighted, against the exact-stack,
 and majority tables. Outputs under --out/NAME: datasets/, model-seedN/, results.json
 (per seed, mean, sd, min, max; label purity of each dataset), results.md, report/ (the
 first seed's full report) and commands.txt. Existing profiles and datasets are reused;
-delete them to rebuild.
+delete them to rebuild. `--datasets-from DIR` keeps the datasets in DIR instead (built
+there when missing), so runs of other hyperparameters share one set
+(benchmarks/defaults_sweep.py).
 """
 
 from __future__ import annotations
@@ -214,7 +216,7 @@ def markdown(name: str, summary: dict, info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("family", choices=sorted(set(real_programs.FAMILIES) | set(SERVERS)))
     ap.add_argument("--train", nargs="+", required=True, metavar="VERSION[/RUN]")
@@ -233,19 +235,24 @@ def main() -> int:
     ap.add_argument("--no-builtin-wrappers", action="store_true",
                     help="ablation: do not strip the built-in list of allocation APIs")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--datasets-from", metavar="DIR",
+                    help="the datasets folder (train, test-ITEM), built there when missing, "
+                         "instead of OUT/NAME/datasets: runs with other hyperparameters "
+                         "share one set")
     ap.add_argument("--no-report", action="store_true", help="skip the full HTML report")
     ap.add_argument("--online", action="store_true",
                     help="also export the first seed's model and compare its predictions "
                          "inside the sampler with the offline ones on a fresh run of the "
                          "first test item (servers only)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     base = os.path.join(args.out, args.name or args.family)
+    datasets = args.datasets_from or os.path.join(base, "datasets")
     log = [f"cd {ROOT} && nice .venv/bin/python benchmarks/cross_version.py "
-           + " ".join(shlex.quote(a) for a in sys.argv[1:])]
-    train_ds = build(args.family, args.train, os.path.join(base, "datasets", "train"), None, args)
+           + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))]
+    train_ds = build(args.family, args.train, os.path.join(datasets, "train"), None, args)
     test_ds = {item: build(args.family, [item], os.path.join(
-        base, "datasets", "test-" + item.replace("/", "-")), train_ds, args)
+        datasets, "test-" + item.replace("/", "-")), train_ds, args)
         for item in args.test}
 
     from model.cli import parse_hparams
