@@ -37,6 +37,13 @@ POLICIES = {
     "occ+own-blocks+span-fit": "occupancy,own-blocks,span-fit",
     "all-but-contain-mixed": "occupancy,own-blocks,span-fit,medium-spans,fine-lines",
     "all": "occupancy,own-blocks,span-fit,contain-mixed,medium-spans,fine-lines",
+    "size-classes": "size-classes",                # one size-class heap per class
+    "size-classes-from-4": "size-classes-from:4",  # LLAMA below <10s, size classes above
+    "divert-mixed": "divert-mixed",
+    "tolerant": "tolerant",                        # occupancy,...,divert-mixed (preset)
+    "tolerant-above-8": "tolerant,segregate-above:8",
+    "size-classes-inf": "size-classes:inf",        # two size-class heaps: inf and the rest
+    "segregated": "segregated",                    # size-classes:inf,segregate-above:8 (preset)
 }
 MIB = 1 << 20
 

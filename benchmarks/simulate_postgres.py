@@ -205,7 +205,8 @@ def _server_figures(series: dict) -> dict:
                 "final_bytes": float(v[-1])} for n, v in series["bytes"].items()}
 
 
-def prepare_processes(profiles_dir: str, ds: str, out: str, step_ns: int, deadline_k=None) -> dict:
+def prepare_processes(profiles_dir: str, ds: str, out: str, step_ns: int, deadline_k=None,
+                      policy: str = "paper") -> dict:
     """Converts every process's profile, fits the tables, computes the server-wide context
     oracles, writes each process's class tables and runs the engine once per process with
     the model-independent predictors.  Returns the processes and what the rows need."""
@@ -260,11 +261,11 @@ def prepare_processes(profiles_dir: str, ds: str, out: str, step_ns: int, deadli
         specs = ["oracle", f"context_t95=table:{files['context_t95']}",
                  f"context_cost=table:{files['context_cost']}", f"exact=table:{files['exact']}",
                  f"site=table:{files['site']}", f"one_class=constant:{majority}"]
-        sim_json = os.path.join(p["dir"], "simulation.json")
+        sim_json = os.path.join(p["dir"], f"simulation{table3.policy_tag(policy)}.json")
         if not os.path.exists(sim_json):
             simulator.simulate(p["trace"], specs, table_default=majority,
                                series_interval_ns=step_ns, deadline_k=deadline_k,
-                               json_out=sim_json)
+                               json_out=sim_json, policy=[policy])
         p["sim_json"] = sim_json
     print(f"simulate_postgres: engine runs done in {time.monotonic() - t0:.0f} s", flush=True)
     coverage = {}
@@ -279,7 +280,8 @@ def prepare_processes(profiles_dir: str, ds: str, out: str, step_ns: int, deadli
             "class_names": scheme.class_names}
 
 
-def run_model(common: dict, export: str, out: str, step_ns: int, deadline_k=None) -> list[str]:
+def run_model(common: dict, export: str, out: str, step_ns: int, deadline_k=None,
+              policy: str = "paper") -> list[str]:
     """The model predictor on every process (its own engine run, no baseline): contexts
     file, served classes, simulation JSON per process under OUT."""
     import simulator
@@ -298,7 +300,8 @@ def run_model(common: dict, export: str, out: str, step_ns: int, deadline_k=None
                                  "dataset's; per-context figures assume they are equal")
             simulator.simulate(p["trace"], [f"model=model:{mi.contexts_file}"], baseline=False,
                                table_default=common["majority"], series_interval_ns=step_ns,
-                               deadline_k=deadline_k, json_out=sim_json, model_served=served)
+                               deadline_k=deadline_k, json_out=sim_json, model_served=served,
+                               policy=[policy])
         jsons.append(sim_json)
     return jsons
 
@@ -459,12 +462,17 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true")
     ap.add_argument("--resume", action="store_true",
                     help="reuse outputs even if other code made them (said in results.md)")
+    ap.add_argument("--policy", default="paper", metavar="NAME[,NAME...]",
+                    help="LLAMA's policy (`lifetime simulate --policy`), e.g. tolerant. Not part "
+                         "of the stamp: traces, datasets and models are shared; a policy other "
+                         "than the paper's has its own simulation-<policy>.json per process, "
+                         "sim-<policy>-seedS and results-<policy>.json/md (--combine reads those)")
     ap.add_argument("--combine", nargs="+", metavar="OUT",
                     help="only combine earlier runs (one OUT per load seed) into "
                          "combined.md/.json next to the first")
     args = ap.parse_args()
     if args.combine:
-        return combine([os.path.abspath(o) for o in args.combine])
+        return combine([os.path.abspath(o) for o in args.combine], args.policy)
     for v in [*args.train, args.test]:
         postgres.check_version(v)
     out = os.path.abspath(args.out or os.path.join(ROOT, "out", "simulate_postgres",
@@ -517,14 +525,16 @@ def main() -> int:
 
     # 5. simulate every process, then the model per seed
     LOG.note(f"# simulate_postgres.prepare_processes({tdir!r}, {ds!r}, series {args.series_ms} ms)")
-    common = prepare_processes(tdir, ds, os.path.join(out, "sim"), step, args.deadline_k)
+    tag = table3.policy_tag(args.policy)
+    common = prepare_processes(tdir, ds, os.path.join(out, "sim"), step, args.deadline_k,
+                               args.policy)
     per_seed = {}
     for s in args.seeds:
         LOG.note(f"# simulate_postgres.run_model(export-seed{s})")
-        jsons = run_model(common, exports[s], os.path.join(out, f"sim-seed{s}"), step,
-                          args.deadline_k)
+        jsons = run_model(common, exports[s], os.path.join(out, f"sim{tag}-seed{s}"), step,
+                          args.deadline_k, args.policy)
         per_seed[s] = server_rows(common, jsons, step)
-        with open(os.path.join(out, f"sim-seed{s}", "server.json"), "w") as f:
+        with open(os.path.join(out, f"sim{tag}-seed{s}", "server.json"), "w") as f:
             json.dump(per_seed[s], f)
 
     # 6. results
@@ -545,7 +555,8 @@ def main() -> int:
             "context_t95_minus_model": table3.spread([
                 per_seed[s]["rows"]["context_t95"]["fragmentation_reduction"]
                 - per_seed[s]["rows"]["model"]["fragmentation_reduction"] for s in per_seed])}
-    result = {"workload": "postgres-mixed", "config": config, **reuse, "train": args.train,
+    result = {"workload": "postgres-mixed", "config": config, "policy": args.policy, **reuse,
+              "train": args.train,
               "test": args.test, "seeds": args.seeds, "load_seed": args.load_seed,
               "server": first["server"], "baseline": first["baseline"], "live": first["live"],
               "summary": summary, "gaps": gaps, "coverage": common["coverage"],
@@ -555,10 +566,10 @@ def main() -> int:
               "skipped_profiles": common["skipped"], "processes": first["processes"],
               "groups": {s: per_seed[s]["groups"] for s in per_seed},
               "unseen": unseen, "runs": runs, "seconds": round(time.monotonic() - t0, 1)}
-    with open(os.path.join(out, "results.json"), "w") as f:
+    with open(os.path.join(out, f"results{tag}.json"), "w") as f:
         json.dump(result, f, indent=1)
     text = markdown(result)
-    with open(os.path.join(out, "results.md"), "w") as f:
+    with open(os.path.join(out, f"results{tag}.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "commands.txt"), "a") as f:
         f.write("\n".join(LOG.lines) + "\n")
@@ -575,15 +586,16 @@ COMBINED = ("accuracy_by_allocations", "accuracy_per_context_weighted", "accurac
             "peak_ratio_to_baseline")
 
 
-def combine(outs: list[str]) -> int:
+def combine(outs: list[str], policy: str = "paper") -> int:
     """Every row over all (load seed, model seed) runs: mean ± sd (min..max), the worst
     run, and the unseen-context accuracy; OUTS[0]/../combined.{md,json}."""
     runs, unseen = [], []
+    tag = table3.policy_tag(policy)
     for o in outs:
-        with open(os.path.join(o, "results.json")) as f:
+        with open(os.path.join(o, f"results{tag}.json")) as f:
             res = json.load(f)
-        for j in sorted(glob.glob(os.path.join(o, "sim-seed*", "server.json"))):
-            seed = int(os.path.basename(os.path.dirname(j)).removeprefix("sim-seed"))
+        for j in sorted(glob.glob(os.path.join(o, f"sim{tag}-seed*", "server.json"))):
+            seed = int(os.path.basename(os.path.dirname(j)).removeprefix(f"sim{tag}-seed"))
             with open(j) as f:
                 srv = json.load(f)
             runs.append((res["load_seed"], seed, srv))
@@ -601,7 +613,7 @@ def combine(outs: list[str]) -> int:
     acc = {scope: {p: {f: table3.spread([u[scope][p][f] for _, _, u in unseen])
                        for f in ("weighted_exact", "unweighted_exact")} for p in preds}
            for scope in ("unseen", "overall")}
-    out = {"runs": [(a, b) for a, b, _ in runs], "baseline": base, "live": live, "rows": rows,
+    out = {"policy": policy, "runs": [(a, b) for a, b, _ in runs], "baseline": base, "live": live, "rows": rows,
            "worst_model_run": {"load_seed": worst[0], "model_seed": worst[1],
                                "model_reduction": worst[2]["rows"]["model"]["fragmentation_reduction"]},
            "prediction": acc}
@@ -615,7 +627,7 @@ def combine(outs: list[str]) -> int:
                      f"{s['max'] * scale:.{digits}f})")
         return text
     lines = [f"# PostgreSQL mixed workload, {len(runs)} runs (load seed, model seed): "
-             f"{out['runs']}", "",
+             f"{out['runs']}; LLAMA policy: {policy}", "",
              f"baseline steady {pm(base['steady_state_bytes'], 1 / MB)} MiB, peak "
              f"{pm(base['peak_bytes'], 1 / MB)} MiB; live steady "
              f"{pm(live['steady_state_bytes'], 1 / MB)} MiB, peak {pm(live['peak_bytes'], 1 / MB)} MiB",
@@ -657,7 +669,7 @@ def combine(outs: list[str]) -> int:
         lines.append(f"| {scope} | " + " | ".join(
             f"{pm(acc[scope][p]['weighted_exact'])} / {pm(acc[scope][p]['unweighted_exact'])}"
             for p in preds) + " |")
-    table3.write_combined(os.path.dirname(outs[0]), out, lines)
+    table3.write_combined(os.path.dirname(outs[0]), out, lines, tag)
     return 0
 
 
@@ -673,7 +685,8 @@ def markdown(r: dict) -> str:
     s, srv = r["summary"], r["server"]
     b, live = r["baseline"], r["live"]
     lines = [f"# PostgreSQL {r['test']} (full trace, mixed workload, load seed {r['load_seed']}), "
-             f"model trained on {', '.join(r['train'])} (sampled)", "",
+             f"model trained on {', '.join(r['train'])} (sampled); LLAMA policy: "
+             f"{r.get('policy', 'paper')}", "",
              f"server: {srv['processes']} processes (one heap each), {srv['objects']:,} objects, "
              f"{srv['seconds']:.1f} s; memory = the sum of the processes' heaps on a "
              f"{srv['series_step_ns'] / 1e6:.0f} ms grid; model seeds {r['seeds']}", "",

@@ -67,7 +67,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
-from benchmarks.table3 import (check_stamp, loaded, machine_rows, spread,  # noqa: E402
+from benchmarks.table3 import (check_stamp, loaded, machine_rows, policy_tag, spread,  # noqa: E402
                                write_combined)
 
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
@@ -126,6 +126,11 @@ def main() -> int:
     ap.add_argument("--wrapper", action="append", default=[], metavar="NAME",
                     help="build-dataset --wrapper NAME (repeatable), e.g. sdsnewlen and "
                          "_sdsnewlen: Redis 6.2's sds constructor, a name older versions lack")
+    ap.add_argument("--policy", default="paper", metavar="NAME[,NAME...]",
+                    help="LLAMA's policy (`lifetime simulate --policy`), e.g. tolerant. Not part "
+                         "of the stamp: profiles, datasets and models are shared; a policy other "
+                         "than the paper's has its own sim-<policy>-seedS and "
+                         "results-<policy>.json/md (and --combine reads those)")
     ap.add_argument("--out")
     ap.add_argument("--keep-trace", action="store_true",
                     help="keep the full-trace profile and .lttrace (large) when done")
@@ -137,7 +142,7 @@ def main() -> int:
                     help="only combine the results.json of earlier runs (one per load seed)")
     args = ap.parse_args()
     if args.combine:  # into --out when given, else next to the first
-        return combine(args.combine, args.out)
+        return combine(args.combine, args.out, args.policy)
     for v in [*args.train, args.test]:
         redis.check_version(v)
     if args.out is None:
@@ -152,7 +157,7 @@ def main() -> int:
         args.load_seed = ls
         outs.append(os.path.join(os.path.abspath(args.out), f"load{ls}"))
         run_load_seed(args, outs[-1])
-    return combine(outs, os.path.abspath(args.out))
+    return combine(outs, os.path.abspath(args.out), args.policy)
 
 
 def run_load_seed(args, out: str) -> int:
@@ -187,21 +192,23 @@ def run_load_seed(args, out: str) -> int:
     # 3. full trace of the test version
     tdir = os.path.join(out, "test", args.test, "profiles")
     prof = None
-    if not all(os.path.exists(os.path.join(out, f"sim-seed{s}", "report.json"))
+    tag = policy_tag(args.policy)
+    if not all(os.path.exists(os.path.join(out, f"sim{tag}-seed{s}", "report.json"))
                for s in args.seeds):
         tdir = profile(args.test, 1, os.path.join(out, "test", args.test), args, True)
         prof = sorted(glob.glob(os.path.join(tdir, "*.ltprof")), key=os.path.getsize)[-1]
 
     # 4. simulate per model seed (the first run converts; the others reuse the trace)
     reports = {}
-    kept = sorted(glob.glob(os.path.join(out, "sim-seed*", "trace.lttrace")))
+    kept = sorted(glob.glob(os.path.join(out, "sim*-seed*", "trace.lttrace")))  # any policy's
     trace = kept[0] if kept else None
     for s in args.seeds:
-        sim = os.path.join(out, f"sim-seed{s}")
+        sim = os.path.join(out, f"sim{tag}-seed{s}")
         rep = os.path.join(sim, "report.json")
         if not os.path.exists(rep):
             src = trace if trace and os.path.exists(trace) else prof
-            sh([LIFETIME, "simulate", src, "--train", ds, "--model", exports[s], "--out", sim])
+            sh([LIFETIME, "simulate", src, "--train", ds, "--model", exports[s], "--out", sim]
+               + (["--policy", args.policy] if tag else []))
         if trace is None and os.path.exists(os.path.join(sim, "trace.lttrace")):
             trace = os.path.join(sim, "trace.lttrace")
         with open(rep) as f:
@@ -244,7 +251,7 @@ def run_load_seed(args, out: str) -> int:
     for p in glob.glob(os.path.join(out, "**", "run.json"), recursive=True):
         with open(p) as f:
             runs[os.path.relpath(p, out)] = json.load(f)
-    result = {"workload": args.workload, "config": config, **reuse,
+    result = {"workload": args.workload, "config": config, "policy": args.policy, **reuse,
               "train": args.train, "test": args.test, "seeds": args.seeds,
               "interval": args.interval, "keys": args.keys, "load_seed": args.load_seed,
               "trace": first["trace"], "source": {k: first["source"].get(k) for k in (
@@ -252,17 +259,17 @@ def run_load_seed(args, out: str) -> int:
               "live": first["live"], "summary": summary, "cache_hit_rate": hit,
               "targets": targets, "per_seed": per_seed, "runs": runs,
               "seconds": round(time.monotonic() - t0, 1)}
-    with open(os.path.join(out, "results.json"), "w") as f:
+    with open(os.path.join(out, f"results{tag}.json"), "w") as f:
         json.dump(result, f, indent=1)
     text = markdown(result)
-    with open(os.path.join(out, "results.md"), "w") as f:
+    with open(os.path.join(out, f"results{tag}.md"), "w") as f:
         f.write(text)
     with open(os.path.join(out, "commands.txt"), "a") as f:
         f.write("\n".join(LOG) + "\n")
     print(text)
     if not args.keep_trace:
         for p in [*glob.glob(os.path.join(tdir, "*.ltprof")),
-                  *glob.glob(os.path.join(out, "sim-seed*", "trace.lttrace"))]:
+                  *glob.glob(os.path.join(out, "sim*-seed*", "trace.lttrace"))]:
             os.remove(p)
     return 0
 
@@ -278,13 +285,14 @@ COMBINED = ("accuracy_by_allocations", "accuracy_per_context_weighted", "accurac
             "peak_fragmentation_reduction", "peak_ratio_to_baseline")
 
 
-def combine(outs: list[str], dest: str | None = None) -> int:
+def combine(outs: list[str], dest: str | None = None, policy: str = "paper") -> int:
     """Every row over all (load seed, model seed) runs of several results.json: mean ±
     sd (min..max), the worst run, per-run figures and the machine's load per run.
     Written to DEST (default: the first OUT) as combined.md / combined.json."""
     results = []
+    tag = policy_tag(policy)
     for o in outs:
-        with open(os.path.join(o, "results.json")) as f:
+        with open(os.path.join(o, f"results{tag}.json")) as f:
             results.append(json.load(f))
     runs = [(r["load_seed"], s, seed["rows"]) for r in results for s, seed in r["per_seed"].items()]
     base = {k: spread([r["summary"]["oracle"][k]["mean"] for r in results])
@@ -311,7 +319,7 @@ def combine(outs: list[str], dest: str | None = None) -> int:
     gap = spread([x["gap_points"] for x in per_run])
     worst = min(per_run, key=lambda x: x["model_reduction"])
     machines = {r["load_seed"]: machine_rows(r.get("runs", {})) for r in results}
-    out = {"workload": results[0].get("workload", "phases"),
+    out = {"workload": results[0].get("workload", "phases"), "policy": policy,
            "load_seeds": [r["load_seed"] for r in results], "runs": len(runs),
            "test": results[0]["test"], "train": results[0]["train"], "baseline": base,
            "rows": rows, "oracle_minus_model_points": gap, "worst_run": worst,
@@ -333,7 +341,7 @@ def combine(outs: list[str], dest: str | None = None) -> int:
 
     lines = [f"# Redis {out['test']} (full trace), `{out['workload']}` workload, trained on "
              f"{', '.join(out['train'])}: load seeds {out['load_seeds']}, {out['runs']} runs "
-             "(load seed x model seed)", "",
+             f"(load seed x model seed); LLAMA policy: {policy}", "",
              f"baseline steady {pm(base['baseline_steady_state_bytes'], 1 / MB)} MiB, peak "
              f"{pm(base['baseline_peak_bytes'], 1 / MB)} MiB; live steady "
              f"{pm(base['live_steady_state_bytes'], 1 / MB)} MiB, peak {pm(base['live_peak_bytes'], 1 / MB)} MiB", "",
@@ -368,7 +376,7 @@ def combine(outs: list[str], dest: str | None = None) -> int:
     if stale:
         lines += [f"**Reused outputs made by other code** (--resume) for load seeds "
                   f"{sorted(stale)}: {stale}", ""]
-    write_combined(dest or outs[0], out, lines)
+    write_combined(dest or outs[0], out, lines, tag)
     return 0
 
 

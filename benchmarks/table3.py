@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -84,6 +85,14 @@ def check_stamp(out: str, config: dict, fresh: bool, resume: bool, who: str) -> 
     return {"reused_outputs_of_other_code": stale}
 
 
+def policy_tag(policy: str) -> str:
+    """The suffix of a policy's outputs (sim<TAG>-seedS, results<TAG>.json): none for the
+    paper's, else '-' and the policy with every character outside [A-Za-z0-9.-] as '_'."""
+    if policy in ("", "paper"):
+        return ""
+    return "-" + re.sub(r"[^A-Za-z0-9.-]", "_", policy)
+
+
 def spread(values) -> dict:
     values = [v for v in values if v is not None]
     if not values:
@@ -132,11 +141,11 @@ def machine_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_combined(dest: str, result: dict, lines: list[str]) -> None:
-    """DEST/combined.json (the figures) and combined.md (the table), also printed."""
+def write_combined(dest: str, result: dict, lines: list[str], tag: str = "") -> None:
+    """DEST/combined<TAG>.json (the figures) and combined<TAG>.md (the table), also printed."""
     os.makedirs(dest, exist_ok=True)
-    with open(os.path.join(dest, "combined.json"), "w") as f:
+    with open(os.path.join(dest, f"combined{tag}.json"), "w") as f:
         json.dump(result, f, indent=1)
-    with open(os.path.join(dest, "combined.md"), "w") as f:
+    with open(os.path.join(dest, f"combined{tag}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import os
 import sys
 import time
@@ -62,6 +63,10 @@ def add_parser(sub) -> None:
                    help="time-series interval of the memory plot (default: 1/1000 of the trace)")
     p.add_argument("--deadline-k", type=options.positive_int(100), default=None, metavar="K",
                    help="LLAMA deadline = now + K x class bound (default: the engine's, 2)")
+    p.add_argument("--policy", default=None, metavar="NAME[,NAME...]",
+                   help="LLAMA's policy for every LLAMA row (default: the paper's); e.g. "
+                        "occupancy:0.9,own-blocks,span-fit,medium-spans,fine-lines,divert-mixed "
+                        "(simulator/README.md, 'Policy switches')")
     p.add_argument("--check-invariants", action="store_true",
                    help="check the heap invariants after every event (slow)")
     p.add_argument("--run-records", type=options.positive_int(1 << 26), default=None,
@@ -150,6 +155,15 @@ def _engine() -> str:
         raise SimulateError(f"{e}") from None
 
 
+def _check_policy(engine: str, policy: str) -> None:
+    """The engine parses --policy before it opens the trace: run it on no trace."""
+    p = subprocess.run([engine, os.devnull, "--policy", policy, "--check"], capture_output=True,
+                       text=True)
+    err = p.stderr.strip().splitlines()
+    if err and "--policy" in err[-1]:
+        raise SimulateError(err[-1].removeprefix("lifetime_simulate: error: "))
+
+
 def run(args: argparse.Namespace) -> int:
     import simulator
     from lifetime.files import writable_dir
@@ -162,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     symbols = symbol_options(args)  # checked before any work, like the other commands
     debug_dirs, sysroot = symbols["debug_dirs"], symbols["sysroot"] or None
     engine = _engine()
+    if args.policy is not None:
+        _check_policy(engine, args.policy)  # a bad name fails before any work
     is_trace = _is_trace(args.input)  # the input first: a fifo or a missing file fails at once
     scheme = _label_scheme(args.train)
     writable_dir(args.out)
@@ -213,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
                                  series_interval_ms=args.series_interval_ms,
                                  deadline_k=args.deadline_k,
                                  check_invariants=args.check_invariants, json_out=sim_json,
+                                 policy=[args.policy] if args.policy else [],
                                  model_revalidate_every=getattr(args, "model_revalidate_every", None),
                                  model_served=served_path)
     except simulator.SimulationError as e:
@@ -229,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
                                                                     side, labels)
     workload = side["source"]["program"] + (f" ({side['source']['version_label']})"
                                             if side["source"].get("version_label") else "")
-    settings = {"engine": engine, "predictor_specs": specs,
+    settings = {"engine": engine, "predictor_specs": specs, "policy": args.policy or "paper",
                 "check_invariants": args.check_invariants}
     if mi is not None:
         settings["model"] = {"export_dir": mi.export_dir, "plugin": mi.plugin,

@@ -179,6 +179,93 @@ def test_fine_lines_free_what_a_survivor_pinned(tmp_path):
     assert fine["final_huge_pages"] == 2 and fine["counters"]["occupancy_span_reuses"] == 1
 
 
+@pytest.mark.parametrize("policy,pages", [
+    ("paper", 2), ("size-classes", 1), ("size-classes:3", 1), ("size-classes-from:7", 1),
+    ("occupancy,own-blocks,size-classes-from:7", 1)])
+def test_size_classes_reuse_the_slots_of_scattered_deaths(tmp_path, policy, pages):
+    """(a) A context that mostly dies, predicted inf: 400 objects of 4000 B, three of every
+    four die at scattered places, 300 more arrive.  The paper's spans (4 objects, a
+    survivor in each) are never recycled, so a second huge page opens; a size-class heap
+    (`size-classes`, or `size-classes-from:7` for the inf class) reuses the freed slots
+    one at a time and stays on one page."""
+    recs = [(i, 10 * MS if i % 4 else None, 4000, 1, 1, 16) for i in range(400)]
+    recs += [(20 * MS + i, None, 4000, 1, 1, 16) for i in range(300)]
+    path = simulator.write_trace(tmp_path / "scatter.lttrace", recs, end_ns=30 * MS)
+    r = run(path, [("x", INF, policy)])
+    assert llama(r, "x")["final_huge_pages"] == pages
+    if policy != "paper":
+        assert r["settings"]["llama_policy"]["llama:x"] == (
+            "size-classes:each" if policy == "size-classes" else policy.replace("occupancy,", "occupancy:0.9,"))
+
+
+def test_size_class_groups_never_share_a_huge_page(tmp_path):
+    """(a) Short-lived and never-freed objects interleaved, one size: in one size-class heap
+    (the baseline) the survivors keep the shared huge pages of the dead; with `size-classes:3`
+    (classes < 1 s in heap 0, the rest in heap 1, whose page ids start at 2^40) the short
+    heap's pages go back once its objects die, and only the survivors' pages stay."""
+    recs = [(i, 5 * MS if i % 8 else None, 1000, 1, 1, 16) for i in range(16_000)]
+    path = simulator.write_trace(tmp_path / "groups.lttrace", recs, end_ns=10 * MS)
+    r = simulator.simulate(path, ["g=oracle"], check_invariants=True, check_every=64,
+                           policy="size-classes:3", snapshots_ns=[4 * MS, 10 * MS])
+    base, g = r["allocators"][0], llama(r, "g")
+    assert base["final_huge_pages"] == 8       # 2,000 survivors spread over every page
+    assert g["final_huge_pages"] == 1          # 2,000 x 1 KiB packed on heap 1's page
+    before, after = (s["huge_pages"]["llama:g"] for s in r["snapshots"])
+    assert {p["id"] >> 40 for p in before} == {0, 1}
+    assert [p["id"] >> 40 for p in after] == [1]
+    assert g["counters"]["heap0_live_huge_pages"] == 0 and g["counters"]["heap1_live_huge_pages"] == 1
+
+
+def test_divert_mixed_sends_a_context_that_dies_early_to_size_classes(tmp_path):
+    """(b) Two stacks predicted inf, interleaved, 1000 B objects: stack 1's (a quarter)
+    live forever; stack 2's mostly die 1 ms after allocation (one in 24 lives): a context that mixes
+    lifetimes.  The paper bump-allocates both into inf pages, and stack 2's dead leave
+    holes no one reuses.  With `divert-mixed`, once half of stack 2's (>= 8) placed objects
+    have died before inf's lower bound, its later objects go to the size-class heap beside
+    LLAMA's, where each freed slot is reused by the next.  The oracle's inf objects never
+    die: nothing is diverted."""
+    recs = []
+    for i in range(8000):
+        t = i * 10_000  # 0.01 ms apart
+        stack = 1 if i % 4 == 0 else 2
+        dies = stack == 2 and i % 32 != 1
+        recs.append((t, t + MS if dies else None, 1000, stack, 1, 16))
+    path = simulator.write_trace(tmp_path / "mixed.lttrace", recs, end_ns=100 * MS)
+    r = run(path, [("paper", INF, "paper"), ("dm", INF, "divert-mixed"), ("oracle", "oracle", "divert-mixed")])
+    paper, dm = llama(r, "paper"), llama(r, "dm")
+    assert paper["final_huge_pages"] == 4 and dm["final_huge_pages"] == 3
+    assert dm["counters"]["diverted_stacks"] == 1 and 5800 < dm["counters"]["diverted_allocs"] < 6000
+    assert dm["counters"]["heap0_live_huge_pages"] == 2   # stack 1's 2 MB and stack 2's first
+    assert dm["counters"]["heap1_live_huge_pages"] == 1   # 250 survivors + the ~75 alive
+    assert llama(r, "oracle")["counters"]["diverted_allocs"] == 0
+
+
+@pytest.mark.parametrize("policy,peak,final,small", [
+    ("size-classes", 4, 1, None), ("size-classes,segregate-above:8", 1, 1, 300),
+    ("size-classes:inf", 2, 1, None), ("segregated", 1, 1, 100),
+    ("tolerant", 4, 4, None), ("tolerant,segregate-above:8", 1, 1, 400)])
+def test_segregate_above_keeps_a_small_heap_in_one_size_class_heap(tmp_path, policy, peak, final,
+                                                                  small):
+    """(c) A quiet process: 400 small objects of four classes (dead within 1 ms, 50 ms,
+    500 ms, never).  One heap per class holds four huge pages at once (each class's own
+    page, as LLAMA's open pages do); `segregate-above:8` keeps every object of a heap below
+    8 MiB live in one size-class heap: one page.  `size-classes:inf` is two heaps (inf and
+    the rest); the `segregated` preset is that with segregate-above:8.  LLAMA (`tolerant`)
+    keeps its four classes' open pages to the end."""
+    life = [MS, 50 * MS, 500 * MS, None]
+    recs = [(i, None if life[i % 4] is None else i + life[i % 4], 1000, 1 + i % 4, 1, 16)
+            for i in range(400)]
+    path = simulator.write_trace(tmp_path / "quiet.lttrace", recs, end_ns=2000 * MS)
+    r = run(path, [("x", "oracle", policy)])
+    a = llama(r, "x")
+    assert a["peak_huge_pages"] == peak and a["final_huge_pages"] == final
+    assert a["counters"].get("small_heap_allocs") == small  # objects not in their class's heap
+    if policy in ("segregated", "tolerant"):
+        assert r["settings"]["llama_policy"]["llama:x"] == {
+            "segregated": "segregate-above:8,size-classes:inf",
+            "tolerant": "occupancy:0.9,own-blocks,span-fit,fine-lines,medium-spans,divert-mixed"}[policy]
+
+
 def test_paper_policy_is_the_default_byte_for_byte(tmp_path):
     """`--policy paper` (and no --policy) leave the report exactly as it was: no new keys,
     no new counters."""
@@ -201,7 +288,14 @@ def test_policy_errors(tmp_path):
     path = simulator.write_trace(tmp_path / "t.lttrace", [(0, None, 100)])
     for bad, msg in [("nope", "unknown policy 'nope'"), ("occupancy:0", "occupancy threshold"),
                      ("occupancy:1.5", "occupancy threshold"), ("own-blocks", "need occupancy"),
-                     ("x=occupancy", "no LLAMA instance is labelled x"), ("=occupancy", "empty label")]:
+                     ("x=occupancy", "no LLAMA instance is labelled x"), ("=occupancy", "empty label"),
+                     ("size-classes:0", "size-classes takes"), ("size-classes:3/2", "size-classes takes"),
+                     ("size-classes:1/2/3/4/5/6/7/8", "at most 8 heaps"),
+                     ("size-classes,occupancy", "combines with no other switch"),
+                     ("size-classes-from:x", "size-classes-from takes"),
+                     ("size-classes-from:8", "the trace has classes 0..7"),
+                     ("segregate-above:0", "segregate-above takes MiB"),
+                     ("segregated,occupancy", "combines with no other switch")]:
         p = subprocess.run([str(simulator.engine_path()), path, "--predictor", "oracle", "--policy", bad],
                            capture_output=True, text=True)
         assert p.returncode == 2 and msg in p.stderr, (bad, p.stderr)
@@ -221,7 +315,10 @@ def test_alignment_padding_over_whole_pages_is_valid(tmp_path):
 
 @pytest.mark.parametrize("policy", ["occupancy", "occupancy:0.5,own-blocks,span-fit", "contain-mixed",
                                     "medium-spans", "fine-lines",
-                                    "occupancy,own-blocks,span-fit,contain-mixed,medium-spans,fine-lines"])
+                                    "occupancy,own-blocks,span-fit,contain-mixed,medium-spans,fine-lines",
+                                    "size-classes", "size-classes:3/7", "occupancy,own-blocks,size-classes-from:4",
+                                    "tolerant", "tolerant,segregate-above:1", "segregated",
+                                    "size-classes:3/7,segregate-above:1"])
 def test_invariants_random_trace_each_policy(tmp_path, policy):
     """Every switch keeps every invariant on the engine tests' random trace (mixed sizes,
     lifetimes and alignments; correct, badly under-predicting and all-inf predictions)."""

@@ -230,6 +230,17 @@ def test_simulate_sampled_profile_says_it_is_sampled(proxy_profile, train_datase
     assert "**Sampled trace.**" in (out / "report.md").read_text()
 
 
+def test_simulate_policy_applies_to_every_llama_row(proxy_profile, train_dataset, tmp_path):
+    out = tmp_path / "sim"
+    policy = "occupancy:0.9,own-blocks,divert-mixed"
+    assert cli.main(["simulate", proxy_profile("v1"), "--train", train_dataset, "--out",
+                     str(out), "--policy", policy]) == 0
+    sim = json.loads((out / "simulation.json").read_text())
+    llamas = [a["name"] for a in sim["allocators"] if a["kind"] == "llama"]
+    assert len(llamas) >= 5 and sim["settings"]["llama_policy"] == {n: policy for n in llamas}
+    assert json.loads((out / "report.json").read_text())["settings"]["policy"] == policy
+
+
 # -- bad inputs: one line each ------------------------------------------------------------
 
 def _one_error_line(capsys) -> str:
@@ -287,6 +298,10 @@ def test_bad_inputs_give_one_clear_line(train_dataset, full_profile, tmp_path, c
     shutil.copy(tmp_path / "good.stacks.json", tmp_path / "t.stacks.json")
     assert cli.main(["simulate", str(trace), "--train", train_dataset, "--out", out]) == 1
     assert f"{trace}: truncated header" in _one_error_line(capsys)
+
+    assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
+                     "--policy", "occupancy,nope"]) == 1
+    assert "--policy occupancy,nope: unknown policy 'nope'" in _one_error_line(capsys)
 
     monkeypatch.setenv("LIFETIME_SIMULATE", str(tmp_path / "no-engine"))
     assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out]) == 1

@@ -68,8 +68,10 @@ class HeapAllocator {
   // check_all checks every live huge page and the global counters.
   virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;
   virtual void check_all(const ShadowHeap& shadow) const = 0;
-  // Writes the live huge pages (sorted by id) as a JSON array.
-  virtual void snapshot(JsonWriter& j) const = 0;
+  // Writes the live huge pages (sorted by id) as the elements of a JSON array;
+  // snapshot() writes the array (allocator.cc).
+  virtual void snapshot_pages(JsonWriter& j) const = 0;
+  void snapshot(JsonWriter& j) const;
 };
 
 }  // namespace sim

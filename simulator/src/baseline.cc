@@ -21,7 +21,8 @@ const uint32_t kClassSizes[] = {
 int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
 }  // namespace
 
-TcmallocBaseline::TcmallocBaseline(std::string name) : name_(std::move(name)) {
+TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
+    : name_(std::move(name)), ids_(first_id) {
   build_size_classes();
   filler_head_.assign(size_t(kPagesPerHuge) * kPagesPerHuge, kNone);
   filler_used_.resize(kPagesPerHuge);
@@ -384,8 +385,7 @@ void TcmallocBaseline::check_all(const ShadowHeap& shadow) const {
   SIM_CHECK(live_bytes_ <= live_hps_ * kHugePageBytes, name_ + ": more live bytes than huge pages hold");
 }
 
-void TcmallocBaseline::snapshot(JsonWriter& j) const {
-  j.begin_array();
+void TcmallocBaseline::snapshot_pages(JsonWriter& j) const {
   for (const auto& [id, slot] : slot_by_id_) {
     const HugePage& h = hps_[slot];
     j.begin_object();
@@ -396,7 +396,6 @@ void TcmallocBaseline::snapshot(JsonWriter& j) const {
     j.kv("pages", pages);
     j.end_object();
   }
-  j.end_array();
 }
 
 }  // namespace sim

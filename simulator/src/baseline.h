@@ -18,7 +18,8 @@ class TcmallocBaseline final : public HeapAllocator {
   static constexpr unsigned kPagesPerHuge = 256;
   static constexpr uint64_t kMaxSmall = 256 * 1024;
 
-  explicit TcmallocBaseline(std::string name);
+  // first_id: the first huge page id it hands out (heaps side by side: disjoint ranges).
+  explicit TcmallocBaseline(std::string name, uint64_t first_id = 0);
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
   uint64_t live_huge_pages() const override { return live_hps_; }
@@ -26,7 +27,7 @@ class TcmallocBaseline final : public HeapAllocator {
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
-  void snapshot(JsonWriter& j) const override;
+  void snapshot_pages(JsonWriter& j) const override;
 
   struct SizeClass { uint32_t size, pages, objs; };
   const std::vector<SizeClass>& size_classes() const { return classes_; }

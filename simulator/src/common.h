@@ -70,6 +70,8 @@ struct Bits256 {
 // as ranges, so a freed 16 TiB object is one entry, not eight million.
 class HugePageIds {
  public:
+  // Ids start at `base` (a heap of several side by side: disjoint id ranges).
+  explicit HugePageIds(uint64_t base = 0) : next_(base) {}
   uint64_t take() {
     if (free_.empty()) return next_++;
     Range& r = free_.back();

@@ -25,7 +25,28 @@ std::string LlamaPolicy::describe() const {
   if (fine_lines) add("fine-lines");
   if (contain_mixed) add("contain-mixed");
   if (medium_spans) add("medium-spans");
+  if (divert_mixed) add("divert-mixed");
+  if (segregate_above_bytes) add("segregate-above:" + std::to_string(segregate_above_bytes >> 20));
+  if (size_classes_from) add("size-classes-from:" + std::to_string(size_classes_from));
+  if (size_classes) {
+    std::string n = "size-classes";
+    if (each_class) n += ":each";
+    if (inf_apart) n += ":inf";
+    for (size_t k = 0; k < size_class_bounds.size(); ++k)
+      n += (k ? "/" : ":") + std::to_string(size_class_bounds[k]);
+    add(n);
+  }
   return s.empty() ? "paper" : s;
+}
+
+std::vector<unsigned> LlamaPolicy::size_class_groups(int num_classes) const {
+  std::vector<unsigned> g(size_t(num_classes), 0);
+  for (int c = 0; c < num_classes; ++c) {
+    if (each_class) g[size_t(c)] = unsigned(c);
+    else if (inf_apart) g[size_t(c)] = c == num_classes - 1 ? 1 : 0;
+    else for (unsigned b : size_class_bounds) if (unsigned(c) >= b) ++g[size_t(c)];
+  }
+  return g;
 }
 
 LlamaPolicy parse_llama_policy(const std::string& names, const std::string& what) {
@@ -55,22 +76,68 @@ LlamaPolicy parse_llama_policy(const std::string& names, const std::string& what
       p.contain_mixed = true;
     } else if (n == "medium-spans") {
       p.medium_spans = true;
+    } else if (n == "segregated") {  // the preset that held up on every workload (issue 21)
+      p.size_classes = p.inf_apart = true;
+      p.segregate_above_bytes = uint64_t(8) << 20;
+    } else if (n == "tolerant") {  // the preset for contexts that mix lifetimes (issue 21)
+      p.occupancy = p.own_blocks = p.span_fit = p.medium_spans = p.fine_lines = p.divert_mixed = true;
+    } else if (n.compare(0, 16, "segregate-above:") == 0) {
+      const std::string v = n.substr(16);
+      char* end = nullptr;
+      unsigned long x = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end || v[0] == '-' || x == 0 || x > (1ul << 20))
+        throw SimError(what + ": segregate-above takes MiB, 1..1048576, got '" + v + "'");
+      p.segregate_above_bytes = uint64_t(x) << 20;
+    } else if (n == "divert-mixed") {
+      p.divert_mixed = true;
+    } else if (n.compare(0, 18, "size-classes-from:") == 0) {
+      const std::string v = n.substr(18);
+      char* end = nullptr;
+      unsigned long x = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end || v[0] == '-' || x == 0 || x > 63)
+        throw SimError(what + ": size-classes-from takes a class index 1..63, got '" + v + "'");
+      p.size_classes_from = unsigned(x);
+    } else if (n == "size-classes" || n.compare(0, 13, "size-classes:") == 0) {
+      p.size_classes = true;
+      std::string v = n.size() > 12 ? n.substr(13) : "each";
+      if (v == "each") {
+        p.each_class = true;
+      } else if (v == "inf") {
+        p.inf_apart = true;
+      } else {
+        size_t a = 0;
+        for (;;) {
+          size_t b = v.find('/', a);
+          std::string t = v.substr(a, b == std::string::npos ? std::string::npos : b - a);
+          char* end = nullptr;
+          unsigned long x = std::strtoul(t.c_str(), &end, 10);
+          if (t.empty() || *end || t[0] == '-' || x == 0 || x > 63 ||
+              (!p.size_class_bounds.empty() && x <= p.size_class_bounds.back()))
+            throw SimError(what + ": size-classes takes 'each' or increasing class indices 1..63 separated by '/', got '" + v + "'");
+          p.size_class_bounds.push_back(unsigned(x));
+          if (b == std::string::npos) break;
+          a = b + 1;
+        }
+        if (p.size_class_bounds.size() > 7) throw SimError(what + ": size-classes: at most 8 heaps");
+      }
     } else {
       throw SimError(what + ": unknown policy '" + n +
-                     "' (paper, occupancy[:F], own-blocks, span-fit, contain-mixed, medium-spans, fine-lines)");
+                     "' (paper, occupancy[:F], own-blocks, span-fit, contain-mixed, medium-spans, fine-lines, size-classes[:B1/B2...|:each|:inf], size-classes-from:B, divert-mixed, segregate-above:MIB; presets: segregated = size-classes:inf,segregate-above:8, tolerant = occupancy,own-blocks,span-fit,medium-spans,fine-lines,divert-mixed)");
     }
     if (j == std::string::npos) break;
     i = j + 1;
   }
   if ((p.own_blocks || p.span_fit) && !p.occupancy)
     throw SimError(what + ": own-blocks and span-fit need occupancy");
+  if (p.size_classes && (p.occupancy || p.fine_lines || p.contain_mixed || p.medium_spans || p.size_classes_from || p.divert_mixed))
+    throw SimError(what + ": size-classes replaces LLAMA's heap and combines with no other switch");
   return p;
 }
 
 Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
-             bool recycle_spans_immediately, LlamaPolicy policy)
+             bool recycle_spans_immediately, LlamaPolicy policy, uint64_t first_id)
     : name_(std::move(name)), classes_(classes), k_(deadline_k),
-      recycle_now_(recycle_spans_immediately), pol_(policy), nclasses_(classes.num_classes()) {
+      recycle_now_(recycle_spans_immediately), pol_(policy), nclasses_(classes.num_classes()), ids_(first_id) {
   open_.assign(nclasses_, -1);
   bucket_head_.resize(nclasses_);
   for (auto& h : bucket_head_) h.fill(kNone);
@@ -847,8 +914,7 @@ void Llama::check_all(const ShadowHeap& shadow) const {
   }
 }
 
-void Llama::snapshot(JsonWriter& j) const {
-  j.begin_array();
+void Llama::snapshot_pages(JsonWriter& j) const {
   for (const auto& [id, slot] : slot_by_id_) {
     const Page& p = pages_[slot];
     j.begin_object();
@@ -878,7 +944,6 @@ void Llama::snapshot(JsonWriter& j) const {
     }
     j.end_object();
   }
-  j.end_array();
 }
 
 }  // namespace sim

@@ -45,7 +45,31 @@ struct LlamaPolicy {
   // "fine-lines": small objects' 16 KiB spans have 512 lines of 32 B instead of 128 of 128 B
   // (a survivor pins 32 B, not 128 B, of a span's reusable space).
   bool fine_lines = false;
-  bool paper() const { return !occupancy && !own_blocks && !span_fit && !contain_mixed && !medium_spans && !fine_lines; }
+  // "size-classes[:B1/B2/...|:each|:inf]": not LLAMA's heap at all but the baseline's
+  // size-class allocator with one heap (its own huge pages) per group of predicted
+  // classes: [0, B1), [B1, B2), ..., [Bn, inf]; `each`: one heap per class (segregated.h).
+  // Default groups: size_class_groups below.  Combines with no other switch.
+  bool size_classes = false;
+  std::vector<unsigned> size_class_bounds;  // B1 < B2 < ...; empty with each_class
+  bool each_class = false;
+  bool inf_apart = false;  // ":inf": two heaps, the never-freed class and the rest
+  // "size-classes-from:B": predicted classes >= B go to one size-class heap, shorter ones
+  // to LLAMA's heap (with the other switches): lines for objects that die together,
+  // slots reused one at a time for those that die at scattered times.  0: off.
+  unsigned size_classes_from = 0;
+  // "divert-mixed": a stack whose objects mostly die before their predicted class's
+  // lower bound (a context that mixes lifetimes) sends its later objects to a size-class
+  // heap beside LLAMA's (segregated.h, SegregatedHeap::divert_mixed).
+  bool divert_mixed = false;
+  // "segregate-above:MIB": while the live bytes of the heap are below MIB MiB, new objects go
+  // to one size-class heap whatever their class (a quiet process pays no per-class open
+  // pages): LLAMA's size-class heap beside it, or with size-classes the first group's.
+  uint64_t segregate_above_bytes = 0;
+  // Presets: "tolerant" = occupancy,own-blocks,span-fit,medium-spans,fine-lines,divert-mixed;
+  // "segregated" = size-classes:inf,segregate-above:8.
+  bool paper() const { return !occupancy && !own_blocks && !span_fit && !contain_mixed && !medium_spans && !fine_lines && !size_classes && !size_classes_from && !divert_mixed && !segregate_above_bytes; }
+  // The heap of each of `num_classes` classes (size_classes only).
+  std::vector<unsigned> size_class_groups(int num_classes) const;
   std::string describe() const;  // "paper" or the names, comma-separated
 };
 // Parses "NAME[,NAME...]" (paper | occupancy[:F] | contain-mixed | medium-spans);
@@ -62,8 +86,9 @@ class Llama final : public HeapAllocator {
   static constexpr unsigned kLines = unsigned(kSpanBytes / kLineBytes);
   static constexpr unsigned kMaxLines = 512;        // fine-lines: 16 KiB of 32 B lines
 
+  // first_id: the first huge page id it hands out (heaps side by side: disjoint ranges).
   Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
-        bool recycle_spans_immediately = false, LlamaPolicy policy = {});
+        bool recycle_spans_immediately = false, LlamaPolicy policy = {}, uint64_t first_id = 0);
   static constexpr uint32_t kMixedMinObjects = 8;
   static constexpr int kFitTries = 8;
   uint64_t alloc(const AllocRequest& r) override;
@@ -74,7 +99,7 @@ class Llama final : public HeapAllocator {
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
-  void snapshot(JsonWriter& j) const override;
+  void snapshot_pages(JsonWriter& j) const override;
   void set_snapshot_spans(bool on) { snapshot_spans_ = on; }  // --snapshot-spans
 
  private:

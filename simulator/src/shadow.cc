@@ -1,4 +1,5 @@
 #include "allocator.h"
+#include "json.h"
 
 namespace sim {
 
@@ -27,6 +28,12 @@ void ShadowHeap::on_free(const std::string& who, uint64_t addr, uint32_t slot) {
                          " matches no live object");
   bytes_ -= it->second.end - it->first;
   objs_.erase(it);
+}
+
+void HeapAllocator::snapshot(JsonWriter& j) const {
+  j.begin_array();
+  snapshot_pages(j);
+  j.end_array();
 }
 
 }  // namespace sim

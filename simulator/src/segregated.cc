@@ -1,0 +1,137 @@
+#include "segregated.h"
+
+#include <algorithm>
+
+#include "json.h"
+
+namespace sim {
+
+SegregatedHeap::SegregatedHeap(std::string name, std::vector<unsigned> group_of,
+                               std::vector<std::unique_ptr<HeapAllocator>> heaps)
+    : name_(std::move(name)), group_of_(std::move(group_of)), heaps_(std::move(heaps)) {
+  SIM_CHECK(!heaps_.empty() && heaps_.size() <= kMaxGroups, name_ + ": 1 to 8 heaps");
+  for (unsigned g : group_of_) SIM_CHECK(g < heaps_.size(), name_ + ": a class of no heap");
+}
+
+void SegregatedHeap::divert_mixed(const ClassScheme& classes) {
+  SIM_CHECK(heaps_.size() == 2, name_ + ": divert-mixed needs LLAMA's heap and a size-class heap");
+  divert_ = true;
+  // Early: below the predicted class's lower bound (inf: below the last bound).
+  const auto& b = classes.bounds_ns;
+  lower_ns_.assign(size_t(classes.num_classes()), 0);
+  for (int c = 1; c < classes.num_classes(); ++c) lower_ns_[size_t(c)] = b[std::min(size_t(c), b.size()) - 1];
+}
+
+void SegregatedHeap::segregate_above(uint64_t bytes, unsigned shared) {
+  SIM_CHECK(shared < heaps_.size(), name_ + ": segregate-above: no such heap");
+  segregate_above_ = bytes;
+  shared_ = shared;
+}
+
+uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
+  unsigned g = group_of_[size_t(r.cls)];
+  const unsigned by_class = g;
+  if (segregate_above_) {
+    if (r.slot >= sizes_.size()) sizes_.resize(size_t(r.slot) + 1 + sizes_.size() / 2);
+    sizes_[r.slot] = r.size;
+    if (live_bytes_ < segregate_above_) {
+      if (g != shared_) ++c_small_heap_;
+      g = shared_;
+    }
+    live_bytes_ += r.size;
+  }
+  if (divert_) {
+    if (r.slot >= placed_.size()) placed_.resize(size_t(r.slot) + 1 + placed_.size() / 2);
+    Placed& p = placed_[r.slot];
+    p.cls = -1;
+    if (g == 0 && by_class == 0) {
+      Stack& s = stacks_[r.stack];
+      if (s.diverted) {
+        g = 1;
+        ++c_diverted_;
+      } else {
+        ++s.placed;
+        p = {r.now, r.stack, r.cls};
+      }
+    }
+  }
+  if (r.slot >= slot_group_.size()) slot_group_.resize(size_t(r.slot) + 1, 0);
+  slot_group_[r.slot] = uint8_t(g);
+  const uint64_t addr = heaps_[g]->alloc(r);
+  SIM_CHECK(((addr + r.size - 1) / kHugePageBytes) >> kIdShift == g,
+            name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
+  return addr;
+}
+
+void SegregatedHeap::free(uint32_t slot, uint64_t now) {
+  if (segregate_above_) live_bytes_ -= sizes_[slot];
+  if (divert_ && placed_[slot].cls >= 0) {
+    const Placed& p = placed_[slot];
+    Stack& s = stacks_[p.stack];
+    if (now - p.alloc_ns < lower_ns_[size_t(p.cls)] && !s.diverted) {
+      ++s.early;
+      if (s.placed >= kMixedMinObjects && 2 * s.early >= s.placed) {
+        s.diverted = true;
+        ++c_stacks_diverted_;
+      }
+    }
+  }
+  heaps_[slot_group_[slot]]->free(slot, now);
+}
+
+void SegregatedHeap::advance(uint64_t now) {
+  for (auto& h : heaps_) h->advance(now);
+}
+
+uint64_t SegregatedHeap::live_huge_pages() const {
+  uint64_t n = 0;
+  for (const auto& h : heaps_) n += h->live_huge_pages();
+  return n;
+}
+
+Counters SegregatedHeap::counters() const {
+  Counters out;
+  for (const auto& h : heaps_) {  // summed by name, in first-seen order
+    for (const auto& [k, v] : h->counters()) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& o) { return o.first == k; });
+      if (it == out.end()) out.push_back({k, v});
+      else it->second += v;
+    }
+  }
+  for (size_t g = 0; g < heaps_.size(); ++g)
+    out.push_back({"heap" + std::to_string(g) + "_live_huge_pages", heaps_[g]->live_huge_pages()});
+  if (segregate_above_) out.push_back({"small_heap_allocs", c_small_heap_});
+  if (divert_) {
+    out.push_back({"diverted_allocs", c_diverted_});
+    out.push_back({"diverted_stacks", c_stacks_diverted_});
+  }
+  return out;
+}
+
+std::pair<uint64_t, uint64_t> SegregatedHeap::where(uint32_t slot) const {
+  return heaps_[slot_group_[slot]]->where(slot);
+}
+
+void SegregatedHeap::check_page(uint64_t hp, const ShadowHeap& shadow) const {
+  const uint64_t g = hp >> kIdShift;
+  SIM_CHECK(g < heaps_.size(), name_ + ": huge page " + std::to_string(hp) + " of no heap");
+  heaps_[g]->check_page(hp, shadow);
+}
+
+void SegregatedHeap::check_all(const ShadowHeap& shadow) const {
+  // Each heap checks its own objects: the shadow split by address range.
+  std::vector<ShadowHeap> parts(heaps_.size());
+  for (const auto& [a, o] : shadow.all()) {
+    const uint64_t g = (a / kHugePageBytes) >> kIdShift;
+    SIM_CHECK(g < heaps_.size() && g == slot_group_[o.slot],
+              name_ + ": object at " + std::to_string(a) + " outside its heap's huge pages");
+    parts[g].on_alloc(name_, a, o.end - a, o.slot);
+  }
+  for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->check_all(parts[g]);
+}
+
+void SegregatedHeap::snapshot_pages(JsonWriter& j) const {
+  for (const auto& h : heaps_) h->snapshot_pages(j);  // ids ascending: heap g's from g << kIdShift
+}
+
+}  // namespace sim

@@ -1,0 +1,77 @@
+// Heaps side by side, one per group of predicted lifetime classes, each with its own
+// huge pages: LLAMA's `--policy size-classes[...]` (every group a size-class heap, the
+// baseline's allocator) and `size-classes-from:B` (classes < B in LLAMA's heap, the rest
+// in one size-class heap), `divert-mixed` (LLAMA's heap, and one size-class heap for
+// the contexts whose objects keep dying before their predicted class) and
+// `segregate-above:MIB` (the size-class heap while the heap is small).
+//
+// Why (issue 21): LLAMA's spans are bump-allocated in 128 B lines, and a line is reused
+// only once all of it is free, so a class whose objects die at scattered times (a
+// context that mixes lifetimes, or a long class under random deletes) keeps sparse
+// pages.  Size-class slots are reused one object at a time, whoever dies first; what the
+// prediction still buys is that objects of different groups never share a huge page.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator.h"
+#include "trace.h"
+
+namespace sim {
+
+class SegregatedHeap final : public HeapAllocator {
+ public:
+  static constexpr unsigned kMaxGroups = 8;
+  // Group g's huge page ids start at g << kIdShift: 2^40 ids (2^61 bytes) each, so every
+  // address (id * 2 MiB) of eight groups fits 64 bits; a heap that would run past its
+  // range is an error, never a wrong address.
+  static constexpr unsigned kIdShift = 40;
+
+  // group_of[c]: the heap of predicted class c; heaps[g] was made with first huge page
+  // id g << kIdShift.
+  SegregatedHeap(std::string name, std::vector<unsigned> group_of,
+                 std::vector<std::unique_ptr<HeapAllocator>> heaps);
+  // divert-mixed: heap 0 is LLAMA's, heap 1 a size-class heap.  A stack whose objects
+  // placed in heap 0 mostly died early (at least kMixedMinObjects placed, at least half
+  // of them freed before their predicted class's lower bound: a context that mixes
+  // lifetimes, the case LLAMA's lines cannot reuse) sends its later objects to heap 1.
+  static constexpr uint32_t kMixedMinObjects = 8;
+  void divert_mixed(const ClassScheme& classes);
+  // segregate-above: while the live bytes of the whole heap are below `bytes`, every new
+  // object goes to heap `shared` (a small heap pays no per-class open pages); at or above,
+  // each to its class's heap.
+  void segregate_above(uint64_t bytes, unsigned shared);
+
+  uint64_t alloc(const AllocRequest& r) override;
+  void free(uint32_t slot, uint64_t now) override;
+  void advance(uint64_t now) override;
+  uint64_t live_huge_pages() const override;
+  Counters counters() const override;
+  std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
+  void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
+  void check_all(const ShadowHeap& shadow) const override;
+  void snapshot_pages(JsonWriter& j) const override;
+
+ private:
+  std::string name_;
+  std::vector<unsigned> group_of_;                    // by predicted class
+  std::vector<std::unique_ptr<HeapAllocator>> heaps_;  // by group
+  std::vector<uint8_t> slot_group_;                   // by engine slot
+  // divert-mixed
+  struct Placed { uint64_t alloc_ns = 0, stack = 0; int cls = -1; };  // cls -1: not counted
+  struct Stack { uint32_t placed = 0, early = 0; bool diverted = false; };
+  bool divert_ = false;
+  std::vector<uint64_t> lower_ns_;                    // by class: lifetimes below are early
+  std::vector<Placed> placed_;                        // by engine slot
+  std::unordered_map<uint64_t, Stack> stacks_;
+  uint64_t c_diverted_ = 0, c_stacks_diverted_ = 0;
+  // segregate-above
+  uint64_t segregate_above_ = 0, live_bytes_ = 0, c_small_heap_ = 0;
+  unsigned shared_ = 0;
+  std::vector<uint64_t> sizes_;                       // by engine slot
+};
+
+}  // namespace sim
