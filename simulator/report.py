@@ -302,9 +302,11 @@ def markdown_report(rep: dict, figs: dict) -> str:
           "| recycled block allocations | recycled span reuses | small / large objects |",
           "|---|---|---|---|---|---|---|---|"]
     for name, c in rep["pages"].items():
-        L.append(f"| {name} | {c['huge_pages_acquired']:,} | {c['reclassifications_down']:,} | "
-                 f"{c['deadline_expiries']:,} | {c['class_increases']:,} | {c['recycled_block_allocs']:,} | "
-                 f"{c['recycled_span_reuses']:,} | {c['small_allocs']:,} / {c['large_allocs']:,} |")
+        # a policy made only of size-class heaps (size-classes:inf) has no LLAMA page counters
+        n = lambda k: "n/a" if c.get(k) is None else f"{c[k]:,}"  # noqa: E731
+        L.append(f"| {name} | {n('huge_pages_acquired')} | {n('reclassifications_down')} | "
+                 f"{n('deadline_expiries')} | {n('class_increases')} | {n('recycled_block_allocs')} | "
+                 f"{n('recycled_span_reuses')} | {n('small_allocs')} / {n('large_allocs')} |")
     if rep.get("coverage"):
         L += ["", "## Table coverage of the trace", "",
               "Stacks, objects and bytes of the trace whose context is in the table "

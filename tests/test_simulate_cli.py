@@ -230,15 +230,20 @@ def test_simulate_sampled_profile_says_it_is_sampled(proxy_profile, train_datase
     assert "**Sampled trace.**" in (out / "report.md").read_text()
 
 
-def test_simulate_policy_applies_to_every_llama_row(proxy_profile, train_dataset, tmp_path):
+# "segregated" places every object in size-class heaps: the report has no LLAMA page counters
+@pytest.mark.parametrize("policy,described", [
+    ("occupancy:0.9,own-blocks,divert-mixed", "occupancy:0.9,own-blocks,divert-mixed"),
+    ("segregated", "segregate-above:8,size-classes:inf")])
+def test_simulate_policy_applies_to_every_llama_row(proxy_profile, train_dataset, tmp_path, policy,
+                                                    described):
     out = tmp_path / "sim"
-    policy = "occupancy:0.9,own-blocks,divert-mixed"
     assert cli.main(["simulate", proxy_profile("v1"), "--train", train_dataset, "--out",
                      str(out), "--policy", policy]) == 0
     sim = json.loads((out / "simulation.json").read_text())
     llamas = [a["name"] for a in sim["allocators"] if a["kind"] == "llama"]
-    assert len(llamas) >= 5 and sim["settings"]["llama_policy"] == {n: policy for n in llamas}
+    assert len(llamas) >= 5 and sim["settings"]["llama_policy"] == {n: described for n in llamas}
     assert json.loads((out / "report.json").read_text())["settings"]["policy"] == policy
+    assert "## LLAMA pages" in (out / "report.md").read_text()
 
 
 # -- bad inputs: one line each ------------------------------------------------------------
