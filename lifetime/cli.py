@@ -318,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pprof_subcommand(sub)
     from interop.importing import add_parser as add_import_subcommand  # import
     add_import_subcommand(sub)
+    from lifetime.run import add_parser as add_run_subcommand  # run
+    add_run_subcommand(sub)
     return parser
 
 

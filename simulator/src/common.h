@@ -64,6 +64,15 @@ struct Bits256 {
   }
 };
 
+// Who backs huge page ids with memory: the real allocator (allocator/) sets these to
+// commit a page when its id is taken and return it to the OS when released; the simulator
+// leaves them null.  Called with [first, first + n).
+struct HugePageHooks {
+  void (*taken)(uint64_t first, uint64_t n) = nullptr;
+  void (*released)(uint64_t first, uint64_t n) = nullptr;
+};
+inline HugePageHooks huge_page_hooks;
+
 // Huge page ids (an address is id x 2 MiB + offset), shared by both allocators' rules:
 // take() reuses the most recently released id (LIFO), else a fresh one; take_fresh(n)
 // gives n fresh contiguous ids (an object of several huge pages).  Released ids are kept
@@ -73,19 +82,26 @@ class HugePageIds {
   // Ids start at `base` (a heap of several side by side: disjoint id ranges).
   explicit HugePageIds(uint64_t base = 0) : next_(base) {}
   uint64_t take() {
-    if (free_.empty()) return next_++;
-    Range& r = free_.back();
-    uint64_t id = r.first + --r.n;
-    if (r.n == 0) free_.pop_back();
+    uint64_t id;
+    if (free_.empty()) {
+      id = next_++;
+    } else {
+      Range& r = free_.back();
+      id = r.first + --r.n;
+      if (r.n == 0) free_.pop_back();
+    }
+    if (huge_page_hooks.taken) huge_page_hooks.taken(id, 1);
     return id;
   }
   uint64_t take_fresh(uint64_t n) {
     uint64_t id = next_;
     next_ += n;
+    if (huge_page_hooks.taken) huge_page_hooks.taken(id, n);
     return id;
   }
   // Releases first, first+1, ..., first+n-1 in that order: first+n-1 is reused first.
   void release(uint64_t first, uint64_t n) {
+    if (huge_page_hooks.released) huge_page_hooks.released(first, n);
     if (!free_.empty() && free_.back().first + free_.back().n == first) free_.back().n += n;
     else free_.push_back({first, n});
   }

@@ -1,0 +1,84 @@
+#include "backing.h"
+
+#include <sys/mman.h>
+
+#include <string>
+
+#include "fatal.h"
+#include "segregated.h"
+
+namespace lalloc {
+
+namespace {
+constexpr uint64_t kLocalMask = (uint64_t(1) << sim::SegregatedHeap::kIdShift) - 1;
+}
+
+void Backing::init(unsigned groups, uint64_t reserve_bytes) {
+  if (groups == 0 || groups > kMaxGroups) fatal("backing: 1 to 8 heaps");
+  per_group_pages_ = reserve_bytes / kHuge;
+  const uint64_t want = groups * per_group_pages_ * kHuge;
+  // Over-reserve by one huge page and trim, so the base is 2 MiB aligned.
+  void* p = mmap(nullptr, want + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    fatal(("cannot reserve " + std::to_string(want >> 30) + " GiB of address space (LIFETIME_ALLOC_RESERVE_GIB)").c_str());
+  uintptr_t raw = uintptr_t(p), base = (raw + kHuge - 1) & ~(kHuge - 1);
+  if (base > raw) munmap(p, base - raw);
+  if (base + want < raw + want + kHuge) munmap(reinterpret_cast<void*>(base + want), raw + want + kHuge - base - want);
+  base_ = base;
+  total_ = want;
+  groups_ = groups;
+}
+
+bool Backing::locate(uint64_t id, unsigned& g, uint64_t& local) const {
+  const uint64_t grp = id >> sim::SegregatedHeap::kIdShift;
+  local = id & kLocalMask;
+  g = unsigned(grp);
+  return grp < groups_ && local < per_group_pages_;
+}
+
+uintptr_t Backing::real(uint64_t abstract) const {
+  unsigned g;
+  uint64_t local;
+  if (!locate(abstract / kHuge, g, local)) return 0;
+  return base_ + (g * per_group_pages_ + local) * kHuge + abstract % kHuge;
+}
+
+void Backing::taken(uint64_t first, uint64_t n) {
+  live_pages_ += n;
+  if (live_pages_ > peak_pages_) peak_pages_ = live_pages_;
+  unsigned g;
+  uint64_t local;
+  if (!locate(first, g, local) || local + n > per_group_pages_) {
+    overflowed_ = true;
+    return;
+  }
+  if (local + n <= hw_[g]) return;  // already read/write (released pages stay mapped)
+  // Read/write up to the new high-water mark: one growing mapping per heap, no holes.
+  uintptr_t lo = base_ + (g * per_group_pages_ + hw_[g]) * kHuge;
+  uint64_t len = (local + n - hw_[g]) * kHuge;
+  if (mprotect(reinterpret_cast<void*>(lo), len, PROT_READ | PROT_WRITE) != 0) {
+    overflowed_ = true;  // the kernel refused (map count, overcommit): this allocation fails
+    return;
+  }
+  madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
+  hw_[g] = local + n;
+}
+
+void Backing::released(uint64_t first, uint64_t n) {
+  live_pages_ -= n;
+  unsigned g;
+  uint64_t local;
+  if (!locate(first, g, local)) return;  // an id that never got memory
+  uint64_t end = local + n < hw_[g] ? local + n : hw_[g];
+  if (end <= local) return;
+  madvise(reinterpret_cast<void*>(base_ + (g * per_group_pages_ + local) * kHuge), (end - local) * kHuge, MADV_DONTNEED);
+  returned_ += end - local;
+}
+
+uint64_t Backing::touched_bytes() const {
+  uint64_t pages = 0;
+  for (unsigned g = 0; g < groups_; ++g) pages += hw_[g];
+  return pages * kHuge;
+}
+
+}  // namespace lalloc

@@ -1,0 +1,42 @@
+#include "config.h"
+
+#include <cstdlib>
+
+#include "fatal.h"
+
+namespace lalloc {
+
+namespace {
+
+// A decimal integer in [lo, hi], or fatal naming the variable.
+uint64_t parse_uint(const char* var, const char* v, uint64_t lo, uint64_t hi) {
+  char* end = nullptr;
+  if (!*v || *v == '-' || *v == '+') fatal(var, ": not a number: '", v, "'");
+  unsigned long long x = std::strtoull(v, &end, 10);
+  if (*end) fatal(var, ": not a number: '", v, "'");
+  if (x < lo || x > hi) fatal(var, ": out of range: '", v, "'");
+  return x;
+}
+
+}  // namespace
+
+Config read_config() {
+  Config c;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_POLICY")) {
+    if (!*v) fatal("LIFETIME_ALLOC_POLICY: empty (give policy names, e.g. paper or baseline)");
+    c.policy = v;
+  }
+  if (const char* v = std::getenv("LIFETIME_ALLOC_PREDICTOR")) c.predictor = v;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_STATS")) c.stats_path = v;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_STATS_INTERVAL"))
+    c.stats_interval_ns = parse_uint("LIFETIME_ALLOC_STATS_INTERVAL", v, 1, 86400) * 1000000000ull;
+  if (c.stats_interval_ns && c.stats_path.empty())
+    fatal("LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS (where to write)");
+  if (const char* v = std::getenv("LIFETIME_ALLOC_CHECK"))
+    c.check_every = parse_uint("LIFETIME_ALLOC_CHECK", v, 0, uint64_t(1) << 40);
+  if (const char* v = std::getenv("LIFETIME_ALLOC_RESERVE_GIB"))
+    c.reserve_bytes = parse_uint("LIFETIME_ALLOC_RESERVE_GIB", v, 1, 4096) << 30;
+  return c;
+}
+
+}  // namespace lalloc

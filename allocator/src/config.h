@@ -1,0 +1,22 @@
+// The allocator's settings, read once from the environment at the first allocation.
+// A bad value is fatal: one line on stderr naming the variable and the problem, then
+// abort (a silently different allocator would measure the wrong thing).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lalloc {
+
+struct Config {
+  std::string policy = "paper";          // LIFETIME_ALLOC_POLICY: simulator policy names, or "baseline"
+  std::string predictor = "constant:0";  // LIFETIME_ALLOC_PREDICTOR
+  std::string stats_path;                // LIFETIME_ALLOC_STATS ("%p": the process id)
+  uint64_t stats_interval_ns = 0;        // LIFETIME_ALLOC_STATS_INTERVAL (seconds; 0: at exit only)
+  uint64_t check_every = 0;              // LIFETIME_ALLOC_CHECK (operations; 0: off)
+  uint64_t reserve_bytes = uint64_t(64) << 30;  // LIFETIME_ALLOC_RESERVE_GIB: address space per heap
+};
+
+Config read_config();
+
+}  // namespace lalloc

@@ -1,0 +1,338 @@
+#include "heap.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "baseline.h"
+#include "fatal.h"
+#include "internal_arena.h"
+#include "llama.h"
+#include "policy_heap.h"
+#include "segregated.h"
+#include "state.h"
+
+namespace lalloc {
+
+namespace {
+
+constexpr uint64_t kSmallAlign = 16;
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kMaxRequest = uint64_t(1) << 46;  // the trace format's limit (16 TiB) x 4
+constexpr unsigned kDeadlineK = 2;                    // the engine's default
+constexpr uint64_t kMs = 1000000;
+
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+// initial-exec: reading them never calls __tls_get_addr (which may malloc).
+__thread bool t_inside __attribute__((tls_model("initial-exec"))) = false;
+__thread uint32_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
+
+alignas(State) char g_mem[sizeof(State)];
+State* S = nullptr;
+
+uint64_t clock_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void on_taken(uint64_t first, uint64_t n) { S->backing.taken(first, n); }
+void on_released(uint64_t first, uint64_t n) { S->backing.released(first, n); }
+
+// Runs f; any exception out of the policy or the checker is fatal with its message (the
+// heap may be half-updated: no way to go on).
+template <class F>
+void guarded(const char* what, F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    fatal(what, e.what());
+  }
+}
+
+bool grouped(const sim::LlamaPolicy& p) {
+  return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
+}
+
+void init() {
+  S = new (g_mem) State();
+  S->cfg = read_config();
+  // The project's default lifetime classes (simulator/trace.py): 10 ms .. 1000 s, then inf.
+  S->classes.bounds_ns = {10 * kMs, 100 * kMs, 1000 * kMs, 10000 * kMs, 100000 * kMs, 1000000 * kMs};
+  const bool baseline = S->cfg.policy == "baseline";
+  sim::LlamaPolicy pol;
+  if (!baseline) {
+    try {
+      pol = sim::parse_llama_policy(S->cfg.policy, "LIFETIME_ALLOC_POLICY");
+    } catch (const std::exception& e) {
+      fatal(e.what(), " (or baseline)");
+    }
+  }
+  S->predictor = make_predictor(S->cfg.predictor, S->classes.num_classes());
+  S->backing.init(!baseline && grouped(pol) ? sim::SegregatedHeap::kMaxGroups : 1, S->cfg.reserve_bytes);
+  sim::huge_page_hooks = {on_taken, on_released};
+  guarded("policy: ", [&] {
+    if (baseline) S->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
+    else S->policy = sim::make_policy_heap("llama", S->classes, pol, kDeadlineK, false);
+  });
+  S->policy_name = baseline ? "baseline" : pol.describe();
+  S->start_ns = S->last_now = clock_ns();
+  if (S->cfg.stats_interval_ns) S->next_stats_ns = S->start_ns + S->cfg.stats_interval_ns;
+}
+
+// The lock, and "inside" for this thread: malloc from here on goes to the arena.
+class Inside {
+ public:
+  Inside() {
+    pthread_mutex_lock(&g_lock);
+    t_inside = true;
+    if (!S) init();
+    ++S->c.lock_acquisitions;
+  }
+  ~Inside() {
+    t_inside = false;
+    pthread_mutex_unlock(&g_lock);
+  }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+};
+
+// Time for the policy (deadlines): monotone across threads, since it is read under the lock.
+uint64_t tick() {
+  uint64_t now = std::max(clock_ns(), S->last_now);
+  S->last_now = now;
+  guarded("policy: ", [&] { S->policy->advance(now); });
+  return now;
+}
+
+uint32_t thread_id() {
+  if (!t_thread) t_thread = uint32_t(++S->c.threads);
+  return t_thread;
+}
+
+// ---------------------------------------------------------------- the checker
+
+void check_pages(uint64_t addr, uint64_t size) {
+  // As the engine does: an object's middle pages are its own, alike; check the ends.
+  uint64_t first = addr / Backing::kHuge, last = (addr + size - 1) / Backing::kHuge;
+  guarded("LIFETIME_ALLOC_CHECK: ", [&] {
+    for (uint64_t hp = first; hp <= last; ++hp) {
+      if (hp == first + 2 && last - first > 4) hp = last - 1;
+      S->policy->check_page(hp, S->shadow);
+    }
+  });
+}
+
+void full_check() {
+  ++S->c.checks;
+  guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->policy->check_all(S->shadow); });
+  // The translation: every live object's policy address maps to its real one.
+  if (S->shadow.count() != S->slot_of.size()) fatal("LIFETIME_ALLOC_CHECK: object table and shadow heap disagree in size");
+  for (const auto& [p, slot] : S->slot_of) {
+    auto [a, size] = S->policy->where(slot);
+    if (S->backing.real(a) != p || size != S->objs[slot].usable)
+      fatal("LIFETIME_ALLOC_CHECK: an object's real address or size disagrees with the policy's");
+  }
+}
+
+void after_op(uint64_t now) {
+  S->c.peak_huge_pages = std::max(S->c.peak_huge_pages, S->policy->live_huge_pages());
+  if (S->cfg.check_every && ++S->ops_since_check >= S->cfg.check_every) {
+    S->ops_since_check = 0;
+    full_check();
+  }
+  if (S->next_stats_ns && now >= S->next_stats_ns) {
+    S->next_stats_ns = now + S->cfg.stats_interval_ns;
+    ++S->c.stats_writes;
+    write_stats(*S, now);
+  }
+}
+
+// ---------------------------------------------------------------- objects
+
+void* direct_alloc(size_t size, size_t align) {
+  // Beyond a huge page: the policy's multi-huge-page objects take fresh ids that are never
+  // reused (HugePageIds::take_fresh), which a long-running program would run past any
+  // reservation; until the policy reuses them, such objects get their own mapping.
+  if (align < kPage) align = kPage;
+  const uint64_t len = ((size + kPage - 1) & ~(kPage - 1)) + align - kPage;
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const uintptr_t p = (uintptr_t(m) + align - 1) & ~uintptr_t(align - 1);
+  Inside in;
+  S->direct.emplace(p, State::Direct{uintptr_t(m), len, uintptr_t(m) + len - p, size});
+  Counters& c = S->c;
+  ++c.direct_objects;
+  ++c.direct_allocs;
+  c.direct_bytes += len;
+  c.peak_direct_bytes = std::max(c.peak_direct_bytes, c.direct_bytes);
+  c.total_requested += size;
+  after_op(S->last_now);
+  return reinterpret_cast<void*>(p);
+}
+
+uint32_t take_slot() {
+  if (!S->free_slots.empty()) {
+    uint32_t s = S->free_slots.back();
+    S->free_slots.pop_back();
+    return s;
+  }
+  if (S->objs.size() >= UINT32_MAX) fatal("more than 2^32-1 live objects");
+  S->objs.push_back({});
+  return uint32_t(S->objs.size() - 1);
+}
+
+void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
+  const uint64_t usable = (std::max<uint64_t>(size, 1) + kSmallAlign - 1) & ~(kSmallAlign - 1);
+  Inside in;
+  const uint64_t now = tick();
+  const uint32_t slot = take_slot();
+  const int cls = S->predictor->predict({usable, uint32_t(align), ra});
+  const sim::AllocRequest q{slot, usable, uint32_t(align), thread_id(), cls, now, ra};
+  uint64_t a = 0;
+  S->backing.clear_overflow();
+  guarded("policy: ", [&] { a = S->policy->alloc(q); });
+  const uintptr_t p = S->backing.real(a);
+  if (S->backing.overflowed() || !p || !S->backing.real(a + usable - 1)) {
+    // Past the reservation: give the object back and fail (ENOMEM).
+    guarded("policy: ", [&] { S->policy->free(slot, now); });
+    S->free_slots.push_back(slot);
+    ++S->c.failed_allocs;
+    return nullptr;
+  }
+  // Usable: what the policy placed (the baseline rounds up to its size class).
+  const uint64_t placed = std::max(usable, S->policy->where(slot).second);
+  S->objs[slot] = {p, placed, size, usable};
+  S->slot_of.emplace(p, slot);
+  Counters& c = S->c;
+  ++c.allocs;
+  c.peak_objects = std::max(c.peak_objects, ++c.live_objects);
+  c.live_requested += size;
+  c.peak_requested = std::max(c.peak_requested, c.live_requested);
+  c.total_requested += size;
+  c.live_usable += placed;
+  if (S->cfg.check_every) {
+    guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->shadow.on_alloc("lifetime_alloc", a, usable, slot); });
+    if (S->cfg.check_every == 1) check_pages(a, usable);  // per page: costs the page's objects
+  }
+  after_op(now);
+  return reinterpret_cast<void*>(p);
+}
+
+bool fits_policy(size_t size, size_t align) {
+  // The policy's large objects pad by the alignment beyond its 8 KiB blocks / pages.
+  return size + (align > 8192 ? align : 0) <= Backing::kHuge;
+}
+
+}  // namespace
+
+void* allocate(size_t size, size_t align, uintptr_t ra) {
+  if (align < kSmallAlign) align = kSmallAlign;
+  if (t_inside) return arena::alloc(size, align);
+  if (size > kMaxRequest || align > kMaxRequest) return nullptr;
+  if (!fits_policy(size, align)) return direct_alloc(size, align);
+  return policy_alloc(size, align, ra);
+}
+
+void* allocate_zeroed(size_t size, uintptr_t ra) {
+  void* p = allocate(size, kSmallAlign, ra);
+  // Policy memory is reused; a direct mapping is fresh from the kernel (zero).
+  if (p && (t_inside || fits_policy(size, kSmallAlign))) std::memset(p, 0, size);
+  return p;
+}
+
+void deallocate(void* p) {
+  if (!p) return;
+  if (arena::owns(p)) {
+    if (t_inside) {
+      arena::free(p);
+    } else {
+      Inside in;
+      arena::free(p);
+    }
+    return;
+  }
+  if (t_inside) fatal("free of a program's pointer from inside the allocator");
+  Inside in;
+  const uintptr_t key = reinterpret_cast<uintptr_t>(p);
+  Counters& c = S->c;
+  if (S->backing.contains(p)) {
+    auto it = S->slot_of.find(key);
+    if (it == S->slot_of.end()) fatal("free(): invalid pointer or double free");
+    const uint32_t slot = it->second;
+    S->slot_of.erase(it);
+    const uint64_t now = tick();
+    const State::Obj& o = S->objs[slot];
+    uint64_t a = 0;
+    if (S->cfg.check_every) {
+      a = S->policy->where(slot).first;
+      guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->shadow.on_free("lifetime_alloc", a, slot); });
+    }
+    guarded("policy: ", [&] { S->policy->free(slot, now); });
+    if (S->cfg.check_every == 1) check_pages(a, o.asked);
+    ++c.frees;
+    --c.live_objects;
+    c.live_requested -= o.requested;
+    c.live_usable -= o.usable;
+    S->free_slots.push_back(slot);
+    after_op(now);
+    return;
+  }
+  auto d = S->direct.find(key);
+  if (d != S->direct.end()) {
+    munmap(reinterpret_cast<void*>(d->second.map), d->second.len);
+    --c.direct_objects;
+    c.direct_bytes -= d->second.len;
+    ++c.frees;
+    S->direct.erase(d);
+    after_op(S->last_now);
+    return;
+  }
+  ++c.foreign_frees;  // memory from before the preload (the dynamic loader's own): leave it
+}
+
+size_t usable_size(const void* p) {
+  if (!p) return 0;
+  if (arena::owns(p)) return arena::usable(p);
+  if (t_inside) return 0;
+  Inside in;
+  const uintptr_t key = reinterpret_cast<uintptr_t>(p);
+  if (S->backing.contains(p)) {
+    auto it = S->slot_of.find(key);
+    return it == S->slot_of.end() ? 0 : S->objs[it->second].usable;
+  }
+  auto d = S->direct.find(key);
+  return d == S->direct.end() ? 0 : d->second.usable;
+}
+
+void* reallocate(void* p, size_t size, uintptr_t ra) {
+  if (!p) return allocate(size, kSmallAlign, ra);
+  const size_t old = usable_size(p);
+  if (old == 0) fatal("realloc(): invalid pointer");
+  // Keep the block when the new size fits and wastes at most half of it.
+  if (size <= old && size >= old / 2) return p;
+  void* q = allocate(size, kSmallAlign, ra);
+  if (!q) return nullptr;
+  std::memcpy(q, p, std::min(old, size));
+  deallocate(p);
+  return q;
+}
+
+void fork_prepare() { pthread_mutex_lock(&g_lock); }
+void fork_release() { pthread_mutex_unlock(&g_lock); }
+
+void write_final_stats() {
+  // A process that never allocated still reports (an all-zero heap).
+  if (t_inside || (!S && !std::getenv("LIFETIME_ALLOC_STATS"))) return;
+  Inside in;
+  if (S->cfg.stats_path.empty()) return;
+  write_stats(*S, clock_ns());
+}
+
+}  // namespace lalloc

@@ -1,0 +1,25 @@
+// The allocator proper: the simulator's policy heap (sim::HeapAllocator) placing objects
+// in real memory.  Every function may be called from any thread; called from inside the
+// allocator (the policy's own containers), they are served by the metadata arena.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lalloc {
+
+// nullptr on failure; errno is the caller's business (malloc_api.cc).
+void* allocate(size_t size, size_t align, uintptr_t return_address);
+void* allocate_zeroed(size_t size, uintptr_t return_address);
+void deallocate(void* p);
+size_t usable_size(const void* p);  // 0: nullptr or not ours
+// nullptr on failure (p stays valid); size 0 is the caller's business.
+void* reallocate(void* p, size_t size, uintptr_t return_address);
+
+// pthread_atfork: the lock is held across fork, released on both sides.
+void fork_prepare();
+void fork_release();
+// At exit: the final stats file (LIFETIME_ALLOC_STATS).
+void write_final_stats();
+
+}  // namespace lalloc

@@ -1,0 +1,53 @@
+// The allocator's state: the policy heap, its real memory, the object table and the
+// counters.  One instance, built at the first allocation, touched only under the lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator.h"
+#include "backing.h"
+#include "config.h"
+#include "predictor.h"
+#include "trace.h"
+
+namespace lalloc {
+
+struct Counters {
+  uint64_t allocs = 0, frees = 0, failed_allocs = 0, foreign_frees = 0;
+  uint64_t live_objects = 0, peak_objects = 0;
+  uint64_t live_requested = 0, peak_requested = 0, total_requested = 0, live_usable = 0;
+  uint64_t direct_objects = 0, direct_bytes = 0, peak_direct_bytes = 0, direct_allocs = 0;
+  uint64_t lock_acquisitions = 0, checks = 0, stats_writes = 0, threads = 0;
+  uint64_t peak_huge_pages = 0;
+};
+
+struct State {
+  Config cfg;
+  sim::ClassScheme classes;
+  std::string policy_name;  // "baseline" or the LLAMA policy's names ("paper", ...)
+  std::unique_ptr<sim::HeapAllocator> policy;
+  std::unique_ptr<Predictor> predictor;
+  Backing backing;
+  // Objects of the policy, by the engine-style slot id the policy knows them by.
+  // usable: malloc_usable_size; requested: the program's size; asked: what the policy was
+  // asked for (requested rounded to 16 B), the size the checker's shadow heap knows.
+  struct Obj { uintptr_t addr; uint64_t usable, requested, asked; };
+  std::vector<Obj> objs;
+  std::vector<uint32_t> free_slots;
+  std::unordered_map<uintptr_t, uint32_t> slot_of;  // real address -> slot
+  // Objects beyond a huge page: their own mapping (README.md says why).
+  struct Direct { uintptr_t map; uint64_t len, usable, requested; };
+  std::unordered_map<uintptr_t, Direct> direct;
+  sim::ShadowHeap shadow;  // LIFETIME_ALLOC_CHECK only
+  uint64_t ops_since_check = 0, last_now = 0, next_stats_ns = 0, start_ns = 0;
+  Counters c;
+};
+
+// Writes the stats JSON to cfg.stats_path ("%p" -> pid), atomically (temp file + rename).
+void write_stats(const State& s, uint64_t now_ns);
+
+}  // namespace lalloc

@@ -1,0 +1,85 @@
+// LIFETIME_ALLOC_STATS: the policy's own counters beside the real allocator's.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "json.h"
+#include "state.h"
+
+namespace lalloc {
+
+namespace {
+
+std::string expand(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
+      out += std::to_string(getpid());
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_stats(const State& s, uint64_t now_ns) {
+  const Counters& c = s.c;
+  sim::JsonWriter j;
+  j.begin_object();
+  j.kv("pid", uint64_t(getpid()));
+  j.kv("policy", s.policy_name);
+  j.kv("predictor", s.predictor->describe());
+  j.kv("uptime_ns", now_ns - s.start_ns);
+  j.kv("live_huge_pages", s.policy->live_huge_pages());
+  j.kv("peak_huge_pages", c.peak_huge_pages);
+  j.kv("objects", c.live_objects + c.direct_objects);
+  j.kv("policy_objects", c.live_objects);
+  j.kv("peak_policy_objects", c.peak_objects);
+  j.kv("direct_objects", c.direct_objects);
+  j.kv("allocs", c.allocs);
+  j.kv("frees", c.frees);
+  j.kv("failed_allocs", c.failed_allocs);
+  j.kv("foreign_frees", c.foreign_frees);
+  j.kv("direct_allocs", c.direct_allocs);
+  j.kv("bytes_requested", c.live_requested);
+  j.kv("peak_bytes_requested", c.peak_requested);
+  j.kv("total_bytes_requested", c.total_requested);
+  j.kv("bytes_usable", c.live_usable);
+  j.kv("direct_bytes", c.direct_bytes);
+  j.kv("peak_direct_bytes", c.peak_direct_bytes);
+  j.kv("reserved_bytes", s.backing.reserved_bytes());
+  j.kv("committed_bytes", s.backing.committed_bytes());
+  j.kv("peak_committed_bytes", s.backing.peak_committed_bytes());
+  j.kv("touched_bytes", s.backing.touched_bytes());
+  j.kv("huge_pages_returned", s.backing.pages_returned());
+  j.kv("lock_acquisitions", c.lock_acquisitions);
+  j.kv("threads", c.threads);
+  j.kv("checks", c.checks);
+  j.key("counters");
+  j.begin_object();
+  for (const auto& [k, v] : s.policy->counters()) j.kv(k, v);
+  j.end_object();
+  j.end_object();
+  j.newline();
+
+  const std::string path = expand(s.cfg.stats_path);
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd < 0) return;  // an unwritable stats file must not take the program down
+  const std::string& text = j.str();
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t w = ::write(fd, text.data() + off, text.size() - off);
+    if (w <= 0) break;
+    off += size_t(w);
+  }
+  ::close(fd);
+  if (off == text.size()) std::rename(tmp.c_str(), path.c_str());
+  else ::unlink(tmp.c_str());
+}
+
+}  // namespace lalloc

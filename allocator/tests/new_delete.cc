@@ -1,0 +1,78 @@
+// Every operator new / delete form: plain, array, nothrow, aligned (up to 64 KiB),
+// sized delete; bad_alloc and nothrow failure; STL containers churned by 4 threads.
+#include <malloc.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define DIE(msg) do { std::fprintf(stderr, "%s\n", msg); std::exit(1); } while (0)
+
+struct alignas(64) Line { char b[64]; };
+struct alignas(65536) Big { char b[100]; };
+
+template <class T> void aligned_ok(T* p) { if (reinterpret_cast<uintptr_t>(p) % alignof(T)) DIE("misaligned new"); }
+
+int main() {
+  for (int r = 0; r < 200; ++r) {
+    int* a = new int(5);
+    int* b = new int[100];
+    int* c = new (std::nothrow) int;
+    int* d = new (std::nothrow) int[7];
+    Line* l = new Line;
+    Line* la = new Line[9];
+    Big* g = new Big;
+    Big* ga = new Big[3];
+    aligned_ok(l); aligned_ok(la); aligned_ok(g); aligned_ok(ga);
+    for (size_t al = 16; al <= 65536; al <<= 1) {
+      void* p = ::operator new(al + 3, std::align_val_t(al));
+      if (reinterpret_cast<uintptr_t>(p) % al) DIE("operator new(align) misaligned");
+      ::operator delete(p, al + 3, std::align_val_t(al));
+      p = ::operator new[](al, std::align_val_t(al), std::nothrow);
+      if (!p || reinterpret_cast<uintptr_t>(p) % al) DIE("operator new[](align, nothrow)");
+      ::operator delete[](p, std::align_val_t(al), std::nothrow);
+      p = ::operator new(al, std::align_val_t(al), std::nothrow);
+      ::operator delete(p, std::align_val_t(al));
+      p = ::operator new[](al, std::align_val_t(al));
+      ::operator delete[](p, al, std::align_val_t(al));
+    }
+    void* s = ::operator new(100);
+    ::operator delete(s, 100);
+    s = ::operator new[](100);
+    ::operator delete[](s, 100);
+    s = ::operator new(10, std::nothrow);
+    ::operator delete(s, std::nothrow);
+    s = ::operator new[](10, std::nothrow);
+    ::operator delete[](s, std::nothrow);
+    delete a; delete[] b; delete c; delete[] d; delete l; delete[] la; delete g; delete[] ga;
+  }
+  bool threw = false;
+  try {
+    void* p = ::operator new(SIZE_MAX / 2);
+    ::operator delete(p);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  if (!threw) DIE("operator new(huge) did not throw");
+  if (::operator new(SIZE_MAX / 2, std::nothrow)) DIE("nothrow new(huge) returned memory");
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([t] {
+      std::map<int, std::string> m;
+      std::vector<std::vector<int>> vs;
+      for (int i = 0; i < 20000; ++i) {
+        m[(i * 7919 + t) % 5000] = std::string(size_t(i % 300), char('a' + i % 26));
+        vs.emplace_back(size_t(i % 100), i);
+        if (vs.size() > 500) vs.erase(vs.begin(), vs.begin() + 250);
+      }
+      for (auto& [k, v] : m) if (!v.empty() && v[0] != v.back()) DIE("string corrupted");
+    });
+  for (auto& t : ts) t.join();
+  std::puts("ok");
+  return 0;
+}

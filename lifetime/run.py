@@ -1,0 +1,146 @@
+"""`lifetime run --allocator NAME [--policy P] [--predictor constant:C] [--stats FILE] -- CMD ARGS...`
+(wired into lifetime/cli.py): runs one command under one allocator through LD_PRELOAD,
+returns its exit status and prints a one-line summary on stderr.
+
+NAME is `llama` (allocator/, liblifetime_alloc.so: the simulator's heap policy on real
+memory), `glibc` (no preload) or a Debian package's allocator for comparison.  The
+summary has the command's peak RSS (wait4) and wall time, and for llama the allocator's
+own figures from its stats file (LIFETIME_ALLOC_STATS, written by the command's first
+process; children write their own files, which are not summarized).  The command runs
+under allocator/tools/run_measured.c, which measures it with wait4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+from lifetime.errors import LifetimeError, UsageError
+from lifetime.files import writable_parent
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# name -> (library file, Debian package)
+SYSTEM_ALLOCATORS = {
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
+    "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
+    "tcmalloc-gperftools": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+}
+ALLOCATORS = ("llama", "glibc", *SYSTEM_ALLOCATORS)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run", help="run a command under an allocator (LLAMA's, glibc, jemalloc, ...)",
+        description="Runs CMD with the chosen malloc preloaded (LD_PRELOAD, appended to any "
+                    "already set), exits with its status and prints a one-line summary "
+                    "(peak RSS, wall time; for llama the heap's huge pages and objects) on "
+                    "stderr.")
+    p.add_argument("--allocator", required=True, choices=ALLOCATORS)
+    p.add_argument("--policy", metavar="NAME[,NAME...]",
+                   help="llama: the simulator's policy names (default: the paper's), or "
+                        "`baseline` for the TCMalloc-like size-class heap")
+    p.add_argument("--predictor", metavar="constant:C",
+                   help="llama: lifetime class for every object (default: constant:0)")
+    p.add_argument("--stats", metavar="FILE",
+                   help="llama: also keep the allocator's stats JSON of the command's process")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
+    p.set_defaults(func=run)
+
+
+def _built(name: str, env_var: str) -> str:
+    env = os.environ.get(env_var)
+    path = pathlib.Path(env) if env else ROOT / "build" / "allocator" / name
+    if not path.exists():
+        raise LifetimeError(f"{path} is not built: run `make native`")
+    return str(path)
+
+
+def library(name: str) -> str | None:
+    """The library to preload for allocator `name` (None: glibc, nothing to preload)."""
+    if name == "glibc":
+        return None
+    if name == "llama":
+        return _built("liblifetime_alloc.so", "LIFETIME_ALLOC_LIB")
+    lib, package = SYSTEM_ALLOCATORS[name]
+    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    for d in (f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib", "/lib"):
+        if os.path.exists(os.path.join(d, lib)):
+            return os.path.join(d, lib)
+    raise LifetimeError(f"--allocator {name}: {lib} not found (install the Debian package {package})")
+
+
+def _mib(kib: int) -> str:
+    return f"{kib / 1024:.1f} MiB"
+
+
+def summary(name: str, status: int, maxrss_kib: int, wall_s: float, stats: dict | None) -> str:
+    head = name if not stats else f"{name} ({stats['policy']}, {stats['predictor']})"
+    line = f"lifetime run: {head}: exit {status}, peak RSS {_mib(maxrss_kib)}, wall {wall_s:.2f} s"
+    if name == "llama":
+        if stats is None:
+            line += "; no allocator stats (the command's process wrote none)"
+        else:
+            line += (f"; huge pages {stats['live_huge_pages']} live, {stats['peak_huge_pages']} peak"
+                     f"; objects {stats['objects']} live, {stats['allocs']} allocated"
+                     f"; {stats['lock_acquisitions']} lock acquisitions")
+    return line
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not cmd:
+        raise UsageError("no command given (usage: lifetime run --allocator NAME -- CMD ARGS...)")
+    if args.allocator != "llama":
+        for opt in ("policy", "predictor", "stats"):
+            if getattr(args, opt) is not None:
+                raise UsageError(f"--{opt} is an option of --allocator llama")
+    if args.stats:
+        writable_parent(args.stats, "--stats")
+    lib = library(args.allocator)
+    launcher = _built("lifetime_run_measured", "LIFETIME_RUN_MEASURED")
+    env = os.environ.copy()
+    preload = ""
+    if lib:
+        preload = f"{env['LD_PRELOAD']}:{lib}" if env.get("LD_PRELOAD") else lib
+    with tempfile.TemporaryDirectory(prefix="lifetime-run-") as tmp:
+        if args.allocator == "llama":
+            env["LIFETIME_ALLOC_STATS"] = os.path.join(tmp, "stats.%p.json")
+            if args.policy is not None:
+                env["LIFETIME_ALLOC_POLICY"] = args.policy
+            if args.predictor is not None:
+                env["LIFETIME_ALLOC_PREDICTOR"] = args.predictor
+        measured = os.path.join(tmp, "measured")
+        start = time.monotonic()
+        proc = subprocess.Popen([launcher, measured, preload, *cmd], env=env)
+        # The command shares the terminal: Ctrl-C is its to handle; we wait and report.
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.wait()
+        finally:
+            signal.signal(signal.SIGINT, old)
+        wall = time.monotonic() - start
+        try:
+            with open(measured, encoding="ascii") as f:
+                fields = dict(kv.split("=", 1) for kv in f.read().split())
+        except OSError:
+            raise LifetimeError(f"the launcher {launcher} failed (exit {proc.returncode})") from None
+        status, pid, maxrss = int(fields["status"]), int(fields["pid"]), int(fields["maxrss_kib"])
+        stats = None
+        stats_file = os.path.join(tmp, f"stats.{pid}.json")
+        if args.allocator == "llama" and os.path.exists(stats_file):
+            with open(stats_file, encoding="utf-8") as f:
+                stats = json.load(f)
+            if args.stats:
+                shutil.copyfile(stats_file, args.stats)
+    print(summary(args.allocator, status, maxrss, wall, stats), file=sys.stderr)
+    return status

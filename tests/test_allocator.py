@@ -1,0 +1,166 @@
+"""The LLAMA allocator (allocator/, liblifetime_alloc.so) under LD_PRELOAD: the stress
+drivers of allocator/tests with the policy's invariant checker on (LIFETIME_ALLOC_CHECK),
+for the paper's policy and the others a real run would pick; bad settings; the stats
+file; real programs through `lifetime run` against glibc."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from lifetime import cli
+from tests.proxy_support import proxy_binary
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build" / "allocator"
+LIB = BUILD / "liblifetime_alloc.so"
+POLICIES = ("paper", "baseline", "tolerant", "segregated")
+# driver -> (arguments, checker period): each a few seconds at most with the checker on
+DRIVERS = {
+    "threads_xfree": (["3000"], 997),
+    "realloc_storm": (["3000"], 997),
+    "alignment": ([], 97),
+    "calloc_errno": ([], 997),
+    "fork_threads": ([], 997),
+    "new_delete": ([], 20011),
+}
+
+
+def built(path: pathlib.Path) -> pathlib.Path:
+    if not path.exists():
+        pytest.fail(f"{path} is not built: run `make native`")
+    return path
+
+
+def preload_env(**settings) -> dict:
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = str(built(LIB))
+    for k in list(env):
+        if k.startswith("LIFETIME_ALLOC_"):
+            del env[k]
+    env.update({f"LIFETIME_ALLOC_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_stress_driver_with_checker(driver, policy, tmp_path):
+    args, every = DRIVERS[driver]
+    stats = tmp_path / "stats.%p.json"
+    env = preload_env(policy=policy, check=every, stats=stats)
+    proc = subprocess.run([str(built(BUILD / "tests" / f"alloc_{driver}")), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+    main = json.loads((tmp_path / f"stats.{_pid_of(tmp_path, proc)}.json").read_text())
+    assert main["checks"] >= 1 and main["failed_allocs"] == 0
+    assert main["allocs"] > 0 and main["objects"] <= main["allocs"]
+
+
+def _pid_of(tmp_path, proc) -> int:
+    """The driver's own stats file: the one with the most allocations (fork_threads' children
+    write theirs too)."""
+    files = sorted(tmp_path.glob("stats.*.json"))
+    assert files, "no stats file written"
+    best = max(files, key=lambda f: json.loads(f.read_text())["allocs"])
+    return int(best.name.split(".")[1])
+
+
+def test_stats_file_fields_and_interval(tmp_path):
+    stats = tmp_path / "s.json"
+    env = preload_env(stats=stats, stats_interval=1, predictor="constant:3")
+    code = "import time\nfor i in range(25):\n    x = [bytes(1000) for _ in range(200)]\n    time.sleep(0.06)\n"
+    subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONMALLOC": "malloc"}, check=True,
+                   timeout=60)
+    s = json.loads(stats.read_text())
+    assert s["policy"] == "paper" and s["predictor"] == "constant:3"
+    for key in ("live_huge_pages", "peak_huge_pages", "objects", "bytes_requested", "reserved_bytes",
+                "committed_bytes", "touched_bytes", "lock_acquisitions", "counters"):
+        assert key in s, key
+    assert s["counters"]["huge_pages_acquired"] >= s["peak_huge_pages"] >= 1
+    assert s["committed_bytes"] == s["live_huge_pages"] * 2 * 1024 * 1024
+    assert s["allocs"] > 5000 and s["lock_acquisitions"] >= s["allocs"]
+
+
+@pytest.mark.parametrize("var, value, says", [
+    ("policy", "bogus", "LIFETIME_ALLOC_POLICY: unknown policy 'bogus'"),
+    ("policy", "size-classes,occupancy", "LIFETIME_ALLOC_POLICY: size-classes replaces"),
+    ("predictor", "constant:8", "LIFETIME_ALLOC_PREDICTOR: constant:C takes a class index 0..7"),
+    ("predictor", "model:x", "LIFETIME_ALLOC_PREDICTOR: unknown predictor 'model:x'"),
+    ("check", "-1", "LIFETIME_ALLOC_CHECK: not a number"),
+    ("stats_interval", "5", "LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS"),
+])
+def test_bad_settings_abort_with_one_line(var, value, says):
+    proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(**{var: value}), capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == -6  # abort
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lifetime_alloc: " + says), proc.stderr
+
+
+def lifetime_run(capfd, allocator, *cmd, extra=()):
+    rc = cli.main(["run", "--allocator", allocator, *extra, "--", *cmd])
+    out, err = capfd.readouterr()
+    return rc, out, err
+
+
+def test_run_python_sort_gzip_like_glibc(capfd, tmp_path):
+    """Real programs under `lifetime run --allocator llama`: same status and output as glibc."""
+    data = tmp_path / "data.txt"
+    data.write_text("".join(f"{(i * 7919) % 100003} line {i}\n" for i in range(200000)))  # ~3.5 MB
+    py = ("import json; d = {str(i): [i] * (i % 7) for i in range(200000)}; "
+          "s = json.dumps(d); print(len(s), sum(len(v) for v in json.loads(s).values()))")
+    programs = [  # (command, whether its own process writes stats: dash leaves with _exit)
+        (["env", "PYTHONMALLOC=malloc", sys.executable, "-c", py], True),
+        (["sort", "-n", str(data)], True),
+        (["sh", "-c", f"gzip -c {data} | gzip -dc | md5sum"], False),
+    ]
+    stats = tmp_path / "llama.json"
+    for cmd, has_stats in programs:
+        rc_g, out_g, _ = lifetime_run(capfd, "glibc", *cmd)
+        for policy in ("paper", "baseline"):
+            rc_l, out_l, err = lifetime_run(capfd, "llama", *cmd,
+                                            extra=("--policy", policy, "--stats", str(stats)))
+            assert (rc_l, out_l) == (rc_g, out_g), (cmd, policy, err)
+            head = f"llama ({policy}, constant:0)" if has_stats else "llama"
+            assert err.startswith(f"lifetime run: {head}: exit 0, peak RSS"), err
+    assert json.loads(stats.read_text())["allocs"] > 0
+
+
+def test_run_checker_on_python(tmp_path):
+    """CPython with every allocation in malloc, the checker on, objects freed in bulk."""
+    code = ("import random\nr = random.Random(1)\nkeep = []\n"
+            "for i in range(30000):\n    keep.append({'k': 'x' * r.randrange(1, 3000)})\n"
+            "    if len(keep) > 2000: del keep[:1000]\nprint('done')\n")
+    env = preload_env(check=5000, policy="paper")
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONMALLOC": "malloc"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+
+
+def test_run_proxy_workload(capfd):
+    rc, _, err = lifetime_run(capfd, "llama", str(proxy_binary("v1")), "--seconds", "2", "--threads", "2",
+                              extra=("--policy", "tolerant"))
+    assert rc == 0, err
+    assert "huge pages" in err
+
+
+def test_run_usage_errors(capfd):
+    assert cli.main(["run", "--allocator", "glibc", "--policy", "paper", "--", "true"]) == 1
+    assert "--policy is an option of --allocator llama" in capfd.readouterr().err
+    assert cli.main(["run", "--allocator", "llama"]) == 1
+    assert "no command given" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "mimalloc", "tcmalloc-gperftools"])
+def test_run_system_allocators(capfd, allocator):
+    rc, out, err = lifetime_run(capfd, allocator, "sh", "-c", "echo hi; exit 5")
+    if "not found (install the Debian package" in err:
+        pytest.skip(err.strip())
+    assert (rc, out) == (5, "hi\n")
+    assert err.startswith(f"lifetime run: {allocator}: exit 5, peak RSS")
