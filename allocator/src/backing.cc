@@ -24,6 +24,10 @@ void Backing::init(unsigned groups, uint64_t reserve_bytes) {
   uintptr_t raw = uintptr_t(p), base = (raw + kHuge - 1) & ~(kHuge - 1);
   if (base > raw) munmap(p, base - raw);
   if (base + want < raw + want + kHuge) munmap(reinterpret_cast<void*>(base + want), raw + want + kHuge - base - want);
+  void* idx = mmap(nullptr, want / 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (idx == MAP_FAILED)
+    fatal(("cannot reserve " + std::to_string(want >> 32) + " GiB of address space for the object table (LIFETIME_ALLOC_RESERVE_GIB)").c_str());
+  index_ = static_cast<uint32_t*>(idx);
   base_ = base;
   total_ = want;
   groups_ = groups;
@@ -71,7 +75,9 @@ void Backing::released(uint64_t first, uint64_t n) {
   if (!locate(first, g, local)) return;  // an id that never got memory
   uint64_t end = local + n < hw_[g] ? local + n : hw_[g];
   if (end <= local) return;
-  madvise(reinterpret_cast<void*>(base_ + (g * per_group_pages_ + local) * kHuge), (end - local) * kHuge, MADV_DONTNEED);
+  const uint64_t off = (g * per_group_pages_ + local) * kHuge, len = (end - local) * kHuge;
+  madvise(reinterpret_cast<void*>(base_ + off), len, MADV_DONTNEED);
+  madvise(index_ + off / 16, len / 4, MADV_DONTNEED);  // no object lives there: all zero
   returned_ += end - local;
 }
 

@@ -24,6 +24,14 @@ class Backing {
   // sim::huge_page_hooks, through heap.cc.
   void taken(uint64_t first, uint64_t n);
   void released(uint64_t first, uint64_t n);
+  // The object table: the slot of the object starting at p (its policy id), or kNoSlot.
+  // One uint32 per 16-byte granule of the reservation, in address space reserved beside
+  // it and touched only where objects live (4 bytes per 16 of touched heap at most);
+  // a released huge page's entries go back with it.
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  uint32_t slot_at(uintptr_t p) const { return p % 16 ? kNoSlot : index_[(p - base_) / 16] - 1; }
+  void set_slot(uintptr_t p, uint32_t slot) { index_[(p - base_) / 16] = slot + 1; }
+  void clear_slot(uintptr_t p) { index_[(p - base_) / 16] = 0; }
   // A taken id fell outside its reservation since the last clear (the allocation fails).
   bool overflowed() const { return overflowed_; }
   void clear_overflow() { overflowed_ = false; }
@@ -38,6 +46,7 @@ class Backing {
   static constexpr unsigned kMaxGroups = 8;
   bool locate(uint64_t id, unsigned& g, uint64_t& local) const;
   uintptr_t base_ = 0;
+  uint32_t* index_ = nullptr;
   uint64_t total_ = 0, per_group_pages_ = 0;
   unsigned groups_ = 0;
   uint64_t hw_[kMaxGroups] = {};  // local ids below are read/write

@@ -56,6 +56,9 @@ void guarded(const char* what, F f) {
   }
 }
 
+// What the policy is asked for: the request rounded up to the 16-byte alignment.
+uint64_t asked(uint64_t size) { return (std::max<uint64_t>(size, 1) + kSmallAlign - 1) & ~(kSmallAlign - 1); }
+
 bool grouped(const sim::LlamaPolicy& p) {
   return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
 }
@@ -133,12 +136,16 @@ void full_check() {
   ++S->c.checks;
   guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->policy->check_all(S->shadow); });
   // The translation: every live object's policy address maps to its real one.
-  if (S->shadow.count() != S->slot_of.size()) fatal("LIFETIME_ALLOC_CHECK: object table and shadow heap disagree in size");
-  for (const auto& [p, slot] : S->slot_of) {
+  uint64_t live = 0;
+  for (uint32_t slot = 0; slot < S->objs.size(); ++slot) {
+    const State::Obj& o = S->objs[slot];
+    if (!o.addr) continue;
+    ++live;
     auto [a, size] = S->policy->where(slot);
-    if (S->backing.real(a) != p || size != S->objs[slot].usable)
-      fatal("LIFETIME_ALLOC_CHECK: an object's real address or size disagrees with the policy's");
+    if (S->backing.real(a) != o.addr || S->backing.slot_at(o.addr) != slot || size != o.usable)
+      fatal("LIFETIME_ALLOC_CHECK: an object's real address, table entry or size disagrees with the policy's");
   }
+  if (live != S->shadow.count()) fatal("LIFETIME_ALLOC_CHECK: object table and shadow heap disagree in size");
 }
 
 void after_op(uint64_t now) {
@@ -189,7 +196,7 @@ uint32_t take_slot() {
 }
 
 void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
-  const uint64_t usable = (std::max<uint64_t>(size, 1) + kSmallAlign - 1) & ~(kSmallAlign - 1);
+  const uint64_t usable = asked(size);
   Inside in;
   const uint64_t now = tick();
   const uint32_t slot = take_slot();
@@ -208,8 +215,8 @@ void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
   }
   // Usable: what the policy placed (the baseline rounds up to its size class).
   const uint64_t placed = std::max(usable, S->policy->where(slot).second);
-  S->objs[slot] = {p, placed, size, usable};
-  S->slot_of.emplace(p, slot);
+  S->objs[slot] = {p, uint32_t(placed), uint32_t(size)};
+  S->backing.set_slot(p, slot);
   Counters& c = S->c;
   ++c.allocs;
   c.peak_objects = std::max(c.peak_objects, ++c.live_objects);
@@ -263,10 +270,9 @@ void deallocate(void* p) {
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   Counters& c = S->c;
   if (S->backing.contains(p)) {
-    auto it = S->slot_of.find(key);
-    if (it == S->slot_of.end()) fatal("free(): invalid pointer or double free");
-    const uint32_t slot = it->second;
-    S->slot_of.erase(it);
+    const uint32_t slot = S->backing.slot_at(key);
+    if (slot == Backing::kNoSlot) fatal("free(): invalid pointer or double free");
+    S->backing.clear_slot(key);
     const uint64_t now = tick();
     const State::Obj& o = S->objs[slot];
     uint64_t a = 0;
@@ -275,11 +281,12 @@ void deallocate(void* p) {
       guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->shadow.on_free("lifetime_alloc", a, slot); });
     }
     guarded("policy: ", [&] { S->policy->free(slot, now); });
-    if (S->cfg.check_every == 1) check_pages(a, o.asked);
+    if (S->cfg.check_every == 1) check_pages(a, asked(o.requested));
     ++c.frees;
     --c.live_objects;
     c.live_requested -= o.requested;
     c.live_usable -= o.usable;
+    S->objs[slot].addr = 0;
     S->free_slots.push_back(slot);
     after_op(now);
     return;
@@ -304,8 +311,8 @@ size_t usable_size(const void* p) {
   Inside in;
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   if (S->backing.contains(p)) {
-    auto it = S->slot_of.find(key);
-    return it == S->slot_of.end() ? 0 : S->objs[it->second].usable;
+    const uint32_t slot = S->backing.slot_at(key);
+    return slot == Backing::kNoSlot ? 0 : S->objs[slot].usable;
   }
   auto d = S->direct.find(key);
   return d == S->direct.end() ? 0 : d->second.usable;

@@ -32,13 +32,13 @@ struct State {
   std::unique_ptr<sim::HeapAllocator> policy;
   std::unique_ptr<Predictor> predictor;
   Backing backing;
-  // Objects of the policy, by the engine-style slot id the policy knows them by.
-  // usable: malloc_usable_size; requested: the program's size; asked: what the policy was
-  // asked for (requested rounded to 16 B), the size the checker's shadow heap knows.
-  struct Obj { uintptr_t addr; uint64_t usable, requested, asked; };
+  // Objects of the policy, by the engine-style slot id the policy knows them by (the
+  // real address -> slot table is Backing's).  addr 0: a free slot.  usable:
+  // malloc_usable_size; requested: the program's size (the policy was asked for it
+  // rounded up to 16 B, the size the checker's shadow heap knows).
+  struct Obj { uintptr_t addr; uint32_t usable, requested; };
   std::vector<Obj> objs;
   std::vector<uint32_t> free_slots;
-  std::unordered_map<uintptr_t, uint32_t> slot_of;  // real address -> slot
   // Objects beyond a huge page: their own mapping (README.md says why).
   struct Direct { uintptr_t map; uint64_t len, usable, requested; };
   std::unordered_map<uintptr_t, Direct> direct;
