@@ -15,11 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define LT_HIDDEN __attribute__((visibility("hidden")))
-#define LT_LIKELY(x) __builtin_expect(!!(x), 1)
-#define LT_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define LT_NOINLINE __attribute__((noinline))
-#define LT_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+#include "runtime.h"
 
 #define LT_SAMPLER_VERSION "lifetime-sampler 1.0"
 
@@ -76,46 +72,6 @@ enum { LT_END_EXIT = 1, LT_END_IMMEDIATE_EXIT = 2, LT_END_EXEC = 3 };
 /* ---- process state ---- */
 enum { LT_UNINIT = 0, LT_INITIALIZING = 1, LT_ACTIVE = 2, LT_DISABLED = 3,
        LT_FINISHING = 4, LT_FINISHED = 5 };
-
-/* ---- futex lock: 0 free, 1 held, 2 held with waiters ---- */
-typedef struct { _Atomic int v; } lt_lock;
-LT_HIDDEN void lt_lock_wait(lt_lock *l);
-LT_HIDDEN void lt_lock_wake(lt_lock *l);
-static inline void lt_lock_acquire(lt_lock *l) {
-  int expected = 0;
-  if (LT_LIKELY(atomic_compare_exchange_strong_explicit(&l->v, &expected, 1,
-                                                        memory_order_acquire,
-                                                        memory_order_relaxed)))
-    return;
-  lt_lock_wait(l);
-}
-static inline int lt_lock_try(lt_lock *l) {
-  int expected = 0;
-  return atomic_compare_exchange_strong_explicit(&l->v, &expected, 1, memory_order_acquire,
-                                                 memory_order_relaxed);
-}
-static inline void lt_lock_release(lt_lock *l) {
-  if (LT_UNLIKELY(atomic_exchange_explicit(&l->v, 0, memory_order_release) == 2))
-    lt_lock_wake(l);
-}
-static inline void lt_lock_reset(lt_lock *l) { atomic_store_explicit(&l->v, 0, memory_order_relaxed); }
-
-/* ---- per-thread state (initial-exec TLS: one %fs-relative access) ---- */
-struct lt_thread {
-  uint64_t countdown;      /* fast path: sample/fold work once this many bytes are gone */
-  uint64_t seg;            /* countdown at the start of the current segment */
-  int64_t sample_rem;      /* bytes to the next Poisson sample point */
-  int64_t fold_rem;        /* bytes to the next fold into the global clock */
-  uint64_t pending_bytes;  /* allocated bytes not yet folded */
-  uint64_t allocs;         /* allocations not yet folded */
-  uint64_t rng;
-  uintptr_t stack_lo, stack_hi; /* this thread's stack, for the unwinder's bounds */
-  uint32_t tid;
-  uint8_t in_sampler;      /* recursion guard: nested calls go to the real allocator */
-  uint8_t initialized;
-  uint8_t stack_known;
-};
-extern __thread struct lt_thread lt_tls __attribute__((tls_model("initial-exec")));
 
 /* ---- records ---- */
 struct lt_live {            /* a sampled object that is still live */
@@ -183,21 +139,6 @@ struct lt_global {
 };
 extern struct lt_global lt_g;
 
-/* ---- helpers (sampler.c) ---- */
-LT_HIDDEN uint64_t lt_mono_ns(void);
-LT_HIDDEN int64_t lt_unix_ns(void);
-LT_HIDDEN void lt_log(const char *a, const char *b, const char *c);
-LT_HIDDEN void *lt_map(size_t bytes);
-LT_HIDDEN uint32_t lt_gettid(void);
-LT_HIDDEN uint32_t lt_getpid(void);
-LT_HIDDEN size_t lt_strlcpy(char *dst, const char *src, size_t cap);
-LT_HIDDEN char *lt_utoa(uint64_t v, char *buf); /* returns pointer to digits in buf[24] */
-/* open/openat for every descriptor the sampler opens: the result is O_CLOEXEC and at
- * or above LT_FD_FLOOR (bounded by RLIMIT_NOFILE), never in the host's low range. */
-#define LT_FD_FLOOR 1000
-LT_HIDDEN int lt_open_high(const char *path, int flags, mode_t mode);
-LT_HIDDEN int lt_openat_high(int dirfd, const char *path, int flags, mode_t mode);
-
 /* ---- stacks.c ---- */
 LT_HIDDEN int lt_stacks_init(void); /* sized by lt_g.full_trace */
 LT_HIDDEN uint32_t lt_stack_intern(const uintptr_t *frames, int depth, int truncated);
@@ -261,7 +202,6 @@ LT_HIDDEN void lt_thread_stack_bounds(struct lt_thread *t);
 
 /* ---- procinfo.c ---- */
 LT_HIDDEN size_t lt_read_file(const char *path, char *buf, size_t cap);
-LT_HIDDEN void lt_program_name(char *exe, size_t exe_cap, const char **base);
 struct lt_pb;
 LT_HIDDEN void lt_maps_reset(void);
 /* Encodes every executable file-backed mapping not yet written to this file as
@@ -285,7 +225,6 @@ LT_HIDDEN extern const struct lt_done *lt_flush_extra;
 LT_HIDDEN void lt_flush_reset_child(void);
 LT_HIDDEN int lt_flush_init(void);
 LT_HIDDEN extern char lt_program[256];
-LT_HIDDEN extern char lt_exe[4096];
 
 /* ---- symtab.c: in-process symbolizer (no malloc on lookup) ---- */
 LT_HIDDEN int lt_symtab_refresh(void);   /* index loaded modules; start-up and dlopen */

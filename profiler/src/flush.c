@@ -31,7 +31,6 @@
 
 char lt_program[256];
 const struct lt_done *lt_flush_extra;
-char lt_exe[4096];
 
 static uint8_t *chunk; /* LT_TFRECORD_HEAD + LT_CHUNK_CAP + LT_TFRECORD_FOOT */
 static struct lt_pb pb;

@@ -30,14 +30,6 @@ size_t lt_read_file(const char *path, char *buf, size_t cap) {
   return n;
 }
 
-void lt_program_name(char *exe, size_t cap, const char **base) {
-  ssize_t n = readlink("/proc/self/exe", exe, cap - 1);
-  if (n < 0) n = 0;
-  exe[n] = 0;
-  const char *slash = strrchr(exe, '/');
-  *base = slash ? slash + 1 : exe;
-}
-
 /* ---- build ids of loaded objects, by load segment ---- */
 
 #define SEG_CAP 4096

@@ -482,7 +482,7 @@ LT_NO_SANITIZE static inline int rd(const struct bounds *b, uintptr_t addr, uint
     return 1;
   }
   struct iovec local = {out, 8}, remote = {(void *)addr, 8};
-  return syscall(SYS_process_vm_readv, (long)lt_g.pid, &local, 1L, &remote, 1L, 0L) == 8;
+  return syscall(SYS_process_vm_readv, (long)lt_getpid(), &local, 1L, &remote, 1L, 0L) == 8;
 }
 
 static void set_bounds(struct bounds *b, const struct lt_thread *t, uintptr_t sp) {
