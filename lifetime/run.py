@@ -1,4 +1,5 @@
-"""`lifetime run --allocator NAME [--policy P] [--predictor constant:C] [--stats FILE] -- CMD ARGS...`
+"""`lifetime run --allocator NAME [--policy P] [--predictor constant:C | --model EXPORT_DIR]
+[--stats FILE] -- CMD ARGS...`
 (wired into lifetime/cli.py): runs one command under one allocator through LD_PRELOAD,
 returns its exit status and prints a one-line summary on stderr.
 
@@ -6,7 +7,10 @@ NAME is `llama` (allocator/, liblifetime_alloc.so: the simulator's heap policy o
 memory), `glibc` (no preload) or a Debian package's allocator for comparison.  The
 summary has the command's peak RSS (wait4) and wall time, and for llama the allocator's
 own figures from its stats file (LIFETIME_ALLOC_STATS, written by the command's first
-process; children write their own files, which are not summarized).  The command runs
+process; children write their own files, which are not summarized).  `--model` predicts
+each object's class with an exported model: its plugin (profiler.launch.model_plugin, the
+sampler's and the simulator's) is built or fetched from build/model_plugins and passed as
+LIFETIME_ALLOC_PREDICTOR=model:PLUGIN.  The command runs
 under allocator/tools/run_measured.c, which measures it with wait4.
 """
 
@@ -51,6 +55,9 @@ def add_parser(sub) -> None:
                         "`baseline` for the TCMalloc-like size-class heap")
     p.add_argument("--predictor", metavar="constant:C",
                    help="llama: lifetime class for every object (default: constant:0)")
+    p.add_argument("--model", metavar="EXPORT_DIR",
+                   help="llama: predict each object's class with this exported model "
+                        "(`lifetime export` output; its plugin is built once and cached)")
     p.add_argument("--stats", metavar="FILE",
                    help="llama: also keep the allocator's stats JSON of the command's process")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
@@ -93,6 +100,11 @@ def summary(name: str, status: int, maxrss_kib: int, wall_s: float, stats: dict 
             line += (f"; huge pages {stats['live_huge_pages']} live, {stats['peak_huge_pages']} peak"
                      f"; objects {stats['objects']} live, {stats['allocs']} allocated"
                      f"; {stats['lock_acquisitions']} lock acquisitions")
+            pred = stats.get("prediction", {})
+            if "model_runs" in pred:
+                hit = pred["cache_hits"] / pred["lookups"] if pred["lookups"] else 0.0
+                line += (f"; model cache {hit:.1%} hits of {pred['lookups']} lookups, "
+                         f"{pred['model_runs']} model runs (p50 {pred['model_ns_p50'] / 1000:.1f} us)")
     return line
 
 
@@ -101,12 +113,19 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("no command given (usage: lifetime run --allocator NAME -- CMD ARGS...)")
     if args.allocator != "llama":
-        for opt in ("policy", "predictor", "stats"):
+        for opt in ("policy", "predictor", "model", "stats"):
             if getattr(args, opt) is not None:
                 raise UsageError(f"--{opt} is an option of --allocator llama")
+    if args.model is not None and args.predictor is not None:
+        raise UsageError("--model and --predictor both choose the predictor: give one")
     if args.stats:
         writable_parent(args.stats, "--stats")
     lib = library(args.allocator)
+    predictor = args.predictor
+    if args.model is not None:
+        from profiler.launch import model_plugin  # the export's checks, and the build cache
+
+        predictor = f"model:{model_plugin(args.model)}"
     launcher = _built("lifetime_run_measured", "LIFETIME_RUN_MEASURED")
     env = os.environ.copy()
     preload = ""
@@ -117,8 +136,8 @@ def run(args: argparse.Namespace) -> int:
             env["LIFETIME_ALLOC_STATS"] = os.path.join(tmp, "stats.%p.json")
             if args.policy is not None:
                 env["LIFETIME_ALLOC_POLICY"] = args.policy
-            if args.predictor is not None:
-                env["LIFETIME_ALLOC_PREDICTOR"] = args.predictor
+            if predictor is not None:
+                env["LIFETIME_ALLOC_PREDICTOR"] = predictor
         measured = os.path.join(tmp, "measured")
         start = time.monotonic()
         proc = subprocess.Popen([launcher, measured, preload, *cmd], env=env)

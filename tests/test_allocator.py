@@ -91,7 +91,8 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("policy", "bogus", "LIFETIME_ALLOC_POLICY: unknown policy 'bogus'"),
     ("policy", "size-classes,occupancy", "LIFETIME_ALLOC_POLICY: size-classes replaces"),
     ("predictor", "constant:8", "LIFETIME_ALLOC_PREDICTOR: constant:C takes a class index 0..7"),
-    ("predictor", "model:x", "LIFETIME_ALLOC_PREDICTOR: unknown predictor 'model:x'"),
+    ("predictor", "bogus:x", "LIFETIME_ALLOC_PREDICTOR: unknown predictor 'bogus:x'"),
+    ("predictor", "model:", "LIFETIME_ALLOC_PREDICTOR: model:PLUGIN takes the model plugin's path"),
     ("check", "-1", "LIFETIME_ALLOC_CHECK: not a number"),
     ("stats_interval", "5", "LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS"),
 ])

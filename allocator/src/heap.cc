@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -35,6 +36,9 @@ __thread uint32_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
 
 alignas(State) char g_mem[sizeof(State)];
 State* S = nullptr;
+// S once built (release, after init): read without the lock by the prediction, which
+// runs before the lock is taken.
+std::atomic<State*> g_built{nullptr};
 
 uint64_t clock_ns() {
   timespec ts;
@@ -87,6 +91,7 @@ void init() {
   S->policy_name = baseline ? "baseline" : pol.describe();
   S->start_ns = S->last_now = clock_ns();
   if (S->cfg.stats_interval_ns) S->next_stats_ns = S->start_ns + S->cfg.stats_interval_ns;
+  g_built.store(S, std::memory_order_release);
 }
 
 // The lock, and "inside" for this thread: malloc from here on goes to the arena.
@@ -195,12 +200,26 @@ uint32_t take_slot() {
   return uint32_t(S->objs.size() - 1);
 }
 
+State* built() {
+  State* s = g_built.load(std::memory_order_acquire);
+  if (__builtin_expect(!s, 0)) {
+    Inside in;  // builds it
+    s = S;
+  }
+  return s;
+}
+
 void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
   const uint64_t usable = asked(size);
+  // Predict first, then lock: the model (a miss: stack, symbols, the network) runs
+  // while other threads allocate.
+  const Prediction pred = built()->predictor->predict({usable, uint32_t(align), ra});
   Inside in;
   const uint64_t now = tick();
   const uint32_t slot = take_slot();
-  const int cls = S->predictor->predict({usable, uint32_t(align), ra});
+  const int cls = pred.cls;
+  ++S->c.by_source[size_t(pred.source)];
+  ++S->c.class_allocs[size_t(cls) < Counters::kMaxClasses ? cls : Counters::kMaxClasses - 1];
   const sim::AllocRequest q{slot, usable, uint32_t(align), thread_id(), cls, now, ra};
   uint64_t a = 0;
   S->backing.clear_overflow();
@@ -333,6 +352,15 @@ void* reallocate(void* p, size_t size, uintptr_t ra) {
 
 void fork_prepare() { pthread_mutex_lock(&g_lock); }
 void fork_release() { pthread_mutex_unlock(&g_lock); }
+void fork_child() {
+  pthread_mutex_unlock(&g_lock);
+  if (State* s = g_built.load(std::memory_order_acquire)) s->predictor->fork_child();
+}
+
+void start_predictor() {
+  // Outside the lock: loading a model dlopens (and the loader mallocs).
+  built()->predictor->start();
+}
 
 void write_final_stats() {
   // A process that never allocated still reports (an all-zero heap).

@@ -19,6 +19,9 @@ void* reallocate(void* p, size_t size, uintptr_t return_address);
 // pthread_atfork: the lock is held across fork, released on both sides.
 void fork_prepare();
 void fork_release();
+void fork_child();  // fork_release, and the predictor's own locks
+// The library constructor: the predictor loads what it needs (the model plugin).
+void start_predictor();
 // At exit: the final stats file (LIFETIME_ALLOC_STATS).
 void write_final_stats();
 

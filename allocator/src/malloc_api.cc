@@ -122,7 +122,8 @@ LALLOC_API size_t malloc_usable_size(void* p) { return lalloc::usable_size(p); }
 
 // Fork safety: nobody is inside the heap while the child is made.
 __attribute__((constructor)) static void lalloc_start() {
-  pthread_atfork(lalloc::fork_prepare, lalloc::fork_release, lalloc::fork_release);
+  pthread_atfork(lalloc::fork_prepare, lalloc::fork_release, lalloc::fork_child);
+  lalloc::start_predictor();  // the model plugin, if any: here, never inside an allocation
 }
 
 __attribute__((destructor)) static void lalloc_stop() { lalloc::write_final_stats(); }

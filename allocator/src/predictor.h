@@ -1,12 +1,17 @@
-// The seam for lifetime prediction on the allocation path.  This slice has the constant
-// predictor only (LIFETIME_ALLOC_PREDICTOR=constant:C); the model predictor (stack
-// capture, the exported model, the §2.3 cache keyed by return address, stack height and
-// size class) is the next slice and implements the same interface.
+// The seam for lifetime prediction on the allocation path: constant:C, and model:PLUGIN
+// (the exported model's shared plugin, as profiler.launch.model_plugin builds it).  The
+// allocator asks for a class before it takes its lock (heap.cc: predict first, then
+// lock), so predict() is thread-safe and must not call malloc (see ModelPredictor for
+// the one place the model's plugin may, and how that is guarded).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+
+namespace sim {
+class JsonWriter;
+}
 
 namespace lalloc {
 
@@ -17,16 +22,42 @@ struct AllocSite {
   uintptr_t return_address;  // the caller of malloc / operator new
 };
 
+// Where a class came from (counted per allocation under the allocator's lock).
+enum class Source : uint8_t {
+  kConstant,      // constant:C
+  kHit,           // the model's §2.3 cache
+  kMiss,          // not cached: stack captured, context cut, model run
+  kRevalidation,  // cached, but the model ran again (the cache's revalidate_every)
+  kNested,        // an allocation made while this thread was predicting: the fallback
+  kEarly,         // before the model was loaded (the library constructor): the fallback
+  kFailed,        // the model ran and failed: the fallback
+  kCount
+};
+const char* source_name(Source s);
+
+struct Prediction {
+  int cls;
+  Source source;
+};
+
 class Predictor {
  public:
   virtual ~Predictor() = default;
-  // A lifetime class in [0, num_classes).  Called under the allocator's lock; must not
-  // call malloc (it runs inside the allocator: malloc would go to the metadata arena).
-  virtual int predict(const AllocSite& site) = 0;
+  // A lifetime class in [0, num_classes).  Called outside the allocator's lock, from any
+  // thread.
+  virtual Prediction predict(const AllocSite& site) = 0;
+  // The library constructor (never inside an allocation): load what predict needs.
+  // A predictor that cannot serve is fatal here (one line, abort).
+  virtual void start() {}
+  // fork child (the lock-free parts of the prediction path reset their locks).
+  virtual void fork_child() {}
   virtual std::string describe() const = 0;
+  // Predictor-specific stats (a JSON object's members).
+  virtual void stats(sim::JsonWriter&) const {}
 };
 
-// Parses LIFETIME_ALLOC_PREDICTOR ("constant:C", 0 <= C < num_classes); fatal on a bad one.
+// Parses LIFETIME_ALLOC_PREDICTOR ("constant:C", 0 <= C < num_classes, or
+// "model:PLUGIN"); fatal on a bad one.
 std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes);
 
 }  // namespace lalloc

@@ -59,6 +59,17 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("lock_acquisitions", c.lock_acquisitions);
   j.kv("threads", c.threads);
   j.kv("checks", c.checks);
+  j.key("prediction");
+  j.begin_object();
+  const auto src = [&](Source x) { return c.by_source[size_t(x)]; };
+  j.kv("lookups", src(Source::kHit) + src(Source::kMiss) + src(Source::kRevalidation));
+  for (size_t i = 0; i < size_t(Source::kCount); ++i) j.kv(source_name(Source(i)), c.by_source[i]);
+  j.key("class_allocs");
+  j.begin_array();
+  for (int k = 0; k < s.classes.num_classes() && k < int(Counters::kMaxClasses); ++k) j.value(c.class_allocs[k]);
+  j.end_array();
+  s.predictor->stats(j);
+  j.end_object();
   j.key("counters");
   j.begin_object();
   for (const auto& [k, v] : s.policy->counters()) j.kv(k, v);

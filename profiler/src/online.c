@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "lifetime_model.h"
+#include "online.h"
 
 #define POOL 4
 #define NAME_CAP 256   /* bytes kept of a frame string; the model reads its first tokens */
@@ -41,7 +42,17 @@ static lt_lock pool_lock[POOL];
  * a whole stack (LT_MAX_FRAMES), so no model depth is ever cut short (128 KiB of bss,
  * untouched without a model; too big for a malloc caller's stack). */
 static char pool_names[POOL][LT_MAX_FRAMES][NAME_CAP];
-static int enabled;
+/* The allocator's lazy path (lt_online_classify), per predictor, under its pool_lock:
+ * the captured stack and the context's frame lengths and pointers (for the served hook). */
+static uintptr_t pool_stack[POOL][LT_MAX_FRAMES];
+static size_t pool_lengths[POOL][LT_MAX_FRAMES];
+static const char *pool_ptrs[POOL][LT_MAX_FRAMES];
+static const char **pool_frame_ptrs(unsigned slot, int n) {
+  for (int i = 0; i < n; i++) pool_ptrs[slot][i] = pool_names[slot][i];
+  return pool_ptrs[slot];
+}
+static _Atomic int enabled;
+static const lifetime_model_info *model_info;
 /* The context's depth: the model's max_frames (its ContextDefinition, exported in
  * lifetime_model_info), exactly as the dataset cut it.  A stack holds at most
  * LT_MAX_FRAMES frames, so a deeper model reads at most that many, offline too. */
@@ -50,23 +61,24 @@ struct lt_online_stats lt_online;
 char lt_model_path[4096];
 char lt_model_id[128];
 
-#define RESOLVE(field, name)                                  \
-  do {                                                        \
-    *(void **)&api.field = dlsym(h, name);                    \
-    if (!api.field) {                                         \
-      lt_log("LIFETIME_MODEL_LIB: ", name, " not found; predictions off"); \
-      return;                                                 \
-    }                                                         \
+/* The reason a load failed, for the caller's one line: "<name> not found", ... */
+static int refuse(char *why, size_t cap, const char *a, const char *b, const char *c) {
+  size_t n = 0;
+  const char *parts[3] = {a, b, c};
+  for (int i = 0; i < 3 && cap; i++)
+    if (parts[i] && n < cap - 1) n += lt_strlcpy(why + n, parts[i], cap - n);
+  return 0;
+}
+
+#define RESOLVE(field, name)                                    \
+  do {                                                          \
+    *(void **)&api.field = dlsym(h, name);                      \
+    if (!api.field) return refuse(why, why_cap, name, " not found", NULL); \
   } while (0)
 
-void lt_online_init(void) {
-  const char *path = getenv("LIFETIME_MODEL_LIB");
-  if (!path || !*path) return;
+int lt_online_load(const char *path, char *why, size_t why_cap) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    lt_log("LIFETIME_MODEL_LIB: cannot load ", path, "; predictions off");
-    return;
-  }
+  if (!h) return refuse(why, why_cap, "cannot load ", path, NULL);
   RESOLVE(info, "lifetime_model_get_info");
   RESOLVE(create, "lifetime_predictor_create");
   RESOLVE(cache_tl, "lifetime_cache_thread_local");
@@ -74,36 +86,44 @@ void lt_online_init(void) {
   RESOLVE(cache_stats, "lifetime_cache_get_stats");
   for (int i = 0; i < POOL; i++) {
     pool[i] = api.create();
-    if (!pool[i]) {
-      lt_log("LIFETIME_MODEL_LIB: cannot create a predictor; predictions off", NULL, NULL);
-      return;
-    }
+    if (!pool[i]) return refuse(why, why_cap, "cannot create a predictor", NULL, NULL);
   }
-  if (!lt_symtab_refresh()) {
-    lt_log("LIFETIME_MODEL_LIB: cannot index symbols; predictions off", NULL, NULL);
-    return;
-  }
+  if (!lt_symtab_refresh()) return refuse(why, why_cap, "cannot index symbols", NULL, NULL);
   const lifetime_model_info *info = api.info();
-  if (!info->context_version || strcmp(info->context_version, CONTEXT_VERSION) != 0) {
-    lt_log("LIFETIME_MODEL_LIB: the model's context definition is not ", CONTEXT_VERSION,
-           "; predictions off");
-    return;
-  }
-  if (!lt_context_set_wrappers(info->wrappers, info->num_wrappers)) {
-    lt_log("LIFETIME_MODEL_LIB: too many allocation wrappers; predictions off", NULL, NULL);
-    return;
-  }
-  if (info->max_frames < 1) {
-    lt_log("LIFETIME_MODEL_LIB: the model reads no frames; predictions off", NULL, NULL);
-    return;
-  }
+  if (!info->context_version || strcmp(info->context_version, CONTEXT_VERSION) != 0)
+    return refuse(why, why_cap, "the model's context definition is not ", CONTEXT_VERSION, NULL);
+  if (!lt_context_set_wrappers(info->wrappers, info->num_wrappers))
+    return refuse(why, why_cap, "too many allocation wrappers", NULL, NULL);
+  if (info->max_frames < 1) return refuse(why, why_cap, "the model reads no frames", NULL, NULL);
   model_frames = info->max_frames < LT_MAX_FRAMES ? info->max_frames : LT_MAX_FRAMES;
   lt_strlcpy(lt_model_path, path, sizeof lt_model_path);
   lt_strlcpy(lt_model_id, info->model_id ? info->model_id : "", sizeof lt_model_id);
-  enabled = 1;
+  model_info = info;
+  atomic_store_explicit(&enabled, 1, memory_order_release);
+  return 1;
 }
 
-int lt_online_enabled(void) { return enabled; }
+void lt_online_init(void) {
+  const char *path = getenv("LIFETIME_MODEL_LIB");
+  if (!path || !*path) return;
+  char why[600];
+  if (!lt_online_load(path, why, sizeof why))
+    lt_log("LIFETIME_MODEL_LIB: ", why, "; predictions off");
+}
+
+int lt_online_open(const char *path, char *why, size_t why_cap) {
+  const char *base;
+  if (!lt_exe[0]) lt_program_name(lt_exe, sizeof lt_exe, &base);
+  if (!lt_unwind_prepare()) return refuse(why, why_cap, "cannot map the unwinder's rule cache", NULL, NULL);
+  lt_unwind_init(LT_UNWIND_BUILTIN);
+  return lt_online_load(path, why, why_cap);
+}
+
+const lifetime_model_info *lt_online_model_info(void) {
+  return atomic_load_explicit(&enabled, memory_order_acquire) ? model_info : NULL;
+}
+
+int lt_online_enabled(void) { return atomic_load_explicit(&enabled, memory_order_relaxed); }
 
 void lt_online_reset_child(void) {
   for (int i = 0; i < POOL; i++) lt_lock_reset(&pool_lock[i]);
@@ -111,14 +131,31 @@ void lt_online_reset_child(void) {
 }
 
 struct frames_ctx {
-  const uintptr_t *addresses;
+  const uintptr_t *addresses; /* NULL: captured in get_frames (lt_online_classify) */
   int start, depth; /* the context's first frame (lt_context_start), the stack's depth */
   char (*names)[NAME_CAP];
+  size_t *lengths;  /* the context's frame lengths, for the served hook */
+  int frames;       /* frames given to the model; -1: get_frames did not run */
+  uintptr_t caller_ra;  /* lazy: where the capture starts (the allocator's caller) */
+  uint64_t t0;          /* lazy: when get_frames started */
+  unsigned slot;        /* lazy: the pool entry (its stack buffer) */
 };
+
+static int context_of(const uintptr_t *addresses, int depth);
+static void refresh_due(uint64_t now);
 
 /* lifetime_frames_fn: the context's frame strings. */
 static int get_frames(void *opaque, const char **frames, size_t *lengths, int max_frames) {
   struct frames_ctx *c = opaque;
+  if (!c->addresses) { /* lazy: the stack only now that the model must run */
+    c->t0 = lt_mono_ns();
+    refresh_due(c->t0);
+    uintptr_t *stack = pool_stack[c->slot];
+    int truncated = 0;
+    c->depth = lt_capture(stack, LT_MAX_FRAMES, c->caller_ra, &truncated, &lt_tls);
+    c->start = context_of(stack, c->depth);
+    c->addresses = stack;
+  }
   int n = 0;
   if (max_frames > model_frames) max_frames = model_frames;
   for (int i = c->start; i < c->depth && n < max_frames; i++, n++) {
@@ -127,7 +164,9 @@ static int get_frames(void *opaque, const char **frames, size_t *lengths, int ma
     size_t len = lt_symbolize(c->addresses[i], c->names[n], NAME_CAP, &base, &resolved);
     lengths[n] = lt_normalize_frame(c->names[n], len);
     frames[n] = c->names[n];
+    if (c->lengths) c->lengths[n] = lengths[n];
   }
+  c->frames = n;
   atomic_fetch_add_explicit(&lt_online.model_runs, 1, memory_order_relaxed);
   return n;
 }
@@ -158,13 +197,11 @@ int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra, uintp
                       size_t size, int *cache_hit, uint64_t *ns) {
   if (!enabled) return -1;
   uint64_t t0 = lt_mono_ns();
-  int kinds[LT_MAX_FRAMES];
   if (depth > LT_MAX_FRAMES) depth = LT_MAX_FRAMES;
-  for (int i = 0; i < depth; i++) kinds[i] = frame_kind(addresses[i]);
-  int start = lt_context_start(kinds, depth);
+  int start = context_of(addresses, depth);
   if (start < depth) ra = addresses[start];
   unsigned slot = (unsigned)lt_tls.tid % POOL;
-  struct frames_ctx ctx = {addresses, start, depth, pool_names[slot]};
+  struct frames_ctx ctx = {addresses, start, depth, pool_names[slot], NULL, -1, 0, 0, slot};
   lifetime_cache *cache = api.cache_tl();
   lifetime_cache_stats before, after;
   api.cache_stats(cache, &before);
@@ -183,5 +220,64 @@ int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra, uintp
                             memory_order_relaxed);
   atomic_fetch_add_explicit(&lt_online.total_ns, *ns, memory_order_relaxed);
   if (cls < 0) atomic_fetch_add_explicit(&lt_online.failures, 1, memory_order_relaxed);
+  return cls;
+}
+
+/* The context's first frame in a captured stack (kinds memoized per address). */
+static int context_of(const uintptr_t *addresses, int depth) {
+  int kinds[LT_MAX_FRAMES];
+  if (depth > LT_MAX_FRAMES) depth = LT_MAX_FRAMES;
+  for (int i = 0; i < depth; i++) kinds[i] = frame_kind(addresses[i]);
+  return lt_context_start(kinds, depth);
+}
+
+/* ---------------- on the allocation path (the LLAMA allocator) ----------------
+ * The §2.3 order: the cache first, keyed by what the allocator has in registers (its
+ * caller's return address, the stack height, the size class); only a miss (or a
+ * revalidation) captures the stack, cuts the context and runs the model, all inside
+ * get_frames.  Modules dlopen'ed since the last index become known here, at most once
+ * per LT_REFRESH_NS, as the sampler's periodic flush does it. */
+#define LT_REFRESH_NS 1000000000ull
+static _Atomic uint64_t next_refresh_ns;
+static __thread uint64_t seen_revalidations __attribute__((tls_model("initial-exec")));
+static lt_online_served_fn served_hook;
+
+static void refresh_due(uint64_t now) {
+  uint64_t due = atomic_load_explicit(&next_refresh_ns, memory_order_relaxed);
+  if (now >= due && atomic_compare_exchange_strong(&next_refresh_ns, &due, now + LT_REFRESH_NS) &&
+      due)
+    lt_symtab_refresh(); /* the first miss only arms it: indexed at load */
+}
+
+void lt_online_set_served(lt_online_served_fn fn) { served_hook = fn; }
+
+int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
+                       struct lt_online_call *out) {
+  struct lt_thread *t = &lt_tls;
+  if (LT_UNLIKELY(!t->stack_known)) {
+    if (!t->tid) t->tid = lt_gettid();
+    lt_thread_stack_bounds(t);
+  }
+  uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
+  unsigned slot = t->tid % POOL;
+  struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
+  lifetime_cache *cache = api.cache_tl();
+  lt_lock_acquire(&pool_lock[slot]);
+  int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
+  if (LT_UNLIKELY(ctx.frames >= 0) && served_hook)
+    served_hook(cls, (const char *const *)pool_frame_ptrs(slot, ctx.frames), ctx.lengths,
+                ctx.frames, ctx.depth);
+  lt_lock_release(&pool_lock[slot]);
+  out->cls = cls;
+  out->ran = 0;
+  out->ns = 0;
+  out->frames = ctx.frames;
+  if (LT_LIKELY(ctx.frames < 0)) return cls;
+  /* the model ran: a miss, or a revalidation of a cached entry */
+  lifetime_cache_stats st;
+  api.cache_stats(cache, &st);
+  out->ran = st.revalidations != seen_revalidations ? 2 : 1;
+  seen_revalidations = st.revalidations;
+  out->ns = lt_mono_ns() - ctx.t0;
   return cls;
 }

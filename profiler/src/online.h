@@ -1,0 +1,54 @@
+/* Online lifetime prediction for a host other than the sampler: the LLAMA allocator
+ * (allocator/src/predictor.cc) links online.c, unwind.c, symtab.c, context.c and
+ * runtime.c (not sampler.c) and calls these.  C and C++.
+ *
+ * lt_online_open loads the model plugin (LIFETIME_MODEL_LIB's kind of library) at
+ * start-up, never inside an allocation: the executable's path, the builtin unwinder's
+ * rule cache, the symbol indexes, the plugin's predictors and its context definition.
+ * lt_online_classify is the allocation path: the plugin's thread-local §2.3 cache keyed
+ * by (ra, stack height, size); on a miss the stack is captured from caller_ra, cut to
+ * the model's context (context.c, the one definition) and the model runs.  It never
+ * calls malloc itself; the plugin's thread-local cache may, once per thread (dynamic
+ * TLS), so the caller needs a recursion guard.
+ */
+#ifndef LT_ONLINE_H
+#define LT_ONLINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lifetime_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LT_ONLINE_VISIBILITY __attribute__((visibility("hidden")))
+
+/* 1, or 0 with the reason in why (e.g. "cannot load PATH", "the model's context
+ * definition is not lifetime-context-v2"). */
+LT_ONLINE_VISIBILITY int lt_online_open(const char *path, char *why, size_t why_cap);
+/* The loaded model's info; NULL before a successful load. */
+LT_ONLINE_VISIBILITY const lifetime_model_info *lt_online_model_info(void);
+
+struct lt_online_call {
+  int cls;       /* the class (-1: the model ran and failed) */
+  int ran;       /* 0: a cache hit; 1: a miss; 2: a revalidation (the model ran) */
+  int frames;    /* frames given to the model (ran only) */
+  uint64_t ns;   /* ran: capture + symbolize + model, ns */
+};
+LT_ONLINE_VISIBILITY int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
+                                            struct lt_online_call *out);
+/* Called after each model run, under the predictor's lock: the class, the context's
+ * frame strings as the model read them, and the captured stack's depth. */
+typedef void (*lt_online_served_fn)(int cls, const char *const *frames, const size_t *lengths,
+                                    int n, int depth);
+LT_ONLINE_VISIBILITY void lt_online_set_served(lt_online_served_fn fn);
+/* fork child: the predictors' and the symbol index's locks. */
+LT_ONLINE_VISIBILITY void lt_online_reset_child(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,115 @@
+"""The LLAMA allocator with the model predictor (LIFETIME_ALLOC_PREDICTOR=model:PLUGIN,
+`lifetime run --allocator llama --model EXPORT_DIR`): the session's small exported model
+(tests/export_support.py) on the allocation path through the sampler's own online code
+(profiler/src/online.c, unwind.c, symtab.c, context.c, linked without sampler.c).
+
+The "serve what you trained on" check: the contexts the allocator cut in process for a
+program's known call sites are the contexts the offline pipeline makes from the same
+program's profile (pipeline/context.py on pipeline/symbolize.py's frames), and the class
+the allocator used for each is the one the model's C API gives those frames."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from lifetime import cli
+from pipeline import context as ctxmod
+from profiler import launch
+from tests.sampler_support import only_profile, run_sampled
+from tests.test_allocator import BUILD, built, preload_env
+from tests.test_simulator import _c_api_classes
+
+SITES = ("site_short_lived", "site_medium", "site_kept")
+SERVED_FRAMES = 16  # allocator/src/predictor.cc: kServedFrames
+
+
+@pytest.fixture(scope="module")
+def served_model(exported_model):
+    """(export dir, plugin, context definition, model id)."""
+    _, export_dir = exported_model
+    manifest = json.loads((export_dir / "export_manifest.json").read_text())
+    definition = ctxmod.ContextDefinition.load(str(export_dir / "export_manifest.json"))
+    return export_dir, launch.model_plugin(str(export_dir)), definition, manifest["model_id"]
+
+
+def _offline_contexts(profile, definition) -> set:
+    """Every stack of a profile cut as the dataset cuts it (machinery_free + frames)."""
+    sym = ctxmod.make_symbolizer(profile.mappings)
+    return {definition.frames(ctxmod.machinery_free(sym, list(s.addresses)))
+            for s in profile.stacks.values()}
+
+
+def test_model_on_the_allocation_path_serves_the_offline_contexts(served_model, capfd, tmp_path):
+    export_dir, plugin, definition, model_id = served_model
+    assert definition.max_frames <= SERVED_FRAMES
+    program = str(built(BUILD / "tests" / "alloc_model_sites"))
+
+    stats_file = tmp_path / "stats.json"
+    rc = cli.main(["run", "--allocator", "llama", "--model", str(export_dir),
+                   "--stats", str(stats_file), "--", "env", "LIFETIME_ALLOC_CHECK=997", program])
+    out, err = capfd.readouterr()
+    assert rc == 0 and out.startswith("ok "), err
+    assert "model cache" in err and "hits of" in err, err
+    stats = json.loads(stats_file.read_text())
+    assert stats["predictor"] == f"model:{plugin}" and stats["checks"] > 0
+    p = stats["prediction"]
+    assert p["model_id"] == model_id and p["failures"] == 0
+    assert p["lookups"] == p["cache_hits"] + p["misses"] + p["revalidations"]
+    assert p["model_runs"] == p["misses"] + p["revalidations"] > 0
+    assert p["cache_hits"] > 0.9 * p["lookups"] and p["lookups"] > 40000
+    assert sum(p["class_allocs"]) == stats["allocs"] - stats["direct_allocs"]
+    assert p["model_ns_total"] > 0 and p["model_ns_p50"] > 0
+
+    # The same program profiled by the sampler (every allocation, its stack and mappings).
+    prof_dir = tmp_path / "profile"
+    run_sampled([program], prof_dir, extra_env={"LIFETIME_FULL_TRACE": "1"})
+    offline = _offline_contexts(only_profile(prof_dir), definition)
+
+    served = [(tuple(s["frames"]), s["class"]) for s in p["served"]]
+    ours = {(frames, cls) for frames, cls in served if frames and frames[0] in SITES}
+    assert {frames[0] for frames, _ in ours} == set(SITES), served
+    for frames, _ in ours:
+        assert frames in offline, (frames, sorted(c for c in offline if c and c[0] in SITES))
+    # One class per context, and it is the model's for those frames.
+    contexts = sorted({frames for frames, _ in ours})
+    expected = dict(zip(contexts, _c_api_classes(plugin, [list(c) for c in contexts])))
+    assert {(f, c) for f, c in ours} == {(f, expected[f]) for f in contexts}
+
+
+def test_model_with_threads_and_fork(served_model, tmp_path):
+    """Cross-thread frees and fork from a threaded program, the model predicting."""
+    _, plugin, _, _ = served_model
+    for driver, args in (("threads_xfree", ["2000"]), ("fork_threads", [])):
+        stats = tmp_path / f"{driver}.%p.json"
+        env = preload_env(predictor=f"model:{plugin}", check=997, stats=stats)
+        proc = subprocess.run([str(built(BUILD / "tests" / f"alloc_{driver}")), *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
+        files = list(tmp_path.glob(f"{driver}.*.json"))
+        main = max((json.loads(f.read_text()) for f in files), key=lambda s: s["allocs"])
+        assert main["prediction"]["model_runs"] > 0 and main["prediction"]["failures"] == 0
+
+
+def test_a_plugin_that_cannot_load_is_one_line(tmp_path):
+    bad = tmp_path / "not-a-model.so"
+    bad.write_bytes(b"\x7fELF nope")
+    proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(predictor=f"model:{bad}"),
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == -6 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"lifetime_alloc: LIFETIME_ALLOC_PREDICTOR: model:{bad}: cannot load {bad}"]
+
+
+def test_run_model_usage_errors(capfd, tmp_path):
+    assert cli.main(["run", "--allocator", "llama", "--model", str(tmp_path / "none"),
+                     "--", "true"]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such model export directory" in err[0], err
+    assert cli.main(["run", "--allocator", "llama", "--model", str(tmp_path), "--predictor",
+                     "constant:1", "--", "true"]) == 1
+    assert "--model and --predictor" in capfd.readouterr().err
+    assert cli.main(["run", "--allocator", "glibc", "--model", str(tmp_path), "--", "true"]) == 1
+    assert "--model is an option of --allocator llama" in capfd.readouterr().err
