@@ -37,6 +37,13 @@ native: $(STAMP)
 runtime: $(STAMP)
 	$(BIN)/python -m export.runtime_build
 
+# Google's TCMalloc (hugepage-aware) as an LD_PRELOAD library, from the libtcmalloc-sys
+# crate's sources: built once (~3-4 min on 2 cores, needs cargo), cached under
+# $${LIFETIME_CACHE_DIR:-~/.cache/lifetime-models}/tcmalloc; tests/test_tcmalloc_preload.py
+.PHONY: tcmalloc-preload
+tcmalloc-preload:
+	interop/tools/tcmalloc_preload.sh
+
 test: setup
 	$(BIN)/python -m pytest tests
 
