@@ -4,7 +4,10 @@
 returns its exit status and prints a one-line summary on stderr.
 
 NAME is `llama` (allocator/, liblifetime_alloc.so: the simulator's heap policy on real
-memory), `glibc` (no preload) or a Debian package's allocator for comparison.  The
+memory), `glibc` (no preload), a Debian package's allocator for comparison, or
+`tcmalloc`: Google's hugepage-aware TCMalloc, the library interop/tools/tcmalloc_preload.sh
+builds into the cache (`make tcmalloc-preload`; not built here: a one-line error when
+missing).  The
 summary has the command's peak RSS (wait4) and wall time, and for llama the allocator's
 own figures from its stats file (LIFETIME_ALLOC_STATS, written by the command's first
 process; children write their own files, which are not summarized).  `--model` predicts
@@ -17,9 +20,11 @@ under allocator/tools/run_measured.c, which measures it with wait4.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -39,7 +44,9 @@ SYSTEM_ALLOCATORS = {
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
     "tcmalloc-gperftools": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
 }
-ALLOCATORS = ("llama", "glibc", *SYSTEM_ALLOCATORS)
+# Google's TCMalloc (hugepage-aware), built by this script into the model cache
+TCMALLOC_SCRIPT = ROOT / "interop" / "tools" / "tcmalloc_preload.sh"
+ALLOCATORS = ("llama", "glibc", *SYSTEM_ALLOCATORS, "tcmalloc")
 
 
 def add_parser(sub) -> None:
@@ -78,12 +85,53 @@ def library(name: str) -> str | None:
         return None
     if name == "llama":
         return _built("liblifetime_alloc.so", "LIFETIME_ALLOC_LIB")
+    if name == "tcmalloc":
+        return google_tcmalloc()
     lib, package = SYSTEM_ALLOCATORS[name]
     multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
     for d in (f"/usr/lib/{multiarch}", f"/lib/{multiarch}", "/usr/lib", "/lib"):
         if os.path.exists(os.path.join(d, lib)):
             return os.path.join(d, lib)
     raise LifetimeError(f"--allocator {name}: {lib} not found (install the Debian package {package})")
+
+
+def _tcmalloc_cached() -> pathlib.Path:
+    """Where tcmalloc_preload.sh keeps its library for the current sources: the cache key
+    is the crate version and a hash of the script, tcmalloc_crate.sh and
+    tcmalloc_preload_background.cc (computed as the script computes it)."""
+    tools = TCMALLOC_SCRIPT.parent
+    crate_sh = tools / "tcmalloc_crate.sh"
+    m = re.search(r"^CRATE_VERSION=(\S+)", crate_sh.read_text(), re.M)
+    if not m:
+        raise LifetimeError(f"{crate_sh}: no CRATE_VERSION")
+    blob = b"".join(p.read_bytes() for p in (TCMALLOC_SCRIPT, crate_sh,
+                                              tools / "tcmalloc_preload_background.cc"))
+    key = hashlib.sha256(blob).hexdigest()[:12]
+    cache = pathlib.Path(os.environ.get("LIFETIME_CACHE_DIR") or
+                         os.path.expanduser("~/.cache/lifetime-models")) / "tcmalloc"
+    return cache / f"preload-{m.group(1)}-{key}" / "libtcmalloc_google.so"
+
+
+def google_tcmalloc() -> str:
+    """Google's TCMalloc as an LD_PRELOAD library ($LIFETIME_TCMALLOC_LIB, else the path
+    tcmalloc_preload.sh prints).  The script is run only when its library is already in
+    the cache (it then just prints the path): building it takes minutes (cargo), so a
+    missing one is a one-line error, never an implicit build."""
+    env = os.environ.get("LIFETIME_TCMALLOC_LIB")
+    if env:
+        if not os.path.exists(env):
+            raise LifetimeError(f"--allocator tcmalloc: LIFETIME_TCMALLOC_LIB={env} does not exist")
+        return env
+    if not _tcmalloc_cached().exists():
+        raise LifetimeError("--allocator tcmalloc: Google's TCMalloc is not built: run "
+                            "`make tcmalloc-preload` (minutes; needs cargo and g++)")
+    proc = subprocess.run(["bash", str(TCMALLOC_SCRIPT)], capture_output=True, text=True,
+                          timeout=60)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines or not os.path.exists(lines[-1]):
+        raise LifetimeError(f"--allocator tcmalloc: {TCMALLOC_SCRIPT.name} failed "
+                            f"(exit {proc.returncode}): {(proc.stderr.strip() or '?').splitlines()[-1]}")
+    return lines[-1]
 
 
 def _mib(kib: int) -> str:
