@@ -47,9 +47,31 @@ uintptr_t Backing::real(uint64_t abstract) const {
   return base_ + (g * per_group_pages_ + local) * kHuge + abstract % kHuge;
 }
 
+void Backing::drop_held(unsigned i) {
+  held_pages_ -= held_[i].n;
+  for (unsigned j = i + 1; j < nheld_; ++j) held_[j - 1] = held_[j];
+  --nheld_;
+}
+
+void Backing::expire() {
+  while (nheld_ && held_[0].at + delay_ns_ <= now_) {
+    give_back(held_[0].first, held_[0].n);
+    drop_held(0);
+  }
+}
+
 void Backing::taken(uint64_t first, uint64_t n) {
   live_pages_ += n;
   if (live_pages_ > peak_pages_) peak_pages_ = live_pages_;
+  // Held pages among these: still committed (and their object table all zero): used as
+  // they are.  Newest first: the policy reuses its ids LIFO.
+  for (unsigned i = nheld_; i-- > 0;) {
+    const Held& h = held_[i];
+    if (h.first < first + n && first < h.first + h.n) {
+      reused_ += h.n;
+      drop_held(i);
+    }
+  }
   unsigned g;
   uint64_t local;
   if (!locate(first, g, local) || local + n > per_group_pages_) {
@@ -70,6 +92,19 @@ void Backing::taken(uint64_t first, uint64_t n) {
 
 void Backing::released(uint64_t first, uint64_t n) {
   live_pages_ -= n;
+  if (keep_ && delay_ns_ && n <= keep_) {
+    while (nheld_ && (held_pages_ + n > keep_ || nheld_ == kMaxHeld)) {  // the oldest go first
+      give_back(held_[0].first, held_[0].n);
+      drop_held(0);
+    }
+    held_[nheld_++] = {first, n, now_};
+    held_pages_ += n;
+    return;
+  }
+  give_back(first, n);
+}
+
+void Backing::give_back(uint64_t first, uint64_t n) {
   unsigned g;
   uint64_t local;
   if (!locate(first, g, local)) return;  // an id that never got memory

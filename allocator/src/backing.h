@@ -3,8 +3,12 @@
 // g << kIdShift); here each group owns one 2 MiB-aligned reservation (PROT_NONE,
 // MAP_NORESERVE), and address = base_g + local id x 2 MiB + offset.  The policy says when
 // an id is taken and released (sim::huge_page_hooks): taken ids are made read/write with
-// MADV_HUGEPAGE, released ones go back to the OS with MADV_DONTNEED at once (the policy
-// decides when; a delay is the policy's business, see README.md).
+// MADV_HUGEPAGE, released ones go back to the OS with MADV_DONTNEED, after a short delay:
+// the last few released pages (keep, LIFETIME_ALLOC_RELEASE_KEEP) stay committed for
+// LIFETIME_ALLOC_RELEASE_DELAY_MS, and a page the policy takes again meanwhile (its ids
+// are reused LIFO, so the same page often comes back) is used as it is, with no kernel
+// work.  The policy's own accounting (live pages, the simulator's figures) is unchanged:
+// held pages are counted apart (held_pages), committed but free.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,13 @@ class Backing {
   static constexpr uint64_t kHuge = uint64_t(2) << 20;
   // groups heaps of reserve_bytes each (rounded down to huge pages); fatal if no room.
   void init(unsigned groups, uint64_t reserve_bytes);
+  // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
+  void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }
+  // Returns held pages whose delay is over (heap.cc, when the policy's clock moves).
+  void set_now(uint64_t now) {
+    now_ = now;
+    if (nheld_ && held_[0].at + delay_ns_ <= now) expire();
+  }
   // The real address of an abstract one, or 0 when it lies outside the reservation.
   uintptr_t real(uint64_t abstract) const;
   bool contains(const void* p) const {
@@ -41,10 +52,20 @@ class Backing {
   uint64_t peak_committed_bytes() const { return peak_pages_ * kHuge; }
   uint64_t touched_bytes() const;  // ever made read/write (the high-water marks)
   uint64_t pages_returned() const { return returned_; }
+  uint64_t held_pages() const { return held_pages_; }     // released, kept committed for now
+  uint64_t pages_reused() const { return reused_; }        // taken again while held
 
  private:
   static constexpr unsigned kMaxGroups = 8;
   bool locate(uint64_t id, unsigned& g, uint64_t& local) const;
+  void give_back(uint64_t first, uint64_t n);  // MADV_DONTNEED now
+  void expire();
+  void drop_held(unsigned i);
+  struct Held { uint64_t first, n, at; };
+  static constexpr unsigned kMaxHeld = 64;
+  Held held_[kMaxHeld];  // oldest first
+  unsigned nheld_ = 0;
+  uint64_t held_pages_ = 0, reused_ = 0, keep_ = 0, delay_ns_ = 0, now_ = 0;
   uintptr_t base_ = 0;
   uint32_t* index_ = nullptr;
   uint64_t total_ = 0, per_group_pages_ = 0;

@@ -36,6 +36,12 @@ Config read_config() {
     c.check_every = parse_uint("LIFETIME_ALLOC_CHECK", v, 0, uint64_t(1) << 40);
   if (const char* v = std::getenv("LIFETIME_ALLOC_RESERVE_GIB"))
     c.reserve_bytes = parse_uint("LIFETIME_ALLOC_RESERVE_GIB", v, 1, 4096) << 30;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_RELEASE_DELAY_MS"))
+    c.release_delay_ns = parse_uint("LIFETIME_ALLOC_RELEASE_DELAY_MS", v, 0, 3600 * 1000) * 1000000;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_RELEASE_KEEP"))
+    c.release_keep_pages = parse_uint("LIFETIME_ALLOC_RELEASE_KEEP", v, 0, 64);
+  if (const char* v = std::getenv("LIFETIME_ALLOC_REVALIDATE"))
+    c.revalidate_every = int64_t(parse_uint("LIFETIME_ALLOC_REVALIDATE", v, 0, UINT32_MAX));
   return c;
 }
 

@@ -15,6 +15,13 @@ struct Config {
   uint64_t stats_interval_ns = 0;        // LIFETIME_ALLOC_STATS_INTERVAL (seconds; 0: at exit only)
   uint64_t check_every = 0;              // LIFETIME_ALLOC_CHECK (operations; 0: off)
   uint64_t reserve_bytes = uint64_t(64) << 30;  // LIFETIME_ALLOC_RESERVE_GIB: address space per heap
+  // Released huge pages kept committed for a while (backing.h): LIFETIME_ALLOC_RELEASE_DELAY_MS
+  // (0: returned at once, as the policy says) and LIFETIME_ALLOC_RELEASE_KEEP (at most so many).
+  uint64_t release_delay_ns = 1000ull * 1000000;
+  uint64_t release_keep_pages = 4;
+  // LIFETIME_ALLOC_REVALIDATE: the model cache reruns the model every N hits of an entry
+  // (0: never); -1: the model library's default (1000).
+  int64_t revalidate_every = 100000;
 };
 
 Config read_config();

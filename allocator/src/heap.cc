@@ -16,6 +16,7 @@
 #include "internal_arena.h"
 #include "llama.h"
 #include "policy_heap.h"
+#include "reentry.h"
 #include "segregated.h"
 #include "state.h"
 
@@ -31,8 +32,17 @@ constexpr uint64_t kMs = 1000000;
 
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 // initial-exec: reading them never calls __tls_get_addr (which may malloc).
+// t_inside: from before this thread takes the lock until after it lets it go; t_locked:
+// while it holds it; t_arena: while it is inside the metadata arena.  A request that finds
+// t_inside set is either the policy's own containers (t_locked, the arena idle) or a
+// signal handler that interrupted this thread (reentry.h says how each case is served).
 __thread bool t_inside __attribute__((tls_model("initial-exec"))) = false;
+__thread bool t_locked __attribute__((tls_model("initial-exec"))) = false;
+__thread bool t_arena __attribute__((tls_model("initial-exec"))) = false;
 __thread uint32_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
+// The flags are read by signal handlers on the same thread: compiler barriers keep their
+// stores where the code puts them (no CPU fence is needed within one thread).
+inline void sig_fence() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 
 alignas(State) char g_mem[sizeof(State)];
 State* S = nullptr;
@@ -43,6 +53,16 @@ std::atomic<State*> g_built{nullptr};
 uint64_t clock_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// The policy's clock.  Its deadlines are lifetime classes of >= 10 ms (the first bound;
+// the rest are 100 ms .. 1000 s), so a resolution of a few ms is enough: the coarse
+// monotonic clock (the kernel's tick, 1-4 ms; a vDSO read of one variable, ~5 ns on the
+// 2-core box against ~23 ns for CLOCK_MONOTONIC, which the policy read twice per pair).
+uint64_t policy_clock_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
@@ -81,40 +101,66 @@ void init() {
       fatal(e.what(), " (or baseline)");
     }
   }
-  S->predictor = make_predictor(S->cfg.predictor, S->classes.num_classes());
+  S->predictor = make_predictor(S->cfg.predictor, S->classes.num_classes(), S->cfg.revalidate_every);
   S->backing.init(!baseline && grouped(pol) ? sim::SegregatedHeap::kMaxGroups : 1, S->cfg.reserve_bytes);
+  S->backing.set_release_delay(S->cfg.release_keep_pages, S->cfg.release_delay_ns);
   sim::huge_page_hooks = {on_taken, on_released};
   guarded("policy: ", [&] {
     if (baseline) S->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else S->policy = sim::make_policy_heap("llama", S->classes, pol, kDeadlineK, false);
   });
   S->policy_name = baseline ? "baseline" : pol.describe();
-  S->start_ns = S->last_now = clock_ns();
+  S->start_ns = S->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)
+  S->backing.set_now(S->last_now);
   if (S->cfg.stats_interval_ns) S->next_stats_ns = S->start_ns + S->cfg.stats_interval_ns;
   g_built.store(S, std::memory_order_release);
 }
 
-// The lock, and "inside" for this thread: malloc from here on goes to the arena.
+void free_locked(void* p);
+
+// Frees a signal handler deferred (reentry.h), under the lock.
+void drain_deferred() {
+  for (void* p = reentry::take_deferred(); p;) {
+    void* next = *static_cast<void**>(p);
+    free_locked(p);
+    p = next;
+  }
+}
+
+// The lock, and "inside" for this thread: malloc from here on goes to the arena (or, from
+// a signal handler that interrupts the lock's taking or the arena, to reentry.h's).
 class Inside {
  public:
   Inside() {
-    pthread_mutex_lock(&g_lock);
     t_inside = true;
+    sig_fence();
+    pthread_mutex_lock(&g_lock);
+    t_locked = true;
+    sig_fence();
     if (!S) init();
     ++S->c.lock_acquisitions;
+    if (__builtin_expect(reentry::deferred_pending(), 0)) drain_deferred();
   }
   ~Inside() {
-    t_inside = false;
+    sig_fence();
+    t_locked = false;
+    sig_fence();
     pthread_mutex_unlock(&g_lock);
+    sig_fence();
+    t_inside = false;
   }
   Inside(const Inside&) = delete;
   Inside& operator=(const Inside&) = delete;
 };
 
-// Time for the policy (deadlines): monotone across threads, since it is read under the lock.
+// Time for the policy (deadlines): monotone across threads, since it is read under the
+// lock.  The policy is advanced only when the coarse clock has moved: every deadline it
+// set since was set after the last advance, at that time plus >= 10 ms, so none is due.
 uint64_t tick() {
-  uint64_t now = std::max(clock_ns(), S->last_now);
+  const uint64_t now = policy_clock_ns();
+  if (__builtin_expect(now <= S->last_now, 1)) return S->last_now;
   S->last_now = now;
+  S->backing.set_now(now);  // held pages whose delay is over go back
   guarded("policy: ", [&] { S->policy->advance(now); });
   return now;
 }
@@ -256,11 +302,34 @@ bool fits_policy(size_t size, size_t align) {
   return size + (align > 8192 ? align : 0) <= Backing::kHuge;
 }
 
+// Inside the allocator: the metadata arena when this thread holds the lock and is not in
+// the arena already (the policy's containers; or a signal handler that interrupted the
+// policy: the arena is idle), else the signal handler's lock-free arena (reentry.h).
+void* nested_alloc(size_t size, size_t align) {
+  if (t_locked && !t_arena) {
+    t_arena = true;
+    sig_fence();
+    void* p = arena::alloc(size, align);
+    sig_fence();
+    t_arena = false;
+    return p;
+  }
+  return reentry::alloc(size, align);
+}
+
+void arena_free(void* p) {
+  t_arena = true;
+  sig_fence();
+  arena::free(p);
+  sig_fence();
+  t_arena = false;
+}
+
 }  // namespace
 
 void* allocate(size_t size, size_t align, uintptr_t ra) {
   if (align < kSmallAlign) align = kSmallAlign;
-  if (t_inside) return arena::alloc(size, align);
+  if (t_inside) return nested_alloc(size, align);
   if (size > kMaxRequest || align > kMaxRequest) return nullptr;
   if (!fits_policy(size, align)) return direct_alloc(size, align);
   return policy_alloc(size, align, ra);
@@ -269,23 +338,29 @@ void* allocate(size_t size, size_t align, uintptr_t ra) {
 void* allocate_zeroed(size_t size, uintptr_t ra) {
   void* p = allocate(size, kSmallAlign, ra);
   // Policy memory is reused; a direct mapping is fresh from the kernel (zero).
+  // (the reentry arena is fresh too, but a memset is cheap there)
   if (p && (t_inside || fits_policy(size, kSmallAlign))) std::memset(p, 0, size);
   return p;
 }
 
 void deallocate(void* p) {
   if (!p) return;
-  if (arena::owns(p)) {
-    if (t_inside) {
-      arena::free(p);
-    } else {
-      Inside in;
-      arena::free(p);
-    }
-    return;
+  if (reentry::owns(p)) return reentry::free(p);
+  if (t_inside) {
+    // The policy never frees a program's pointer: this is a signal handler's free that
+    // interrupted this thread inside the allocator.  The arena's own blocks are freed now
+    // when that is safe; anything else is freed by the next thread to take the lock.
+    if (arena::owns(p) && t_locked && !t_arena) return arena_free(p);
+    return reentry::defer(p);
   }
-  if (t_inside) fatal("free of a program's pointer from inside the allocator");
   Inside in;
+  free_locked(p);
+}
+
+namespace {
+
+void free_locked(void* p) {
+  if (arena::owns(p)) return arena_free(p);
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   Counters& c = S->c;
   if (S->backing.contains(p)) {
@@ -323,8 +398,11 @@ void deallocate(void* p) {
   ++c.foreign_frees;  // memory from before the preload (the dynamic loader's own): leave it
 }
 
+}  // namespace
+
 size_t usable_size(const void* p) {
   if (!p) return 0;
+  if (reentry::owns(p)) return reentry::usable(p);
   if (arena::owns(p)) return arena::usable(p);
   if (t_inside) return 0;
   Inside in;
@@ -340,6 +418,7 @@ size_t usable_size(const void* p) {
 void* reallocate(void* p, size_t size, uintptr_t ra) {
   if (!p) return allocate(size, kSmallAlign, ra);
   const size_t old = usable_size(p);
+  if (old == 0 && t_inside) fatal("realloc() of a program's pointer from a signal handler that interrupted the allocator");
   if (old == 0) fatal("realloc(): invalid pointer");
   // Keep the block when the new size fits and wastes at most half of it.
   if (size <= old && size >= old / 2) return p;
@@ -350,10 +429,19 @@ void* reallocate(void* p, size_t size, uintptr_t ra) {
   return q;
 }
 
-void fork_prepare() { pthread_mutex_lock(&g_lock); }
-void fork_release() { pthread_mutex_unlock(&g_lock); }
-void fork_child() {
+// Held across fork as Inside holds it (a handler that mallocs meanwhile is served nested).
+void fork_prepare() {
+  t_inside = true;
+  pthread_mutex_lock(&g_lock);
+  t_locked = true;
+}
+void fork_release() {
+  t_locked = false;
   pthread_mutex_unlock(&g_lock);
+  t_inside = false;
+}
+void fork_child() {
+  fork_release();
   if (State* s = g_built.load(std::memory_order_acquire)) s->predictor->fork_child();
 }
 

@@ -107,7 +107,8 @@ __thread bool t_predicting __attribute__((tls_model("initial-exec"))) = false;
 
 class ModelPredictor final : public Predictor {
  public:
-  ModelPredictor(std::string plugin, int num_classes) : plugin_(std::move(plugin)), num_classes_(num_classes) {}
+  ModelPredictor(std::string plugin, int num_classes, int64_t revalidate_every)
+      : plugin_(std::move(plugin)), num_classes_(num_classes), revalidate_every_(revalidate_every) {}
 
   void start() override {
     char why[1024];
@@ -119,6 +120,8 @@ class ModelPredictor final : public Predictor {
             (": the model has " + std::to_string(info->num_classes) + " lifetime classes, the allocator " +
              std::to_string(num_classes_))
                 .c_str());
+    if (!lt_online_set_revalidate_every(long(revalidate_every_)))
+      fatal("LIFETIME_ALLOC_REVALIDATE: the model plugin ", plugin_.c_str(), " cannot set the revalidation period");
     model_id_ = info->model_id ? info->model_id : "";
     max_frames_ = info->max_frames;
     lt_online_set_served(on_served);
@@ -150,6 +153,7 @@ class ModelPredictor final : public Predictor {
     j.kv("model_id", model_id_);
     j.kv("max_frames", max_frames_);
     j.kv("fallback_class", kFallback);
+    j.kv("revalidate_every", revalidate_every_ < 0 ? int64_t(1000) : revalidate_every_);
     j.kv("model_runs", times_.count());
     j.kv("model_ns_total", times_.total());
     j.kv_double("model_ns_p50", times_.percentile(0.5));
@@ -176,13 +180,14 @@ class ModelPredictor final : public Predictor {
   static constexpr int kFallback = 0;  // the shortest class, constant:0's
   std::string plugin_, model_id_;
   int num_classes_, max_frames_ = 0;
+  int64_t revalidate_every_;
   std::atomic<bool> ready_{false};
   RunTimes times_;
 };
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes) {
+std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every) {
   if (spec.compare(0, 9, "constant:") == 0) {
     const std::string v = spec.substr(9);
     char* end = nullptr;
@@ -196,7 +201,7 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_class
     const std::string path = spec.substr(6);
     if (path.empty())
       fatal("LIFETIME_ALLOC_PREDICTOR: model:PLUGIN takes the model plugin's path (lifetime run --model EXPORT_DIR builds it)");
-    return std::make_unique<ModelPredictor>(path, num_classes);
+    return std::make_unique<ModelPredictor>(path, num_classes, revalidate_every);
   }
   fatal("LIFETIME_ALLOC_PREDICTOR: unknown predictor '", spec.c_str(), "' (constant:C or model:PLUGIN)");
 }

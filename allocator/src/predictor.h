@@ -58,6 +58,7 @@ class Predictor {
 
 // Parses LIFETIME_ALLOC_PREDICTOR ("constant:C", 0 <= C < num_classes, or
 // "model:PLUGIN"); fatal on a bad one.
-std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes);
+// revalidate_every: the model cache's period (LIFETIME_ALLOC_REVALIDATE; -1: the plugin's).
+std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every);
 
 }  // namespace lalloc

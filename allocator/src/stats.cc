@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "json.h"
+#include "reentry.h"
 #include "state.h"
 
 namespace lalloc {
@@ -56,9 +57,26 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("peak_committed_bytes", s.backing.peak_committed_bytes());
   j.kv("touched_bytes", s.backing.touched_bytes());
   j.kv("huge_pages_returned", s.backing.pages_returned());
+  // released pages kept committed for the release delay, and those taken again meanwhile
+  j.kv("held_free_pages", s.backing.held_pages());
+  j.kv("huge_pages_reused_held", s.backing.pages_reused());
   j.kv("lock_acquisitions", c.lock_acquisitions);
   j.kv("threads", c.threads);
   j.kv("checks", c.checks);
+  // Requests from signal handlers that interrupted their thread inside the allocator
+  // (reentry.h): served from its arena that never waits (bytes: its high-water mark;
+  // reused: from its free lists; leaked: frees that found them busy), and frees of the
+  // program's objects deferred to the next lock holder.
+  const reentry::Counts r = reentry::counts();
+  j.key("reentry");
+  j.begin_object();
+  j.kv("allocs", r.allocs);
+  j.kv("frees", r.frees);
+  j.kv("reused", r.reused);
+  j.kv("leaked", r.leaked);
+  j.kv("bytes", r.bytes);
+  j.kv("deferred_frees", r.deferred_frees);
+  j.end_object();
   j.key("prediction");
   j.begin_object();
   const auto src = [&](Source x) { return c.by_source[size_t(x)]; };

@@ -34,6 +34,7 @@ static struct {
   int (*cache_predict)(lifetime_cache *, lifetime_predictor *, uintptr_t, uintptr_t, size_t,
                        lifetime_frames_fn, void *);
   void (*cache_stats)(const lifetime_cache *, lifetime_cache_stats *);
+  void (*cache_set_revalidate_every)(lifetime_cache *, uint32_t); /* optional */
 } api;
 
 static lifetime_predictor *pool[POOL];
@@ -84,6 +85,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   RESOLVE(cache_tl, "lifetime_cache_thread_local");
   RESOLVE(cache_predict, "lifetime_cache_predict");
   RESOLVE(cache_stats, "lifetime_cache_get_stats");
+  *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
   for (int i = 0; i < POOL; i++) {
     pool[i] = api.create();
     if (!pool[i]) return refuse(why, why_cap, "cannot create a predictor", NULL, NULL);
@@ -240,6 +242,16 @@ static int context_of(const uintptr_t *addresses, int depth) {
 #define LT_REFRESH_NS 1000000000ull
 static _Atomic uint64_t next_refresh_ns;
 static __thread uint64_t seen_revalidations __attribute__((tls_model("initial-exec")));
+/* The allocator's revalidation period for every thread's cache (-1: the plugin's own),
+ * applied to a thread's cache at its first classify (the sampler never sets it). */
+static long revalidate_every = -1;
+static __thread int revalidate_applied __attribute__((tls_model("initial-exec")));
+
+int lt_online_set_revalidate_every(long n) {
+  if (n >= 0 && !api.cache_set_revalidate_every) return 0;
+  revalidate_every = n;
+  return 1;
+}
 static lt_online_served_fn served_hook;
 
 static void refresh_due(uint64_t now) {
@@ -262,6 +274,10 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
   unsigned slot = t->tid % POOL;
   struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
   lifetime_cache *cache = api.cache_tl();
+  if (LT_UNLIKELY(!revalidate_applied)) {
+    revalidate_applied = 1;
+    if (revalidate_every >= 0) api.cache_set_revalidate_every(cache, (uint32_t)revalidate_every);
+  }
   lt_lock_acquire(&pool_lock[slot]);
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
   if (LT_UNLIKELY(ctx.frames >= 0) && served_hook)

@@ -44,6 +44,10 @@ LT_ONLINE_VISIBILITY int lt_online_classify(uintptr_t ra, size_t size, uintptr_t
 typedef void (*lt_online_served_fn)(int cls, const char *const *frames, const size_t *lengths,
                                     int n, int depth);
 LT_ONLINE_VISIBILITY void lt_online_set_served(lt_online_served_fn fn);
+/* Every thread's cache reruns the model every n hits of an entry (0: never; -1: the
+ * plugin's default, 1000), from each thread's next first classify; call it before any.
+ * 0 when the plugin cannot set it. */
+LT_ONLINE_VISIBILITY int lt_online_set_revalidate_every(long n);
 /* fork child: the predictors' and the symbol index's locks. */
 LT_ONLINE_VISIBILITY void lt_online_reset_child(void);
 
