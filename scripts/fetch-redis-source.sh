@@ -9,7 +9,10 @@
 # DEST            default ${LIFETIME_CACHE_DIR:-~/.cache/lifetime-models}/servers/redis/<upstream>-debsrc
 #
 # Result: DEST/bin/{redis-server,redis-benchmark,redis-cli} (make MALLOC=libc,
-# -O2 -g, not stripped) and DEST/BUILD_INFO. Re-running with DEST complete is a no-op.
+# -O2 -g, not stripped), DEST/BUILD_INFO and DEST/suite: Redis's own test suite (runtest,
+# tests/, src/ linking to bin/; `cd DEST/suite && ./runtest --single unit/type/list`).
+# Re-running with DEST complete is a no-op (a DEST from before the suite was kept gets it
+# from the unpacked source, if that is still there, else is rebuilt).
 # Debian's own redis binary links jemalloc, which bypasses an LD_PRELOAD sampler:
 # this build is the Debian *source* with glibc malloc instead.
 set -euo pipefail
@@ -26,8 +29,24 @@ if (( MAJOR >= 7 )); then
 fi
 CACHE="${LIFETIME_CACHE_DIR:-$HOME/.cache/lifetime-models}/servers"
 DEST="${2:-$CACHE/redis/${UPSTREAM}-debsrc}"
+WORK="$CACHE/redis/src-$UPSTREAM"
+# Redis's test suite beside the binaries: runtest and tests/ from the source, src/ -> bin/.
+install_suite() {  # SRC OUT
+  rm -rf "$2/suite"; mkdir -p "$2/suite/src"
+  cp -a "$1/runtest" "$1/tests" "$2/suite/"
+  rm -rf "$2/suite/tests/tmp"; mkdir -p "$2/suite/tests/tmp"
+  for b in redis-server redis-benchmark redis-cli; do ln -s "../../bin/$b" "$2/suite/src/$b"; done
+  for b in redis-check-aof redis-check-rdb; do ln -s "../../bin/redis-server" "$2/suite/src/$b"; done
+}
 if [[ -x "$DEST/bin/redis-server" && -x "$DEST/bin/redis-benchmark" && -f "$DEST/BUILD_INFO" ]]; then
-  echo "fetch-redis-source: $DEST is already built"; exit 0
+  if [[ ! -x "$DEST/suite/runtest" ]]; then
+    OLD_SRC="$(find "$WORK" -maxdepth 1 -mindepth 1 -type d -name 'redis-*' 2>/dev/null | head -1)"
+    if [[ -n "$OLD_SRC" && -x "$OLD_SRC/runtest" ]]; then
+      install_suite "$OLD_SRC" "$DEST"; echo "fetch-redis-source: test suite kept in $DEST/suite"; exit 0
+    fi
+  else
+    echo "fetch-redis-source: $DEST is already built"; exit 0
+  fi
 fi
 command -v dpkg-source >/dev/null || { echo "fetch-redis-source: needs dpkg-dev (scripts/install-system-deps.sh)" >&2; exit 1; }
 
@@ -42,7 +61,6 @@ APT_OPTS=(-o "Dir::Etc::sourcelist=$HERE/apt/sources.list" -o "Dir::Etc::sourcep
 
 echo "fetch-redis-source: apt-get update (private lists in $APTDIR/lists)"
 apt-get "${APT_OPTS[@]}" update -qq
-WORK="$CACHE/redis/src-$UPSTREAM"
 rm -rf "$WORK"; mkdir -p "$WORK"
 echo "fetch-redis-source: apt-get source redis=$DEBVER"
 (cd "$WORK" && apt-get "${APT_OPTS[@]}" source -qq "redis=$DEBVER")
@@ -66,6 +84,7 @@ JOBS="${JOBS:-2}"
 
 TMP="$DEST.tmp"; rm -rf "$TMP"; mkdir -p "$TMP/bin"
 for b in redis-server redis-benchmark redis-cli; do cp "$SRC/src/$b" "$TMP/bin/$b"; done
+install_suite "$SRC" "$TMP"
 {
   echo "source: Debian source package redis=$DEBVER (apt-get source, private apt config $HERE/apt/sources.list)"
   echo "build: make MALLOC=libc USE_SYSTEMD=no BUILD_TLS=no OPTIMIZATION='-O2 -g -fno-omit-frame-pointer'"

@@ -17,7 +17,8 @@ from lifetime import cli
 from tests.proxy_support import proxy_binary
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build" / "allocator"
+# LIFETIME_TEST_ALLOC_BUILD: another build of allocator/ (a developer's build dir)
+BUILD = pathlib.Path(os.environ.get("LIFETIME_TEST_ALLOC_BUILD") or ROOT / "build" / "allocator")
 LIB = BUILD / "liblifetime_alloc.so"
 POLICIES = ("paper", "baseline", "tolerant", "segregated")
 # driver -> (arguments, checker period): each a few seconds at most with the checker on
@@ -28,6 +29,7 @@ DRIVERS = {
     "calloc_errno": ([], 997),
     "fork_threads": ([], 997),
     "new_delete": ([], 20011),
+    "signal_malloc": (["1"], 997),
 }
 
 
