@@ -28,6 +28,7 @@ PYTHON_MODULES = ("test_list", "test_dict", "test_set", "test_bytes", "test_tupl
                   "test_collections")
 
 
+@pytest.mark.slow  # real servers, ~26 s (make test runs it; make test-fast leaves it out)
 def test_redis_suite_subset_under_the_allocator(tmp_path):
     lib = built(BUILD / "liblifetime_alloc.so")
     if suite_bench.cached_suite() is None:
@@ -49,6 +50,7 @@ def test_redis_suite_subset_under_the_allocator(tmp_path):
     assert st["allocs"] > 1_000_000 and st["checks"] >= 10, st
 
 
+@pytest.mark.slow  # ~24 s of CPython's regression tests
 def test_cpython_regression_subset_under_the_allocator(tmp_path):
     env = {**preload_env(check=200000, stats=tmp_path / "stats.%p.json"), "PYTHONMALLOC": "malloc"}
     proc = subprocess.run([sys.executable, "-m", "test", *PYTHON_MODULES], env=env, cwd=tmp_path,
