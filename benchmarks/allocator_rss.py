@@ -409,7 +409,7 @@ def aggregate(runs: list[dict]) -> dict:
     by = {}
     for r in runs:
         by.setdefault(r["workload"], {}).setdefault(r["config"], {})[r["load_seed"]] = r
-    for wl, cfgs in by.items():
+    for wl, cfgs in sorted(by.items(), key=lambda kv: ("phases", "mixed").index(kv[0])):
         rows = {}
         tc = {s: r["metrics"] for s, r in cfgs.get("tcmalloc", {}).items() if r["metrics"]}
         gl = {s: r["metrics"] for s, r in cfgs.get("glibc", {}).items() if r["metrics"]}
@@ -514,6 +514,25 @@ def markdown(agg: dict, tg: dict, runs: list[dict]) -> str:
                 _pm(r, "commands_per_s", ".0f", "min"),
                 _pm(r, "commands_per_s_to_glibc", ".2f", "min"), *extra,
                 _pm(r, "loadavg1", ".1f"), failed]) + " |")
+        lines.append("")
+    llama = [r for r in runs if r.get("llama_stats") and r["metrics"]]
+    if llama:
+        lines += ["## LLAMA's own stats (at exit) beside the steady state", "",
+                  "Heap = the policy's committed huge pages; RSS beyond it is the allocator's "
+                  "metadata (per-object records, object table, internal arena) and the program.", "",
+                  "| workload | allocator | load seed | huge pages live / peak | heap committed MiB "
+                  "| steady RSS MiB | steady AnonHugePages MiB | objects live / peak | "
+                  "model cache hits | model runs (p50 us) |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(llama, key=lambda r: (r["workload"] != "phases", r["config"], r["load_seed"])):
+            st, m = r["llama_stats"], r["metrics"]
+            p = st.get("prediction") or {}
+            hits = f"{p['cache_hits'] / p['lookups']:.2%}" if p.get("lookups") else "-"
+            runs_ = f"{p['model_runs']} ({p['model_ns_p50'] / 1000:.1f})" if "model_runs" in p else "-"
+            lines.append(f"| {r['workload']} | {r['label']} | {r['load_seed']} | "
+                         f"{st['live_huge_pages']} / {st['peak_huge_pages']} | "
+                         f"{st['committed_bytes'] / MIB:.0f} | {m['steady_rss_mib']:.1f} | "
+                         f"{m['steady_anon_huge_mib']:.1f} | {st['objects']} / "
+                         f"{st['peak_policy_objects']} | {hits} | {runs_} |")
         lines.append("")
     lines += ["## Issue 22 targets (LLAMA + model; the worst load seed decides)", "",
               "| run | steady RSS ≤ TCMalloc's | ≥ 90% of heap in huge pages | throughput ≥ 0.9× glibc |",
