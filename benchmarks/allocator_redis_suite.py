@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.servers import redis  # noqa: E402
 
-LIB = ROOT / "build" / "allocator" / "liblifetime_alloc.so"
+# LIFETIME_TEST_ALLOC_BUILD: another build of allocator/ (as tests/test_allocator.py)
+LIB = pathlib.Path(os.environ.get("LIFETIME_TEST_ALLOC_BUILD") or ROOT / "build" / "allocator") / "liblifetime_alloc.so"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -415,13 +415,37 @@ size_t usable_size(const void* p) {
   return d == S->direct.end() ? 0 : d->second.usable;
 }
 
+namespace {
+
+void shrink_direct(void* p, size_t size) {
+  if (arena::owns(p) || reentry::owns(p)) return;
+  Inside in;
+  auto d = S->direct.find(reinterpret_cast<uintptr_t>(p));
+  if (d == S->direct.end()) return;
+  const uintptr_t keep_end = (reinterpret_cast<uintptr_t>(p) + std::max<size_t>(size, 1) + kPage - 1) & ~uintptr_t(kPage - 1);
+  const uintptr_t end = d->second.map + d->second.len;
+  if (keep_end >= end) return;
+  munmap(reinterpret_cast<void*>(keep_end), end - keep_end);
+  S->c.direct_bytes -= end - keep_end;
+  d->second.len = keep_end - d->second.map;
+  d->second.usable = keep_end - reinterpret_cast<uintptr_t>(p);
+  d->second.requested = size;
+}
+
+}  // namespace
+
 void* reallocate(void* p, size_t size, uintptr_t ra) {
   if (!p) return allocate(size, kSmallAlign, ra);
   const size_t old = usable_size(p);
   if (old == 0 && t_inside) fatal("realloc() of a program's pointer from a signal handler that interrupted the allocator");
   if (old == 0) fatal("realloc(): invalid pointer");
-  // Keep the block when the new size fits and wastes at most half of it.
-  if (size <= old && size >= old / 2) return p;
+  // Keep the block when the new size fits and wastes at most half of it; a direct mapping
+  // gives back its whole pages past the new size, as glibc's mremap does (programs that
+  // account memory by malloc_usable_size, Redis's used_memory, see a shrink).
+  if (size <= old && size >= old / 2) {
+    if (old > Backing::kHuge && !t_inside) shrink_direct(p, size);
+    return p;
+  }
   void* q = allocate(size, kSmallAlign, ra);
   if (!q) return nullptr;
   std::memcpy(q, p, std::min(old, size));
