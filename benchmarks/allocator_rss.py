@@ -277,9 +277,14 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
     cmd = [LIFETIME, "run", "--allocator", allocator, *opts, "--",
            *redis.server_command(build.server, port, workdir)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIFETIME_ALLOC_")}
+    lib_env = ""
+    if allocator == "llama":
+        env["LIFETIME_ALLOC_LIB"] = args.llama_lib["path"]
+        lib_env = f"LIFETIME_ALLOC_LIB={args.llama_lib['path']} "
     record = {"workload": workload, "config": name, "label": LABELS[name], "allocator": allocator,
               "load_seed": seed, "version": args.version, "command": cmd,
-              "reproduce": f"cd {ROOT} && " + shlex.join(cmd) + "   # then drive it: "
+              "llama_lib": args.llama_lib if allocator == "llama" else None,
+              "reproduce": f"cd {ROOT} && {lib_env}" + shlex.join(cmd) + "   # then drive it: "
                            + shlex.join([sys.executable, "benchmarks/allocator_rss.py",
                                          "--workloads", workload, "--allocators", name,
                                          "--load-seeds", str(seed)]),
@@ -614,6 +619,31 @@ def report(out: pathlib.Path, plot_seed: int | None) -> dict:
     return res
 
 
+def snapshot_llama_lib(src: str | None, out: pathlib.Path) -> dict:
+    """A private copy of liblifetime_alloc.so (OUT/lib/liblifetime_alloc.<sha12>.so) for
+    every LLAMA run of this invocation: the build tree's library may be rebuilt while the
+    benchmark runs; each run records which library served it."""
+    import hashlib
+
+    src_path = pathlib.Path(src or ROOT / "build" / "allocator" / "liblifetime_alloc.so")
+    if not src_path.exists():
+        raise SystemExit(f"{src_path} is not built: run `make native`")
+    data = src_path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    dest = out / "lib" / f"liblifetime_alloc.{sha[:12]}.so"
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o755)
+        tmp.rename(dest)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    return {"path": str(dest), "sha256": sha, "source": str(src_path),
+            "built": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(src_path.stat().st_mtime)),
+            "git_head": head}
+
+
 def redis_mode(args) -> int:
     out = pathlib.Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -628,6 +658,9 @@ def redis_mode(args) -> int:
                     exp = ROOT / EXPORTS[wl].format(seed=s)
                     if not (exp / "export_manifest.json").exists():
                         raise SystemExit(f"{exp}: no exported model for load seed {s}")
+        args.llama_lib = snapshot_llama_lib(args.llama_lib, out)
+        log(f"llama library: {args.llama_lib['path']} (sha256 {args.llama_lib['sha256'][:12]}, "
+            f"built {args.llama_lib['built']}, HEAD {args.llama_lib['git_head']})")
         with open(out / "commands.txt", "a") as f:
             f.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n"
                     + shlex.join([sys.executable, *sys.argv]) + "\n")
@@ -671,6 +704,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="mixed: factor on every rate")
     ap.add_argument("--mixed-seconds", type=float, default=None,
                     help="mixed: shrink the phases' durations to about this total (tests)")
+    ap.add_argument("--llama-lib", default=None, help="liblifetime_alloc.so to copy and use "
+                    "(default: build/allocator/'s, copied into OUT/lib at start)")
     ap.add_argument("--plot-seed", type=int, default=1, help="load seed drawn in the plots")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from OUT/runs")
     args = ap.parse_args(argv)
