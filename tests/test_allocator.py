@@ -167,3 +167,36 @@ def test_run_system_allocators(capfd, allocator):
         pytest.skip(err.strip())
     assert (rc, out) == (5, "hi\n")
     assert err.startswith(f"lifetime run: {allocator}: exit 5, peak RSS")
+
+
+def test_realloc_of_a_direct_mapping_grows_without_copy_and_shrinks_in_place(tmp_path):
+    """Objects past a huge page (their own mapping): realloc grows them with mremap and a
+    shrink by at most half gives the pages past the new size back, so malloc_usable_size
+    follows (Redis's used_memory counts it), as glibc's mmapped chunks do."""
+    code = (
+        "import ctypes\n"
+        "c = ctypes.CDLL(None)\n"
+        "c.malloc.restype = c.realloc.restype = ctypes.c_void_p\n"
+        "c.malloc.argtypes = [ctypes.c_size_t]\n"
+        "c.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
+        "c.malloc_usable_size.argtypes = [ctypes.c_void_p]\n"
+        "c.malloc_usable_size.restype = ctypes.c_size_t\n"
+        "c.free.argtypes = [ctypes.c_void_p]\n"
+        "n = 3 << 20\n"
+        "p = c.malloc(n); ctypes.memset(p, 7, n)\n"
+        "for i in range(40):\n"
+        "    p = c.realloc(p, n + (1 << 20)); ctypes.memset(p + n, 7, 1 << 20); n += 1 << 20\n"
+        "assert ctypes.string_at(p, n) == b'\\x07' * n\n"
+        "print(c.malloc_usable_size(p))\n"
+        "p = c.realloc(p, n // 2 + 5)\n"
+        "print(c.malloc_usable_size(p))\n"
+        "assert ctypes.string_at(p, n // 2 + 5) == b'\\x07' * (n // 2 + 5)\n"
+        "c.free(p)\n")
+    stats = tmp_path / "s.json"
+    proc = subprocess.run([sys.executable, "-c", code], env=preload_env(check=1000, stats=stats),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    n = (3 + 40) << 20
+    assert [int(x) for x in proc.stdout.split()] == [n, (n // 2 + 5 + 4095) // 4096 * 4096]
+    s = json.loads(stats.read_text())
+    assert s["direct_bytes"] == 0 and s["direct_objects"] == 0 and s["failed_allocs"] == 0

@@ -417,6 +417,8 @@ size_t usable_size(const void* p) {
 
 namespace {
 
+bool fits_direct_growth(size_t size) { return size <= kMaxRequest && !fits_policy(size, kSmallAlign); }
+
 void shrink_direct(void* p, size_t size) {
   if (arena::owns(p) || reentry::owns(p)) return;
   Inside in;
@@ -430,6 +432,27 @@ void shrink_direct(void* p, size_t size) {
   d->second.len = keep_end - d->second.map;
   d->second.usable = keep_end - reinterpret_cast<uintptr_t>(p);
   d->second.requested = size;
+}
+
+// A direct mapping that grows (past a huge page still) moves with mremap, no copy, as
+// glibc's mmapped chunks do (a buffer grown 1 MiB at a time, Redis's sds, would otherwise
+// copy its whole length each time).  nullptr: not one (the caller copies).
+void* grow_direct(void* p, size_t size) {
+  if (arena::owns(p) || reentry::owns(p) || !fits_direct_growth(size)) return nullptr;
+  Inside in;
+  auto d = S->direct.find(reinterpret_cast<uintptr_t>(p));
+  if (d == S->direct.end() || d->second.map != reinterpret_cast<uintptr_t>(p)) return nullptr;  // aligned: copy
+  const State::Direct old = d->second;
+  const uint64_t len = (size + kPage - 1) & ~(kPage - 1);
+  void* m = mremap(reinterpret_cast<void*>(old.map), old.len, len, MREMAP_MAYMOVE);
+  if (m == MAP_FAILED) return nullptr;
+  S->direct.erase(d);
+  S->direct.emplace(uintptr_t(m), State::Direct{uintptr_t(m), len, len, size});
+  Counters& c = S->c;
+  c.direct_bytes += len - old.len;
+  c.peak_direct_bytes = std::max(c.peak_direct_bytes, c.direct_bytes);
+  c.total_requested += size;
+  return m;
 }
 
 }  // namespace
@@ -446,6 +469,8 @@ void* reallocate(void* p, size_t size, uintptr_t ra) {
     if (old > Backing::kHuge && !t_inside) shrink_direct(p, size);
     return p;
   }
+  if (size > old && old > Backing::kHuge && !t_inside)
+    if (void* m = grow_direct(p, size)) return m;
   void* q = allocate(size, kSmallAlign, ra);
   if (!q) return nullptr;
   std::memcpy(q, p, std::min(old, size));
