@@ -521,6 +521,11 @@ def markdown(agg: dict, tg: dict, runs: list[dict]) -> str:
                 _pm(r, "loadavg1", ".1f"), failed]) + " |")
         lines.append("")
     llama = [r for r in runs if r.get("llama_stats") and r["metrics"]]
+    libs = sorted({r["llama_lib"]["sha256"][:12] for r in runs if r.get("llama_lib")})
+    if libs:
+        lines += [f"LLAMA library (sha256 prefix) of the LLAMA runs: {', '.join(libs)}"
+                  + (" — MIXED: runs of different libraries are not comparable" if len(libs) > 1
+                     else ""), ""]
     if llama:
         lines += ["## LLAMA's own stats (at exit) beside the steady state", "",
                   "Heap = the policy's committed huge pages; RSS beyond it is the allocator's "
