@@ -329,7 +329,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     SIM_CHECK(h.owner != kNone && spans_[h.owner].hp == slot && spans_[h.owner].cls == 0 &&
               spans_[h.owner].nlive == 1, where + "whole page of a large object with no live object");
     shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj& o) {
-      SIM_CHECK(handles_[o.slot].span == h.owner, where + "whole page holds another span's object");
+      SIM_CHECK(handles_[own_slot(o.slot)].span == h.owner, where + "whole page holds another span's object");
     });
     return;
   }
@@ -342,7 +342,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   }
   shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
     if (a < lo)  // a multi-huge-page object ending here: its span's tail page
-      SIM_CHECK(handles_[o.slot].span == h.owner, where + "object straddles huge pages");
+      SIM_CHECK(handles_[own_slot(o.slot)].span == h.owner, where + "object straddles huge pages");
   });
   for (unsigned p = 0; p < kPagesPerHuge; ++p) {
     uint32_t sid = h.span_at[p];

@@ -29,6 +29,9 @@ class TcmallocBaseline final : public HeapAllocator {
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
 
+  // Heaps side by side (segregated.h): the checker's shadow heap names objects by the
+  // engine's slots, this heap by its own: own slot = (*slots)[engine slot] & mask.
+  void set_shadow_slots(const std::vector<uint32_t>* slots, uint32_t mask) { shadow_slots_ = slots; shadow_mask_ = mask; }
   struct SizeClass { uint32_t size, pages, objs; };
   const std::vector<SizeClass>& size_classes() const { return classes_; }
 
@@ -90,6 +93,9 @@ class TcmallocBaseline final : public HeapAllocator {
   std::vector<Bits256> filler_used_;     // per lfr-1: bit nused
   std::vector<std::array<uint32_t, kCentralBuckets>> central_head_;
   std::vector<uint32_t> central_mask_;
+  const std::vector<uint32_t>* shadow_slots_ = nullptr;  // set_shadow_slots
+  uint32_t shadow_mask_ = 0;
+  uint32_t own_slot(uint32_t s) const { return shadow_slots_ ? (*shadow_slots_)[s] & shadow_mask_ : s; }
   std::vector<Handle> handles_;
   uint64_t live_hps_ = 0;
   uint64_t live_bytes_ = 0;

@@ -644,7 +644,10 @@ uint64_t Llama::alloc(const AllocRequest& r) {
   live_bytes_ += r.size;
   Handle& h = handles_[r.slot];
   h.size = r.size;
-  h.inf_pred = false;
+  if (pol_.contain_mixed) {
+    if (inf_preds_.size() <= r.slot) inf_preds_.resize(handles_.size());
+    inf_preds_[r.slot].inf_pred = false;
+  }
   if (pol_.contain_mixed && lc == nclasses_ - 1) {
     // A stack whose inf predictions have mostly died goes to the pages of the longest
     // non-inf class (no deadline either), away from the contexts that do live forever.
@@ -656,8 +659,7 @@ uint64_t Llama::alloc(const AllocRequest& r) {
       c.contained = true;
     }
     ++c.placed;
-    h.inf_pred = true;
-    h.stack = r.stack;
+    inf_preds_[r.slot] = {r.stack, true};
   }
   if (r.size < kBlockBytes && r.align <= kBlockBytes) {
     ++c_small_;
@@ -708,8 +710,8 @@ uint64_t Llama::alloc(const AllocRequest& r) {
 void Llama::free(uint32_t slot, uint64_t now) {
   Handle& h = handles_[slot];
   live_bytes_ -= h.size;
-  if (h.inf_pred) {
-    auto it = contexts_.find(h.stack);
+  if (pol_.contain_mixed && inf_preds_[slot].inf_pred) {
+    auto it = contexts_.find(inf_preds_[slot].stack);
     if (it != contexts_.end()) ++it->second.died;
   }
   if (h.span != kNone) {
@@ -833,9 +835,10 @@ void Llama::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     run_blocks(h);
   }
   shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
-    const Handle& h = handles_[o.slot];
+    const uint32_t own = own_slot(o.slot);
+    const Handle& h = handles_[own];
     SIM_CHECK(h.addr == a, where + "handle address");
-    if (h.span == kNone && o.slot == p.owner) {
+    if (h.span == kNone && own == p.owner) {
       SIM_CHECK(a >= h.base && o.end <= h.base + uint64_t(h.nblocks) * kBlockBytes, where + "object outside its run");
     } else if (h.span == kNone) {
       uint64_t rs = std::max(h.base, lo), re = std::min(h.base + uint64_t(h.nblocks) * kBlockBytes, hi);

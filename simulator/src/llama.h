@@ -100,6 +100,9 @@ class Llama final : public HeapAllocator {
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
+  // Heaps side by side (segregated.h): the checker's shadow heap names objects by the
+  // engine's slots, this heap by its own: own slot = (*slots)[engine slot] & mask.
+  void set_shadow_slots(const std::vector<uint32_t>* slots, uint32_t mask) { shadow_slots_ = slots; shadow_mask_ = mask; }
   void set_snapshot_spans(bool on) { snapshot_spans_ = on; }  // --snapshot-spans
 
  private:
@@ -148,9 +151,9 @@ class Llama final : public HeapAllocator {
     uint32_t span;        // small: its span; large: kNone
     uint32_t nblocks;     // large: blocks of the run (may exceed one huge page)
     uint32_t page, tail;  // large: page slot (several huge pages: their whole pages), partial last page
-    uint64_t stack;       // contain-mixed: the allocating stack of an inf prediction
-    bool inf_pred;
   };
+  // contain-mixed only (by slot, beside handles_): an inf prediction's allocating stack.
+  struct InfPred { uint64_t stack = 0; bool inf_pred = false; };
   // Per kind of span (small, medium): a recycled, initially partially free span and one
   // that was fully free when opened.
   struct Local { uint32_t partial[2] = {kNone, kNone}, fresh[2] = {kNone, kNone}; };
@@ -222,6 +225,10 @@ class Llama final : public HeapAllocator {
   uint64_t last_local_key_ = UINT64_MAX;
   Local* last_local_ = nullptr;
   std::vector<Handle> handles_;
+  const std::vector<uint32_t>* shadow_slots_ = nullptr;  // set_shadow_slots
+  uint32_t shadow_mask_ = 0;
+  uint32_t own_slot(uint32_t s) const { return shadow_slots_ ? (*shadow_slots_)[s] & shadow_mask_ : s; }
+  std::vector<InfPred> inf_preds_;  // contain-mixed only
   uint64_t live_pages_ = 0, live_bytes_ = 0, now_ = 0;
   // Counters.
   uint64_t c_acquired_ = 0, c_released_ = 0, c_open_to_active_ = 0, c_reclass_down_ = 0, c_expiries_ = 0,

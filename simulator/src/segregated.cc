@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "baseline.h"
 #include "json.h"
+#include "llama.h"
 
 namespace sim {
 
@@ -11,6 +13,14 @@ SegregatedHeap::SegregatedHeap(std::string name, std::vector<unsigned> group_of,
     : name_(std::move(name)), group_of_(std::move(group_of)), heaps_(std::move(heaps)) {
   SIM_CHECK(!heaps_.empty() && heaps_.size() <= kMaxGroups, name_ + ": 1 to 8 heaps");
   for (unsigned g : group_of_) SIM_CHECK(g < heaps_.size(), name_ + ": a class of no heap");
+  static_assert(kMaxGroups <= (1u << kGroupBits));
+  ids_.resize(heaps_.size());
+  // The checker's shadow heaps name objects by engine slot: each heap looks its own up.
+  for (auto& h : heaps_) {
+    if (auto* l = dynamic_cast<Llama*>(h.get())) l->set_shadow_slots(&local_, kLocalMask);
+    else if (auto* b = dynamic_cast<TcmallocBaseline*>(h.get())) b->set_shadow_slots(&local_, kLocalMask);
+    else SIM_CHECK(false, name_ + ": a heap of unknown kind");
+  }
 }
 
 void SegregatedHeap::divert_mixed(const ClassScheme& classes) {
@@ -55,9 +65,20 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
       }
     }
   }
-  if (r.slot >= slot_group_.size()) slot_group_.resize(size_t(r.slot) + 1, 0);
-  slot_group_[r.slot] = uint8_t(g);
-  const uint64_t addr = heaps_[g]->alloc(r);
+  LocalIds& ids = ids_[g];
+  uint32_t l;
+  if (!ids.free.empty()) {
+    l = ids.free.back();
+    ids.free.pop_back();
+  } else {
+    SIM_CHECK(ids.next <= kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
+    l = ids.next++;
+  }
+  if (r.slot >= local_.size()) local_.resize(size_t(r.slot) + 1 + local_.size() / 2, 0);
+  local_[r.slot] = uint32_t(g) << kLocalBits | l;
+  AllocRequest lr = r;
+  lr.slot = l;
+  const uint64_t addr = heaps_[g]->alloc(lr);
   SIM_CHECK(((addr + r.size - 1) / kHugePageBytes) >> kIdShift == g,
             name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
   return addr;
@@ -76,7 +97,9 @@ void SegregatedHeap::free(uint32_t slot, uint64_t now) {
       }
     }
   }
-  heaps_[slot_group_[slot]]->free(slot, now);
+  const uint32_t gl = local_[slot];
+  heaps_[group(gl)]->free(local(gl), now);
+  ids_[group(gl)].free.push_back(local(gl));
 }
 
 void SegregatedHeap::advance(uint64_t now) {
@@ -109,13 +132,14 @@ Counters SegregatedHeap::counters() const {
 }
 
 std::pair<uint64_t, uint64_t> SegregatedHeap::where(uint32_t slot) const {
-  return heaps_[slot_group_[slot]]->where(slot);
+  const uint32_t gl = local_[slot];
+  return heaps_[group(gl)]->where(local(gl));
 }
 
 void SegregatedHeap::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   const uint64_t g = hp >> kIdShift;
   SIM_CHECK(g < heaps_.size(), name_ + ": huge page " + std::to_string(hp) + " of no heap");
-  heaps_[g]->check_page(hp, shadow);
+  heaps_[g]->check_page(hp, shadow);  // it finds its objects' own slots in local_
 }
 
 void SegregatedHeap::check_all(const ShadowHeap& shadow) const {
@@ -123,9 +147,12 @@ void SegregatedHeap::check_all(const ShadowHeap& shadow) const {
   std::vector<ShadowHeap> parts(heaps_.size());
   for (const auto& [a, o] : shadow.all()) {
     const uint64_t g = (a / kHugePageBytes) >> kIdShift;
-    SIM_CHECK(g < heaps_.size() && g == slot_group_[o.slot],
+    SIM_CHECK(g < heaps_.size() && g == group(local_[o.slot]),
               name_ + ": object at " + std::to_string(a) + " outside its heap's huge pages");
     parts[g].on_alloc(name_, a, o.end - a, o.slot);
+  }
+  for (size_t g = 0; g < heaps_.size(); ++g) {
+    SIM_CHECK(parts[g].count() + ids_[g].free.size() == ids_[g].next, name_ + ": heap " + std::to_string(g) + "'s slot ids");
   }
   for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->check_all(parts[g]);
 }

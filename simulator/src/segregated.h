@@ -59,7 +59,16 @@ class SegregatedHeap final : public HeapAllocator {
   std::string name_;
   std::vector<unsigned> group_of_;                    // by predicted class
   std::vector<std::unique_ptr<HeapAllocator>> heaps_;  // by group
-  std::vector<uint8_t> slot_group_;                   // by engine slot
+  // Each heap sees its own dense slot ids (its per-slot bookkeeping is sized by its own
+  // peak of live objects, not the engine's): by engine slot, the heap's group in the top
+  // kGroupBits bits and its local id below.  Placement never depends on a slot id's value.
+  static constexpr unsigned kGroupBits = 3, kLocalBits = 32 - kGroupBits;
+  static constexpr uint32_t kLocalMask = (uint32_t(1) << kLocalBits) - 1;
+  struct LocalIds { uint32_t next = 0; std::vector<uint32_t> free; };  // by group
+  std::vector<LocalIds> ids_;                         // by group
+  std::vector<uint32_t> local_;                       // by engine slot
+  static unsigned group(uint32_t l) { return l >> kLocalBits; }
+  static uint32_t local(uint32_t l) { return l & kLocalMask; }
   // divert-mixed
   struct Placed { uint64_t alloc_ns = 0, stack = 0; int cls = -1; };  // cls -1: not counted
   struct Stack { uint32_t placed = 0, early = 0; bool diverted = false; };
