@@ -10,6 +10,10 @@ import pytest
 from tests.proxy_support import proxy_binary
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+# gRPC (loaded by Beam) otherwise restarts its poller in every fork()ed child; when
+# subprocess then closes the child's descriptors before exec, the poller aborts it
+# (seen once in a sampler test: "epoll_wait error: Bad file descriptor", exit -6).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 PROXY_SECONDS = 8
 PROXY_INTERVAL = 512 * 1024
