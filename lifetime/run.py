@@ -20,11 +20,9 @@ under allocator/tools/run_measured.c, which measures it with wait4.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import pathlib
-import re
 import shutil
 import signal
 import subprocess
@@ -95,23 +93,6 @@ def library(name: str) -> str | None:
     raise LifetimeError(f"--allocator {name}: {lib} not found (install the Debian package {package})")
 
 
-def _tcmalloc_cached() -> pathlib.Path:
-    """Where tcmalloc_preload.sh keeps its library for the current sources: the cache key
-    is the crate version and a hash of the script, tcmalloc_crate.sh and
-    tcmalloc_preload_background.cc (computed as the script computes it)."""
-    tools = TCMALLOC_SCRIPT.parent
-    crate_sh = tools / "tcmalloc_crate.sh"
-    m = re.search(r"^CRATE_VERSION=(\S+)", crate_sh.read_text(), re.M)
-    if not m:
-        raise LifetimeError(f"{crate_sh}: no CRATE_VERSION")
-    blob = b"".join(p.read_bytes() for p in (TCMALLOC_SCRIPT, crate_sh,
-                                              tools / "tcmalloc_preload_background.cc"))
-    key = hashlib.sha256(blob).hexdigest()[:12]
-    cache = pathlib.Path(os.environ.get("LIFETIME_CACHE_DIR") or
-                         os.path.expanduser("~/.cache/lifetime-models")) / "tcmalloc"
-    return cache / f"preload-{m.group(1)}-{key}" / "libtcmalloc_google.so"
-
-
 def google_tcmalloc() -> str:
     """Google's TCMalloc as an LD_PRELOAD library ($LIFETIME_TCMALLOC_LIB, else the path
     tcmalloc_preload.sh prints).  The script is run only when its library is already in
@@ -122,12 +103,13 @@ def google_tcmalloc() -> str:
         if not os.path.exists(env):
             raise LifetimeError(f"--allocator tcmalloc: LIFETIME_TCMALLOC_LIB={env} does not exist")
         return env
-    if not _tcmalloc_cached().exists():
+    # The script computes its own cache key; --cached only looks (building takes minutes).
+    proc = subprocess.run(["bash", str(TCMALLOC_SCRIPT), "--cached"], capture_output=True,
+                          text=True, timeout=60)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 3:
         raise LifetimeError("--allocator tcmalloc: Google's TCMalloc is not built: run "
                             "`make tcmalloc-preload` (minutes; needs cargo and g++)")
-    proc = subprocess.run(["bash", str(TCMALLOC_SCRIPT)], capture_output=True, text=True,
-                          timeout=60)
-    lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not os.path.exists(lines[-1]):
         raise LifetimeError(f"--allocator tcmalloc: {TCMALLOC_SCRIPT.name} failed "
                             f"(exit {proc.returncode}): {(proc.stderr.strip() or '?').splitlines()[-1]}")

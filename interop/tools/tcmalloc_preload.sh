@@ -4,6 +4,7 @@
 # libtcmalloc-sys crate (crates.io), and prints its path as the last line:
 #
 #   interop/tools/tcmalloc_preload.sh [OUT_DIR]
+#   interop/tools/tcmalloc_preload.sh --cached   # the path if already built, else exit 3
 #   LD_PRELOAD=$(interop/tools/tcmalloc_preload.sh | tail -1) CMD ARGS...
 #
 # Needs: cargo (to fetch and build the crate), g++.  Built under
@@ -36,6 +37,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/tcmalloc_crate.sh"
 
+# --cached: only look (`lifetime run --allocator tcmalloc` never builds: that takes minutes).
+cached_only=
+if [ "${1:-}" = --cached ]; then cached_only=1; shift; fi
 out_dir=${1:-}
 name=libtcmalloc_google.so
 key=$(cat "$0" "$here/tcmalloc_crate.sh" "$here/tcmalloc_preload_background.cc" | sha256sum | cut -c1-12)
@@ -55,6 +59,10 @@ finish() {
 if [ -e "$so" ]; then
   finish
   exit 0
+fi
+if [ -n "$cached_only" ]; then
+  echo "$0: Google's TCMalloc is not built for these sources ($so)" >&2
+  exit 3
 fi
 
 tcmalloc_require
