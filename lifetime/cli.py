@@ -236,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lifetime",
         description="Learned allocation-lifetime models: profile, build datasets, train, "
                     "evaluate, export.")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print third-party libraries' start-up messages "
+                             "(TensorFlow's GPU probe and graph notices, Beam's optional "
+                             "cloud clients), which are hidden otherwise")
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND",
                                 parser_class=_SubcommandParser)
 
@@ -345,17 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one subcommand.  A LifetimeError (bad input, option or environment) or an
     OSError naming a file ends it with one line on stderr and status 1; anything else
     is a bug and keeps its traceback."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_DropNoise())
-        handler.addFilter(_EscapeArguments())
     parser = build_parser()
     try:
         args, rest = parser.parse_known_args(argv)
     except _BadOptionValue as e:  # before any work
         print(f"lifetime {e.subcommand}: error: {printable(str(e))}", file=sys.stderr)
         return 1
+    # Before any subcommand imports TensorFlow (they defer it): on a machine without a GPU
+    # its C++ side logs a CUDA probe failure and graph-rewrite notices at error level;
+    # the failures that matter reach us as Python exceptions.
+    if not args.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if not args.verbose:
+            handler.addFilter(_DropNoise())
+        handler.addFilter(_EscapeArguments())
     if rest and not getattr(args, "beam", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
