@@ -24,8 +24,16 @@ at steady state (mean AnonHugePages / mean Rss over that window, and / Anonymous
 throughput from the server's own `total_commands_processed` (commands/s over the run;
 phases: also the grow burst's rate, the unpaced part; mixed: also the driver's pacing and
 the server's CPU time per command, since a paced load's rate is the plan's whenever the
-server keeps up); LLAMA's stats file.  A run that crashes or outlives --timeout is
-recorded with its error and how to reproduce it; the others go on.
+server keeps up); LLAMA's stats file, at exit and every --llama-stats-interval s while
+it runs (LIFETIME_ALLOC_STATS_INTERVAL; the policy's heap over time, its steady state over
+the same window as RSS).  A run that crashes or outlives --timeout is recorded with its
+error and how to reproduce it; the others go on.
+
+"Simulator vs measured" (issue 22): per LLAMA model run, the simulator's steady-state
+heap for the same workload, load seed, policy and model seed 0 (simulate_redis.py's
+results<tag>.json beside the export; SIM_RESULTS) against the measured RSS and the
+allocator's own policy heap, and measured RSS - simulated split into where it went
+(sim_vs_measured).
 
 Each run writes OUT/runs/<workload>/<config>/load<S>/run.json as it ends; the report
 (results.json, results.md, rss_<workload>.png, commands.txt) is built from every run.json
@@ -137,16 +145,67 @@ def log(msg: str) -> None:
     print(f"[allocator_rss {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+# LLAMA's stats fields kept from each interval write (LIFETIME_ALLOC_STATS_INTERVAL)
+STATS_SAMPLED = ("uptime_ns", "live_huge_pages", "committed_bytes", "held_free_pages",
+                 "direct_bytes", "bytes_requested", "objects")
+
+
+def llama_stats_path(pid: int) -> pathlib.Path | None:
+    """The stats file the allocator in server PID writes.  `lifetime run` points
+    LIFETIME_ALLOC_STATS at its own temporary directory (stats.%p.json) and copies the file
+    to --stats only at exit; the launcher (the server's parent) carries that variable
+    unaltered (Redis's setproctitle overwrites its own environment block), so read it
+    there, then in the server's own."""
+    try:
+        ppid = int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    for p in (ppid, pid):
+        try:
+            env = pathlib.Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for kv in env:
+            if kv.startswith(b"LIFETIME_ALLOC_STATS="):
+                value = kv.split(b"=", 1)[1].decode(errors="replace")
+                return pathlib.Path(value.replace("%p", str(pid)))
+    return None
+
+
 class Sampler:
-    """/proc/PID/smaps_rollup (kB fields) and utime+stime every INTERVAL s, in a thread."""
+    """/proc/PID/smaps_rollup (kB fields) and utime+stime every INTERVAL s, in a thread;
+    with LLAMA_STATS, also the allocator's stats file whenever it was rewritten (the
+    allocator's interval writes), as stats_samples (STATS_SAMPLED fields; t: when this
+    sampler saw it, at most INTERVAL s after the write)."""
 
     FIELDS = ("Rss", "Anonymous", "AnonHugePages")
 
-    def __init__(self, pid: int, t0: float, interval: float):
+    def __init__(self, pid: int, t0: float, interval: float, llama_stats: bool = False):
         self.pid, self.t0, self.interval = pid, t0, interval
         self.samples: list[dict] = []
+        self.stats_samples: list[dict] = []
+        self._llama_stats = llama_stats
+        self._stats_path: pathlib.Path | None = None
+        self._stats_mtime: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read_llama_stats(self, t: float) -> None:
+        if self._stats_path is None:
+            self._stats_path = llama_stats_path(self.pid)
+            if self._stats_path is None:
+                return
+        try:  # written to a temporary file and renamed: never seen half-written
+            mtime = self._stats_path.stat().st_mtime_ns
+            if mtime == self._stats_mtime:
+                return
+            data = json.loads(self._stats_path.read_text())
+        except (OSError, ValueError):
+            return
+        self._stats_mtime = mtime
+        if self.stats_samples and self.stats_samples[-1]["uptime_ns"] == data.get("uptime_ns"):
+            return
+        self.stats_samples.append({"t": t, **{k: data.get(k) for k in STATS_SAMPLED}})
 
     def sample(self) -> dict | None:
         try:
@@ -162,6 +221,8 @@ class Sampler:
                 s[name] = int(rest.split()[0])
         s["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
         self.samples.append(s)
+        if self._llama_stats:
+            self._read_llama_stats(s["t"])
         return s
 
     def _loop(self) -> None:
@@ -181,7 +242,7 @@ class Sampler:
 
 def time_mean(samples: list[dict], key: str, lo: float, hi: float) -> float | None:
     """Time-weighted mean of KEY over [LO, HI] (each sample holds until the next)."""
-    pts = [(s["t"], s[key]) for s in samples if key in s]
+    pts = [(s["t"], s[key]) for s in samples if s.get(key) is not None]
     total = acc = 0.0
     for (t, v), nxt in zip(pts, pts[1:] + [(hi, None)]):
         a, b = max(t, lo), min(nxt[0], hi)
@@ -281,6 +342,9 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
     if allocator == "llama":
         env["LIFETIME_ALLOC_LIB"] = args.llama_lib["path"]
         lib_env = f"LIFETIME_ALLOC_LIB={args.llama_lib['path']} "
+        if args.llama_stats_interval:  # the policy's heap over time (Sampler reads it)
+            env["LIFETIME_ALLOC_STATS_INTERVAL"] = str(args.llama_stats_interval)
+            lib_env += f"LIFETIME_ALLOC_STATS_INTERVAL={args.llama_stats_interval} "
     record = {"workload": workload, "config": name, "label": LABELS[name], "allocator": allocator,
               "load_seed": seed, "version": args.version, "command": cmd,
               "llama_lib": args.llama_lib if allocator == "llama" else None,
@@ -313,7 +377,9 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
         record["startup_s"] = round(t0 - t_launch, 3)
         pid = int(redis.info(port)["process_id"])
         record["server_pid"] = pid
-        with Sampler(pid, t0, args.interval) as sampler, machine.Monitor(pid=pid) as mon:
+        with Sampler(pid, t0, args.interval, llama_stats=allocator == "llama"
+                     and bool(args.llama_stats_interval)) as sampler, \
+                machine.Monitor(pid=pid) as mon:
             if workload == "phases":
                 record["load"] = drive_phases(port, seed, args.keys, t0, workdir)
             else:
@@ -352,6 +418,9 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
             record["llama_stats"]["prediction"] = {
                 k: v for k, v in stats["prediction"].items() if not isinstance(v, list)}
     record["samples"] = sampler.samples if sampler else []
+    if allocator == "llama":
+        record["llama_stats_interval_s"] = args.llama_stats_interval
+        record["llama_stats_samples"] = sampler.stats_samples if sampler else []
     record["metrics"] = metrics(record)
     (run_dir / "run.json").write_text(json.dumps(record, indent=1))
     return record
@@ -384,6 +453,14 @@ def metrics(r: dict) -> dict:
            "server_cpu_s": cpu_end, "cpu_us_per_command": cpu_end / total * 1e6 if total else None,
            "samples": len(s),
            "sample_interval_s": (s[-1]["t"] - s[0]["t"]) / max(1, len(s) - 1)}
+    st = [x for x in r.get("llama_stats_samples") or [] if x.get("committed_bytes") is not None]
+    if st and st[0]["t"] <= lo:  # the policy's heap over the same window (interval stats)
+        for key, name, scale in (("committed_bytes", "steady_llama_committed_mib", 1 / MIB),
+                                 ("held_free_pages", "steady_llama_held_mib", 2.0),
+                                 ("direct_bytes", "steady_llama_direct_mib", 1 / MIB)):
+            v = time_mean(st, key, lo, end)
+            out[name] = v * scale if v is not None else None
+        out["llama_stats_samples_in_window"] = sum(1 for x in st if lo <= x["t"] <= end)
     if r["workload"] == "phases":
         out["grow_commands_per_s"] = load.get("grow_commands_per_s")
     else:
@@ -450,6 +527,138 @@ def aggregate(runs: list[dict]) -> dict:
     return out
 
 
+# --- the simulator's figure for the same workload and load seed (issue 22) ------------
+
+# benchmarks/simulate_redis.py's results per workload and load seed (<tag>: table3's
+# policy_tag, none for the paper's policy): `lifetime simulate` on the full trace of Redis
+# 6.2.14 under the same load seed, per model seed; the allocator's model runs use
+# export-seed0 of the same directory (EXPORTS), hence model seed 0.
+SIM_RESULTS = {"phases": "out/redis21/phases-wrap/load{seed}/results{tag}.json",
+               "mixed": "out/redis21/mixed/load{seed}/results{tag}.json"}
+SIM_MODEL_SEED = "0"
+SIM_FIELD = "per_seed['0'].rows.model.llama_steady_state_bytes"
+WITHIN = 0.15  # issue 22: the simulator's steady state within 15% of the measured RSS
+# Stats keys counted as the allocator's metadata (bytes) when the library reports them.
+# The library reports none of these yet: its per-slot records, object table and internal
+# arena then stay in the rest.
+METADATA_STATS = ("internal_arena_bytes", "object_table_bytes", "slot_records_bytes")
+
+
+def llama_counterpart(r: dict) -> tuple[str, str | None]:
+    """A LLAMA run's policy, and why it has no simulated counterpart (None: it has one,
+    the simulator's model seed 0 under the same policy)."""
+    cmd = r.get("command") or []
+    policy = cmd[cmd.index("--policy") + 1] if "--policy" in cmd else "paper"
+    if "--model" not in cmd:
+        return policy, "no simulation (constant predictor; the simulator ran the models)"
+    model = pathlib.Path(cmd[cmd.index("--model") + 1]).name
+    if model != f"export-seed{SIM_MODEL_SEED}":
+        return policy, f"no simulation (model {model}, not export-seed{SIM_MODEL_SEED})"
+    return policy, None
+
+
+def read_simulated(path: pathlib.Path, rel: str, policy: str, seed: int) -> dict:
+    """The simulated steady state of one results<tag>.json, or {"missing": why}."""
+    if not path.exists():
+        return {"file": rel, "missing": "no simulation (no such file)"}
+    res = json.loads(path.read_text())
+    wrong = [f"{k} {got!r}, not {want!r}" for k, got, want in (
+        ("policy", res.get("policy", "paper"), policy),  # older paper results lack the key
+        ("load seed", res.get("load_seed"), seed), ("Redis", res.get("test"), VERSION))
+        if got != want]
+    row = ((res.get("per_seed") or {}).get(SIM_MODEL_SEED) or {}).get("rows", {}).get("model")
+    if wrong or row is None:
+        return {"file": rel, "missing": "no simulation (" + ("; ".join(wrong) or
+                                                           "no model seed 0 row") + ")"}
+    return {"file": rel, "steady_bytes": row["llama_steady_state_bytes"],
+            "live_steady_bytes": row["live_steady_state_bytes"],
+            "trace_s": (res.get("trace") or {}).get("seconds")}
+
+
+def load_simulated(runs: list[dict], root: pathlib.Path = ROOT) -> dict:
+    """(workload, policy, load seed) -> read_simulated's answer, for every LLAMA run that
+    has a counterpart."""
+    from benchmarks.table3 import policy_tag
+
+    sims = {}
+    for r in runs:
+        if r.get("allocator") != "llama" or r.get("workload") not in SIM_RESULTS:
+            continue
+        policy, why = llama_counterpart(r)
+        key = (r["workload"], policy, r["load_seed"])
+        if why is None and key not in sims:
+            rel = SIM_RESULTS[r["workload"]].format(seed=r["load_seed"], tag=policy_tag(policy))
+            sims[key] = read_simulated(root / rel, rel, policy, r["load_seed"])
+    return sims
+
+
+def sim_vs_measured(runs: list[dict], sims: dict) -> list[dict]:
+    """Per LLAMA run with metrics: the simulator's steady-state heap (SIMS, from
+    load_simulated) beside the measured steady RSS and the allocator's own policy heap
+    (the steady mean of its interval stats when it has them, else the stats at exit), and
+    RSS - simulated split (MiB) into: the allocator's heap beyond the simulated one, held
+    pages (the release delay), direct mappings (> 2 MiB objects), metadata the stats
+    report, the program's own memory outside the heap (estimated from the TCMalloc run of
+    the same workload and seed: its RSS - AnonHugePages, its heap being ~99% huge pages)
+    and the rest (whatever none of those explain)."""
+    tcm = {(r["workload"], r["load_seed"]): r["metrics"] for r in runs
+           if r.get("config") == "tcmalloc" and r.get("metrics")}
+    order = {"phases": 0, "mixed": 1}
+    rows = []
+    for r in sorted(runs, key=lambda r: (order.get(r["workload"], 2), r["config"], r["load_seed"])):
+        if r.get("allocator") != "llama" or not r.get("metrics"):
+            continue
+        m, st = r["metrics"], r.get("llama_stats") or {}
+        policy, why = llama_counterpart(r)
+        row = {"workload": r["workload"], "config": r["config"], "label": r["label"],
+               "load_seed": r["load_seed"], "policy": policy, "run_s": m["run_s"],
+               "rss_mib": m["steady_rss_mib"], "anon_mib": m["steady_anon_mib"],
+               "anon_huge_mib": m["steady_anon_huge_mib"]}
+        if m.get("steady_llama_committed_mib") is not None:
+            heap, held, direct = (m["steady_llama_committed_mib"], m["steady_llama_held_mib"],
+                                  m["steady_llama_direct_mib"])
+            row["heap_from"] = f"steady mean ({m['llama_stats_samples_in_window']} samples)"
+        elif "committed_bytes" in st:
+            heap, held, direct = (st["committed_bytes"] / MIB, st.get("held_free_pages", 0) * 2.0,
+                                  st.get("direct_bytes", 0) / MIB)
+            row["heap_from"] = "at exit"
+        else:
+            heap = held = direct = None
+            row["heap_from"] = "no stats"
+        reported = [k for k in METADATA_STATS if k in st]
+        meta = sum(st[k] for k in reported) / MIB if reported else None
+        t = tcm.get((r["workload"], r["load_seed"]))
+        program = t["steady_rss_mib"] - t["steady_anon_huge_mib"] if t else None
+        row.update(heap_mib=heap, held_mib=held, direct_mib=direct, metadata_mib=meta,
+                   metadata_keys=reported, program_mib=program)
+        sim = None if why else sims.get((r["workload"], policy, r["load_seed"]))
+        if sim is None or "missing" in sim:
+            row["simulation"] = why or (sim or {}).get("missing", "no simulation")
+            row["sim_file"] = (sim or {}).get("file")
+            rows.append(row)
+            continue
+        sim_mib = sim["steady_bytes"] / MIB
+        rss = m["steady_rss_mib"]
+        row.update(simulation="ok", sim_file=sim["file"], sim_mib=sim_mib,
+                   sim_live_mib=sim["live_steady_bytes"] / MIB, trace_s=sim["trace_s"],
+                   sim_to_rss=sim_mib / rss, sim_to_heap=sim_mib / heap if heap else None)
+        row["within_15pct_of_rss"] = abs(row["sim_to_rss"] - 1) <= WITHIN
+        row["within_15pct_of_heap"] = (abs(row["sim_to_heap"] - 1) <= WITHIN
+                                       if row["sim_to_heap"] is not None else None)
+        parts = {"heap_beyond_sim_mib": heap - sim_mib if heap is not None else None,
+                 "held_mib": held, "direct_mib": direct, "metadata_mib": meta,
+                 "program_mib": program}
+        row["gap_mib"] = rss - sim_mib
+        row["heap_beyond_sim_mib"] = parts["heap_beyond_sim_mib"]
+        row["rest_mib"] = row["gap_mib"] - sum(v for v in parts.values() if v is not None)
+        # per-object metadata (slot records, handles) is sized by the peak object count
+        peak_objects = st.get("peak_policy_objects")
+        row["rest_bytes_per_peak_object"] = (row["rest_mib"] * MIB / peak_objects
+                                             if peak_objects else None)
+        rows.append(row)
+    return rows
+
+
 def targets(agg: dict) -> dict:
     """Issue 22's targets for LLAMA + model, per workload and policy (every seed must meet
     them: the worst seed decides)."""
@@ -485,7 +694,79 @@ def _pm(row: dict, key: str, fmt: str = ".1f", worst: str = "max", scale: float 
     return s
 
 
-def markdown(agg: dict, tg: dict, runs: list[dict]) -> str:
+def sim_markdown(rows: list[dict]) -> list[str]:
+    """The "Simulator vs measured" section (sim_vs_measured's rows)."""
+    if not rows:
+        return []
+
+    def f(v, fmt=".1f"):
+        return "n/a" if v is None else format(v, fmt)
+
+    def yn(v):
+        return "n/a" if v is None else ("yes" if v else "NO")
+
+    lines = ["## Simulator vs measured (issue 22: simulated steady state within 15% of RSS)", "",
+             f"Simulated: `lifetime simulate` of the full trace of Redis {VERSION} under the same "
+             "workload and load seed, same policy, model seed 0 (the allocator's runs use "
+             f"export-seed0), from benchmarks/simulate_redis.py's `{SIM_FIELD}` in the file "
+             "named below: the policy's huge pages × 2 MiB, time-weighted mean over the second "
+             "half of the trace. The sampler that records the trace cannot run on top of LLAMA "
+             "(it calls glibc's `__libc_malloc`), so the trace is another run of the same load: "
+             "`mixed` is paced by the wall clock (the server receives the same commands at the "
+             "same times); `phases` is unpaced, so its timing, and which part of the run falls "
+             "in the second half, differ between the traced run (slowed by the sampler) and "
+             "this one (trace s vs run s). LLAMA heap: the policy's committed huge pages from "
+             "the allocator's stats (steady mean of its interval stats when the run has them, "
+             "else at exit).", "",
+             "| workload | load seed | allocator | simulated steady MiB | simulated live MiB | "
+             "trace s / run s | LLAMA heap MiB (from) | steady RSS MiB | steady Anonymous MiB "
+             "| steady AnonHugePages MiB | sim / RSS | sim / heap | within 15% of RSS | "
+             "within 15% of heap |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        head = f"| {r['workload']} | {r['load_seed']} | {r['label']} | "
+        heap = f"{f(r['heap_mib'])} ({r['heap_from']})"
+        measured = f"{f(r['rss_mib'])} | {f(r['anon_mib'])} | {f(r['anon_huge_mib'])}"
+        if r["simulation"] != "ok":
+            lines.append(head + f"{r['simulation']} | - | - / {r['run_s']:.1f} | {heap} | "
+                         f"{measured} | - | - | - | - |")
+            continue
+        lines.append(head + f"{f(r['sim_mib'])} | {f(r['sim_live_mib'])} | "
+                     f"{f(r['trace_s'])} / {r['run_s']:.1f} | {heap} | {measured} | "
+                     f"{f(r['sim_to_rss'], '.2f')} | {f(r['sim_to_heap'], '.2f')} | "
+                     f"{yn(r['within_15pct_of_rss'])} | {yn(r['within_15pct_of_heap'])} |")
+    with_sim = [r for r in rows if r["simulation"] == "ok"]
+    if with_sim:
+        meta_keys = sorted({k for r in with_sim for k in r["metadata_keys"]})
+        lines += ["", "Measured RSS − simulated heap (MiB, steady state), split: the allocator's "
+                  "heap beyond the simulated one (policy heap − simulated: the same policy on "
+                  "another run of the load); held pages (released by the policy, kept committed "
+                  "for the release delay); direct mappings (objects > 2 MiB, outside the policy); "
+                  "the allocator's metadata as its stats report it ("
+                  + (", ".join(meta_keys) if meta_keys else "the library reports none: its "
+                     "per-slot records, object table and internal arena stay in the rest")
+                  + "); the program outside the heap (estimated from the TCMalloc run of the "
+                  "same workload and load seed: its steady RSS − AnonHugePages, its heap being "
+                  "~99% huge pages; includes its file-backed pages and TCMalloc's own small "
+                  "metadata); the rest: what none of these explain, also per peak policy "
+                  "object (the allocator's per-object records are sized by the peak).", "",
+                  "| workload | load seed | allocator | RSS − simulated | heap beyond simulated "
+                  "| held pages | direct mappings | metadata (stats) | program (est.) | rest | rest / peak "
+                  "object (B) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in with_sim:
+            lines.append(f"| {r['workload']} | {r['load_seed']} | {r['label']} | "
+                         f"{f(r['gap_mib'])} | {f(r['heap_beyond_sim_mib'])} | "
+                         f"{f(r['held_mib'])} | {f(r['direct_mib'])} | "
+                         f"{f(r['metadata_mib']) if r['metadata_keys'] else 'not reported'} | "
+                         f"{f(r['program_mib'])} | {f(r['rest_mib'])} | "
+                         f"{f(r['rest_bytes_per_peak_object'], '.0f')} |")
+    files = sorted({r["sim_file"] for r in rows if r.get("sim_file")})
+    if files:
+        lines += ["", "Simulated figures read from: " + ", ".join(f"`{x}`" for x in files)]
+    lines.append("")
+    return lines
+
+
+def markdown(agg: dict, tg: dict, runs: list[dict], svm: list[dict] | None = None) -> str:
     lines = [f"# Redis {VERSION} under real allocators (issue 22)", "",
              "Steady state: time-weighted mean over the second half of the run (server ready "
              "to end of load), as the simulator defines it; RSS and AnonHugePages from "
@@ -544,6 +825,7 @@ def markdown(agg: dict, tg: dict, runs: list[dict]) -> str:
                          f"{m['steady_anon_huge_mib']:.1f} | {st['objects']} / "
                          f"{st['peak_policy_objects']} | {hits} | {runs_} |")
         lines.append("")
+    lines += sim_markdown(svm or [])
     lines += ["## Issue 22 targets (LLAMA + model; the worst load seed decides)", "",
               "| run | steady RSS ≤ TCMalloc's | ≥ 90% of heap in huge pages | throughput ≥ 0.9× glibc |",
               "|---|---|---|---|"]
@@ -616,11 +898,14 @@ def report(out: pathlib.Path, plot_seed: int | None) -> dict:
     runs = load_runs(out)
     agg = aggregate(runs)
     tg = targets(agg)
+    svm = sim_vs_measured(runs, load_simulated(runs))
     pngs = plot(runs, out, plot_seed) if runs else []
-    res = {"version": VERSION, "aggregate": agg, "targets": tg, "plots": pngs,
-           "runs": [{k: v for k, v in r.items() if k not in ("samples",)} for r in runs]}
+    res = {"version": VERSION, "aggregate": agg, "targets": tg, "simulator_vs_measured": svm,
+           "plots": pngs,
+           "runs": [{k: v for k, v in r.items() if k not in ("samples", "llama_stats_samples")}
+                    for r in runs]}
     (out / "results.json").write_text(json.dumps(res, indent=1))
-    (out / "results.md").write_text(markdown(agg, tg, runs))
+    (out / "results.md").write_text(markdown(agg, tg, runs, svm))
     return res
 
 
@@ -711,6 +996,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="mixed: shrink the phases' durations to about this total (tests)")
     ap.add_argument("--llama-lib", default=None, help="liblifetime_alloc.so to copy and use "
                     "(default: build/allocator/'s, copied into OUT/lib at start)")
+    ap.add_argument("--llama-stats-interval", type=int, default=1, metavar="S",
+                    help="LLAMA runs: LIFETIME_ALLOC_STATS_INTERVAL (whole seconds; the stats "
+                         "file is read at every sample, so the policy's heap has a steady "
+                         "state like RSS); 0: stats at exit only")
     ap.add_argument("--plot-seed", type=int, default=1, help="load seed drawn in the plots")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from OUT/runs")
     args = ap.parse_args(argv)

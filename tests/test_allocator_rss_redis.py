@@ -38,6 +38,11 @@ def test_redis_mixed_tiny_under_llama(tmp_path):
     assert 0 <= m["huge_share_of_anon"] <= 1
     assert m["commands"] > 500 and m["late_tick_share"] < 0.5
     assert run["llama_stats"]["allocs"] > 0 and "size-classes" in run["llama_stats"]["policy"]
+    # the allocator's interval stats (LIFETIME_ALLOC_STATS_INTERVAL=1), read while it ran
+    st = run["llama_stats_samples"]
+    assert len(st) >= 2 and all(x["committed_bytes"] > 0 for x in st), st
+    assert [x["uptime_ns"] for x in st] == sorted({x["uptime_ns"] for x in st})
+    assert m["steady_llama_committed_mib"] > 0
     res = json.loads((tmp_path / "results.json").read_text())
     row = res["aggregate"]["mixed"]["llama-segregated-constant"]
     assert row["seeds"] == [1] and not row["failed"]
