@@ -188,15 +188,16 @@ void full_check() {
   guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->policy->check_all(S->shadow); });
   // The translation: every live object's policy address maps to its real one.
   uint64_t live = 0;
-  for (uint32_t slot = 0; slot < S->objs.size(); ++slot) {
-    const State::Obj& o = S->objs[slot];
-    if (!o.addr) continue;
+  for (uint64_t slot = 0; slot < S->slots.capacity(); ++slot) {
+    if (!S->slots.taken(uint32_t(slot))) continue;
     ++live;
-    auto [a, size] = S->policy->where(slot);
-    if (S->backing.real(a) != o.addr || S->backing.slot_at(o.addr) != slot || size != o.usable)
-      fatal("LIFETIME_ALLOC_CHECK: an object's real address, table entry or size disagrees with the policy's");
+    auto [a, size] = S->policy->where(uint32_t(slot));
+    const uintptr_t p = S->backing.real(a);
+    if (!p || S->backing.slot_at(p) != slot || size < S->policy->asked_size(uint32_t(slot)))
+      fatal("LIFETIME_ALLOC_CHECK: an object's table entry or size disagrees with the policy's");
   }
-  if (live != S->shadow.count()) fatal("LIFETIME_ALLOC_CHECK: object table and shadow heap disagree in size");
+  if (live != S->shadow.count() || live != S->c.live_objects)
+    fatal("LIFETIME_ALLOC_CHECK: slot ids and shadow heap disagree in size");
 }
 
 void after_op(uint64_t now) {
@@ -236,14 +237,19 @@ void* direct_alloc(size_t size, size_t align) {
 }
 
 uint32_t take_slot() {
-  if (!S->free_slots.empty()) {
-    uint32_t s = S->free_slots.back();
-    S->free_slots.pop_back();
-    return s;
-  }
-  if (S->objs.size() >= UINT32_MAX) fatal("more than 2^32-1 live objects");
-  S->objs.push_back({});
-  return uint32_t(S->objs.size() - 1);
+  if (S->slots.count() >= UINT32_MAX - 1) fatal("more than 2^32-2 live objects");
+  return S->slots.take();
+}
+
+// After a fall in live objects the ids are packed low (lowest-first), and the policy's
+// per-slot records give back their tail.  Now and then: end() scans the id bitmap.
+void maybe_trim() {
+  constexpr uint64_t kEvery = 4096;
+  if (++S->frees_since_trim < kEvery) return;
+  S->frees_since_trim = 0;
+  if (S->slots.capacity() < 2 * S->slots.count() + 8192) return;
+  const uint64_t end = S->slots.end();
+  guarded("policy: ", [&] { S->policy->trim(uint32_t(end)); });
 }
 
 State* built() {
@@ -274,18 +280,17 @@ void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
   if (S->backing.overflowed() || !p || !S->backing.real(a + usable - 1)) {
     // Past the reservation: give the object back and fail (ENOMEM).
     guarded("policy: ", [&] { S->policy->free(slot, now); });
-    S->free_slots.push_back(slot);
+    S->slots.release(slot);
     ++S->c.failed_allocs;
     return nullptr;
   }
   // Usable: what the policy placed (the baseline rounds up to its size class).
-  const uint64_t placed = std::max(usable, S->policy->where(slot).second);
-  S->objs[slot] = {p, uint32_t(placed), uint32_t(size)};
+  const uint64_t placed = S->policy->where(slot).second;
   S->backing.set_slot(p, slot);
   Counters& c = S->c;
   ++c.allocs;
   c.peak_objects = std::max(c.peak_objects, ++c.live_objects);
-  c.live_requested += size;
+  c.live_requested += usable;
   c.peak_requested = std::max(c.peak_requested, c.live_requested);
   c.total_requested += size;
   c.live_usable += placed;
@@ -368,20 +373,18 @@ void free_locked(void* p) {
     if (slot == Backing::kNoSlot) fatal("free(): invalid pointer or double free");
     S->backing.clear_slot(key);
     const uint64_t now = tick();
-    const State::Obj& o = S->objs[slot];
-    uint64_t a = 0;
-    if (S->cfg.check_every) {
-      a = S->policy->where(slot).first;
-      guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->shadow.on_free("lifetime_alloc", a, slot); });
-    }
+    const auto [a, placed] = S->policy->where(slot);
+    const uint64_t requested = S->policy->asked_size(slot);
+    if (S->cfg.check_every)
+      guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a] { S->shadow.on_free("lifetime_alloc", a, slot); });
     guarded("policy: ", [&] { S->policy->free(slot, now); });
-    if (S->cfg.check_every == 1) check_pages(a, asked(o.requested));
+    if (S->cfg.check_every == 1) check_pages(a, requested);
     ++c.frees;
     --c.live_objects;
-    c.live_requested -= o.requested;
-    c.live_usable -= o.usable;
-    S->objs[slot].addr = 0;
-    S->free_slots.push_back(slot);
+    c.live_requested -= requested;
+    c.live_usable -= placed;
+    S->slots.release(slot);
+    maybe_trim();
     after_op(now);
     return;
   }
@@ -409,7 +412,7 @@ size_t usable_size(const void* p) {
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   if (S->backing.contains(p)) {
     const uint32_t slot = S->backing.slot_at(key);
-    return slot == Backing::kNoSlot ? 0 : S->objs[slot].usable;
+    return slot == Backing::kNoSlot ? 0 : S->policy->where(slot).second;
   }
   auto d = S->direct.find(key);
   return d == S->direct.end() ? 0 : d->second.usable;

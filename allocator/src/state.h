@@ -12,6 +12,7 @@
 #include "backing.h"
 #include "config.h"
 #include "predictor.h"
+#include "slot_ids.h"
 #include "trace.h"
 
 namespace lalloc {
@@ -19,6 +20,7 @@ namespace lalloc {
 struct Counters {
   uint64_t allocs = 0, frees = 0, failed_allocs = 0, foreign_frees = 0;
   uint64_t live_objects = 0, peak_objects = 0;
+  // live_/peak_requested: as asked of the policy (rounded up to 16 B); total: the program's.
   uint64_t live_requested = 0, peak_requested = 0, total_requested = 0, live_usable = 0;
   uint64_t direct_objects = 0, direct_bytes = 0, peak_direct_bytes = 0, direct_allocs = 0;
   uint64_t lock_acquisitions = 0, checks = 0, stats_writes = 0, threads = 0;
@@ -36,13 +38,12 @@ struct State {
   std::unique_ptr<sim::HeapAllocator> policy;
   std::unique_ptr<Predictor> predictor;
   Backing backing;
-  // Objects of the policy, by the engine-style slot id the policy knows them by (the
-  // real address -> slot table is Backing's).  addr 0: a free slot.  usable:
-  // malloc_usable_size; requested: the program's size (the policy was asked for it
-  // rounded up to 16 B, the size the checker's shadow heap knows).
-  struct Obj { uintptr_t addr; uint32_t usable, requested; };
-  std::vector<Obj> objs;
-  std::vector<uint32_t> free_slots;
+  // The engine-style slot ids the policy knows objects by, lowest-first: no record of our
+  // own per object (the real address -> slot table is Backing's; address and usable size
+  // are the policy's where(), the size asked of it its asked_size()), and the policy's
+  // per-slot records follow the live ids down (trim).
+  sim::SlotIds slots;
+  uint64_t frees_since_trim = 0;
   // Objects beyond a huge page: their own mapping (README.md says why).
   struct Direct { uintptr_t map; uint64_t len, usable, requested; };
   std::unordered_map<uintptr_t, Direct> direct;

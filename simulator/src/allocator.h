@@ -64,6 +64,11 @@ class HeapAllocator {
   virtual Counters counters() const = 0;
   // Address and size of a live slot (for the checker).
   virtual std::pair<uint64_t, uint64_t> where(uint32_t slot) const = 0;
+  // The size a live slot was allocated with (AllocRequest::size; where() may say more).
+  virtual uint64_t asked_size(uint32_t slot) const = 0;
+  // No slot at or above slot_end is live: per-slot records may give back their tail (the
+  // real allocator, whose ids are handed out lowest-first, calls it now and then).
+  virtual void trim(uint32_t slot_end) { (void)slot_end; }
   // Invariants: the huge page `hp` agrees with the shadow heap (and its own bookkeeping);
   // check_all checks every live huge page and the global counters.
   virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;

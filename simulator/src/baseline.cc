@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "json.h"
+#include "slot_ids.h"
 
 namespace sim {
 
@@ -234,7 +235,9 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     ++c_large_allocs_;
     uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
     uint64_t addr = (base + r.align - 1) & ~uint64_t(r.align - 1);
-    handles_[r.slot] = {sid, uint32_t(addr - base), r.size};  // padding < align <= 2^31
+    s.large_size = r.size;
+    s.large_pad = uint32_t(addr - base);  // padding < align <= 2^31
+    handles_[r.slot] = {sid, 0, 0};
     return addr;
   }
   // Central free list: the span with the most live objects among those not full.
@@ -258,14 +261,15 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
   s.free_slots.pop_back();
   ++s.nlive;
   if (s.nlive < s.nobjs) central_link(sid);
-  handles_[r.slot] = {sid, idx, r.size};
+  SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
+  handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
   return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
 }
 
 void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   Handle hd = handles_[slot];
   Span& s = spans_[hd.span];
-  live_bytes_ -= hd.size;
+  live_bytes_ -= s.cls == 0 ? s.large_size : classes_[s.cls].size - hd.slack;
   if (s.cls == 0) {
     uint32_t n = s.npages;
     if (n >= kPagesPerHuge) {
@@ -300,9 +304,17 @@ std::pair<uint64_t, uint64_t> TcmallocBaseline::where(uint32_t slot) const {
   Handle hd = handles_[slot];
   const Span& s = spans_[hd.span];
   uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
-  if (s.cls == 0) return {base + hd.slot_idx, hd.size};
+  if (s.cls == 0) return {base + s.large_pad, s.large_size};
   return {base + uint64_t(hd.slot_idx) * classes_[s.cls].size, classes_[s.cls].size};
 }
+
+uint64_t TcmallocBaseline::asked_size(uint32_t slot) const {
+  const Handle hd = handles_[slot];
+  const Span& s = spans_[hd.span];
+  return s.cls == 0 ? s.large_size : classes_[s.cls].size - hd.slack;
+}
+
+void TcmallocBaseline::trim(uint32_t slot_end) { trim_slots(handles_, slot_end); }
 
 Counters TcmallocBaseline::counters() const {
   return {{"huge_pages_acquired", c_hp_acquired_}, {"huge_pages_released", c_hp_released_},

@@ -25,6 +25,8 @@ class TcmallocBaseline final : public HeapAllocator {
   uint64_t live_huge_pages() const override { return live_hps_; }
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
+  uint64_t asked_size(uint32_t slot) const override;
+  void trim(uint32_t slot_end) override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
@@ -52,6 +54,8 @@ class TcmallocBaseline final : public HeapAllocator {
     uint32_t prev = kNone, next = kNone;  // central free list links
     int bucket = -1;
     std::vector<uint16_t> free_slots;
+    uint64_t large_size = 0;  // cls 0: the object's size and its alignment padding
+    uint32_t large_pad = 0;
   };
   struct HugePage {
     uint64_t id = 0, count = 1;
@@ -62,7 +66,10 @@ class TcmallocBaseline final : public HeapAllocator {
     uint32_t owner = kNone;  // whole pages and tail of a span of several huge pages: the span (checks)
     std::array<uint32_t, kPagesPerHuge> span_at;  // span starting at each page (kNone)
   };
-  struct Handle { uint32_t span; uint32_t slot_idx; uint64_t size; };  // large: slot_idx = alignment padding
+  // 8 B per slot (the per-object record): a small object's size is its class's size less
+  // `slack` (< 64 KiB: the classes are at most 16 KiB apart, alignment at most 8 KiB); a
+  // large object's size and padding are its span's.
+  struct Handle { uint32_t span; uint16_t slot_idx, slack; };
 
   void build_size_classes();
   uint32_t size_class(uint64_t size, uint32_t align) const;

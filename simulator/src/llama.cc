@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "json.h"
+#include "slot_ids.h"
 
 namespace sim {
 
@@ -742,6 +743,11 @@ void Llama::free(uint32_t slot, uint64_t now) {
 
 std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
   return {handles_[slot].addr, handles_[slot].size};
+}
+
+void Llama::trim(uint32_t slot_end) {
+  trim_slots(handles_, slot_end);
+  trim_slots(inf_preds_, slot_end);
 }
 
 Counters Llama::counters() const {

@@ -97,6 +97,8 @@ class Llama final : public HeapAllocator {
   uint64_t live_huge_pages() const override { return live_pages_; }
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
+  uint64_t asked_size(uint32_t slot) const override { return handles_[slot].size; }
+  void trim(uint32_t slot_end) override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;

@@ -42,8 +42,6 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
   unsigned g = group_of_[size_t(r.cls)];
   const unsigned by_class = g;
   if (segregate_above_) {
-    if (r.slot >= sizes_.size()) sizes_.resize(size_t(r.slot) + 1 + sizes_.size() / 2);
-    sizes_[r.slot] = r.size;
     if (live_bytes_ < segregate_above_) {
       if (g != shared_) ++c_small_heap_;
       g = shared_;
@@ -65,15 +63,8 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
       }
     }
   }
-  LocalIds& ids = ids_[g];
-  uint32_t l;
-  if (!ids.free.empty()) {
-    l = ids.free.back();
-    ids.free.pop_back();
-  } else {
-    SIM_CHECK(ids.next <= kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
-    l = ids.next++;
-  }
+  const uint32_t l = ids_[g].take();
+  SIM_CHECK(l <= kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
   if (r.slot >= local_.size()) local_.resize(size_t(r.slot) + 1 + local_.size() / 2, 0);
   local_[r.slot] = uint32_t(g) << kLocalBits | l;
   AllocRequest lr = r;
@@ -85,7 +76,8 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
 }
 
 void SegregatedHeap::free(uint32_t slot, uint64_t now) {
-  if (segregate_above_) live_bytes_ -= sizes_[slot];
+  const uint32_t gl = local_[slot];
+  if (segregate_above_) live_bytes_ -= heaps_[group(gl)]->asked_size(local(gl));
   if (divert_ && placed_[slot].cls >= 0) {
     const Placed& p = placed_[slot];
     Stack& s = stacks_[p.stack];
@@ -97,9 +89,8 @@ void SegregatedHeap::free(uint32_t slot, uint64_t now) {
       }
     }
   }
-  const uint32_t gl = local_[slot];
   heaps_[group(gl)]->free(local(gl), now);
-  ids_[group(gl)].free.push_back(local(gl));
+  ids_[group(gl)].release(local(gl));
 }
 
 void SegregatedHeap::advance(uint64_t now) {
@@ -136,6 +127,17 @@ std::pair<uint64_t, uint64_t> SegregatedHeap::where(uint32_t slot) const {
   return heaps_[group(gl)]->where(local(gl));
 }
 
+uint64_t SegregatedHeap::asked_size(uint32_t slot) const {
+  const uint32_t gl = local_[slot];
+  return heaps_[group(gl)]->asked_size(local(gl));
+}
+
+void SegregatedHeap::trim(uint32_t slot_end) {
+  trim_slots(local_, slot_end);
+  trim_slots(placed_, slot_end);
+  for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->trim(uint32_t(ids_[g].end()));
+}
+
 void SegregatedHeap::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   const uint64_t g = hp >> kIdShift;
   SIM_CHECK(g < heaps_.size(), name_ + ": huge page " + std::to_string(hp) + " of no heap");
@@ -152,7 +154,7 @@ void SegregatedHeap::check_all(const ShadowHeap& shadow) const {
     parts[g].on_alloc(name_, a, o.end - a, o.slot);
   }
   for (size_t g = 0; g < heaps_.size(); ++g) {
-    SIM_CHECK(parts[g].count() + ids_[g].free.size() == ids_[g].next, name_ + ": heap " + std::to_string(g) + "'s slot ids");
+    SIM_CHECK(parts[g].count() == ids_[g].count(), name_ + ": heap " + std::to_string(g) + "'s slot ids");
   }
   for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->check_all(parts[g]);
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "allocator.h"
+#include "slot_ids.h"
 #include "trace.h"
 
 namespace sim {
@@ -51,6 +52,8 @@ class SegregatedHeap final : public HeapAllocator {
   uint64_t live_huge_pages() const override;
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
+  uint64_t asked_size(uint32_t slot) const override;
+  void trim(uint32_t slot_end) override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
@@ -64,8 +67,7 @@ class SegregatedHeap final : public HeapAllocator {
   // kGroupBits bits and its local id below.  Placement never depends on a slot id's value.
   static constexpr unsigned kGroupBits = 3, kLocalBits = 32 - kGroupBits;
   static constexpr uint32_t kLocalMask = (uint32_t(1) << kLocalBits) - 1;
-  struct LocalIds { uint32_t next = 0; std::vector<uint32_t> free; };  // by group
-  std::vector<LocalIds> ids_;                         // by group
+  std::vector<SlotIds> ids_;                          // by group: lowest-first (slot_ids.h)
   std::vector<uint32_t> local_;                       // by engine slot
   static unsigned group(uint32_t l) { return l >> kLocalBits; }
   static uint32_t local(uint32_t l) { return l & kLocalMask; }
@@ -78,9 +80,9 @@ class SegregatedHeap final : public HeapAllocator {
   std::unordered_map<uint64_t, Stack> stacks_;
   uint64_t c_diverted_ = 0, c_stacks_diverted_ = 0;
   // segregate-above
+  // (an object's size, at its free: its heap's asked_size, no record here)
   uint64_t segregate_above_ = 0, live_bytes_ = 0, c_small_heap_ = 0;
   unsigned shared_ = 0;
-  std::vector<uint64_t> sizes_;                       // by engine slot
 };
 
 }  // namespace sim

@@ -1,0 +1,66 @@
+// Slot ids handed out lowest-first (the real allocator's object slots, SegregatedHeap's
+// per-heap local ids).  A LIFO free list hands back whatever was freed last, so after a
+// peak the live ids stay spread up to the peak and every per-slot array stays peak-sized;
+// lowest-first keeps the live ids packed at the bottom, so end() (one past the highest
+// live id) follows the live count and per-slot arrays can give back their tail.
+// Three bitmap levels (bit per id taken; bit per word full; bit per word of those full):
+// take() and release() touch one word per level; ~1 bit per id ever used.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace sim {
+
+class SlotIds {
+ public:
+  uint32_t take() {
+    while (hint_ < l2_.size() && l2_[hint_] == ~uint64_t(0)) ++hint_;
+    if (hint_ == l2_.size()) l2_.push_back(0);
+    const size_t w1 = hint_ * 64 + size_t(__builtin_ctzll(~l2_[hint_]));
+    if (w1 >= l1_.size()) l1_.resize(w1 + 1, 0);
+    const size_t w0 = w1 * 64 + size_t(__builtin_ctzll(~l1_[w1]));
+    if (w0 >= l0_.size()) l0_.resize(w0 + 1, 0);
+    const unsigned b = unsigned(__builtin_ctzll(~l0_[w0]));
+    if ((l0_[w0] |= uint64_t(1) << b) == ~uint64_t(0))
+      if ((l1_[w1] |= uint64_t(1) << (w0 % 64)) == ~uint64_t(0)) l2_[hint_] |= uint64_t(1) << (w1 % 64);
+    ++count_;
+    return uint32_t(w0 * 64 + b);
+  }
+  void release(uint32_t id) {
+    const size_t w0 = id / 64, w1 = w0 / 64, w2 = w1 / 64;
+    l0_[w0] &= ~(uint64_t(1) << (id % 64));
+    l1_[w1] &= ~(uint64_t(1) << (w0 % 64));
+    l2_[w2] &= ~(uint64_t(1) << (w1 % 64));
+    if (w2 < hint_) hint_ = w2;
+    --count_;
+  }
+  bool taken(uint32_t id) const { return id / 64 < l0_.size() && (l0_[id / 64] >> (id % 64) & 1); }
+  uint64_t count() const { return count_; }   // ids taken
+  uint64_t capacity() const { return l0_.size() * 64; }  // ids the bitmap has ever covered
+  // One past the highest taken id (0: none).  Scans down from the top: for occasional
+  // trims, not per operation.
+  uint64_t end() const {
+    for (size_t w = l0_.size(); w-- > 0;)
+      if (l0_[w]) return w * 64 + 64 - uint64_t(__builtin_clzll(l0_[w]));
+    return 0;
+  }
+
+ private:
+  std::vector<uint64_t> l0_, l1_, l2_;
+  size_t hint_ = 0;  // l2_ words below are all full
+  uint64_t count_ = 0;
+};
+
+// A per-slot array whose slots at and above `end` are all dead: when it holds more than
+// twice what it needs, it keeps end + 1/4 and gives the rest back (a new, smaller block;
+// the real allocator's metadata arena returns a big freed block's pages).
+template <class V>
+void trim_slots(V& v, size_t end) {
+  if (v.capacity() <= 2 * end + 4096) return;
+  const size_t keep = end + end / 4;
+  if (v.size() > keep) v.resize(keep);
+  v.shrink_to_fit();
+}
+
+}  // namespace sim
