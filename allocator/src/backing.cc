@@ -24,10 +24,19 @@ void Backing::init(unsigned groups, uint64_t reserve_bytes) {
   uintptr_t raw = uintptr_t(p), base = (raw + kHuge - 1) & ~(kHuge - 1);
   if (base > raw) munmap(p, base - raw);
   if (base + want < raw + want + kHuge) munmap(reinterpret_cast<void*>(base + want), raw + want + kHuge - base - want);
-  void* idx = mmap(nullptr, want / 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // The object table (2 MiB aligned, huge pages), a bit per heap page, a count per chunk.
+  const uint64_t pages = want / kHuge, chunks = (pages + kChunkPages - 1) / kChunkPages;
+  const uint64_t table = chunks * kHuge, bits = (pages + 63) / 64 * 8;
+  void* idx = mmap(nullptr, table + kHuge + bits + chunks, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (idx == MAP_FAILED)
     fatal(("cannot reserve " + std::to_string(want >> 32) + " GiB of address space for the object table (LIFETIME_ALLOC_RESERVE_GIB)").c_str());
-  index_ = static_cast<uint32_t*>(idx);
+  const uintptr_t t = (uintptr_t(idx) + kHuge - 1) & ~(kHuge - 1);
+  madvise(reinterpret_cast<void*>(t), table, MADV_HUGEPAGE);
+  index_ = reinterpret_cast<uint32_t*>(t);
+  // (the bitmap and counts after the table, in the slack the alignment left or beyond)
+  committed_ = reinterpret_cast<uint64_t*>(t + table);
+  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + bits);
   base_ = base;
   total_ = want;
   groups_ = groups;
@@ -78,6 +87,7 @@ void Backing::taken(uint64_t first, uint64_t n) {
     overflowed_ = true;
     return;
   }
+  for (uint64_t i = 0; i < n; ++i) commit(g * per_group_pages_ + local + i);
   if (local + n <= hw_[g]) return;  // already read/write (released pages stay mapped)
   // Read/write up to the new high-water mark: one growing mapping per heap, no holes.
   uintptr_t lo = base_ + (g * per_group_pages_ + hw_[g]) * kHuge;
@@ -112,8 +122,27 @@ void Backing::give_back(uint64_t first, uint64_t n) {
   if (end <= local) return;
   const uint64_t off = (g * per_group_pages_ + local) * kHuge, len = (end - local) * kHuge;
   madvise(reinterpret_cast<void*>(base_ + off), len, MADV_DONTNEED);
-  madvise(index_ + off / 16, len / 4, MADV_DONTNEED);  // no object lives there: all zero
+  for (uint64_t p = local; p < end; ++p) decommit(g * per_group_pages_ + p);
   returned_ += end - local;
+}
+
+void Backing::commit(uint64_t page) {
+  uint64_t& w = committed_[page / 64];
+  const uint64_t bit = uint64_t(1) << (page % 64);
+  if (w & bit) return;  // (a held page taken again)
+  w |= bit;
+  ++chunk_pages_[page / kChunkPages];
+}
+
+void Backing::decommit(uint64_t page) {
+  uint64_t& w = committed_[page / 64];
+  const uint64_t bit = uint64_t(1) << (page % 64);
+  if (!(w & bit)) return;
+  w &= ~bit;
+  // The chunk's table entries are all zero (no object lives on its pages): give back its
+  // whole huge page, never part of one (a partial MADV_DONTNEED would split it).
+  if (--chunk_pages_[page / kChunkPages] == 0)
+    madvise(index_ + page / kChunkPages * (kHuge / 4), kHuge, MADV_DONTNEED);
 }
 
 uint64_t Backing::touched_bytes() const {

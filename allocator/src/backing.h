@@ -37,8 +37,9 @@ class Backing {
   void released(uint64_t first, uint64_t n);
   // The object table: the slot of the object starting at p (its policy id), or kNoSlot.
   // One uint32 per 16-byte granule of the reservation, in address space reserved beside
-  // it and touched only where objects live (4 bytes per 16 of touched heap at most);
-  // a released huge page's entries go back with it.
+  // it (2 MiB aligned, MADV_HUGEPAGE: in huge pages as the heap is) and touched only where
+  // objects live (4 bytes per 16 of committed heap at most).  One huge page of it covers
+  // four of the heap (a chunk), and goes back once none of the four is committed.
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   uint32_t slot_at(uintptr_t p) const { return p % 16 ? kNoSlot : index_[(p - base_) / 16] - 1; }
   void set_slot(uintptr_t p, uint32_t slot) { index_[(p - base_) / 16] = slot + 1; }
@@ -68,6 +69,11 @@ class Backing {
   uint64_t held_pages_ = 0, reused_ = 0, keep_ = 0, delay_ns_ = 0, now_ = 0;
   uintptr_t base_ = 0;
   uint32_t* index_ = nullptr;
+  static constexpr uint64_t kChunkPages = 4;  // heap pages per huge page of the table
+  void commit(uint64_t page);     // a page (global: group x per-group pages + local id) is committed
+  void decommit(uint64_t page);   // ... given back; its table chunk too when it was the last
+  uint64_t* committed_ = nullptr;   // bit per heap page
+  uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t total_ = 0, per_group_pages_ = 0;
   unsigned groups_ = 0;
   uint64_t hw_[kMaxGroups] = {};  // local ids below are read/write

@@ -241,14 +241,34 @@ uint32_t take_slot() {
   return S->slots.take();
 }
 
-// After a fall in live objects the ids are packed low (lowest-first), and the policy's
-// per-slot records give back their tail.  Now and then: end() scans the id bitmap.
-void maybe_trim() {
-  constexpr uint64_t kEvery = 4096;
+// After a fall in live objects the survivors' ids may stay spread up to the peak: every
+// kEvery frees, when the highest id is well above the live count, up to kMoves of the
+// highest live objects take the lowest free ids (the policy's move_slot, our object
+// table's entry), a few per free on average; then the policy's per-slot records give
+// back their tail (trim).  The objects stay where they are.
+void compact_slots() {
+  constexpr uint64_t kEvery = 1024, kMoves = 1024;
   if (++S->frees_since_trim < kEvery) return;
   S->frees_since_trim = 0;
-  if (S->slots.capacity() < 2 * S->slots.count() + 8192) return;
-  const uint64_t end = S->slots.end();
+  const uint64_t live = S->slots.count();
+  uint64_t end = S->slots.end();
+  for (uint64_t n = 0; n < kMoves && end > live + live / 4 + 4096; ++n) {
+    const uint32_t from = uint32_t(end - 1), to = S->slots.take();  // the highest live, the lowest free
+    if (to >= from) {
+      S->slots.release(to);
+      break;
+    }
+    const auto [a, usable] = S->policy->where(from);
+    guarded("policy: ", [&] { S->policy->move_slot(from, to); });
+    S->backing.set_slot(S->backing.real(a), to);
+    if (S->cfg.check_every)
+      guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a] {
+        S->shadow.on_free("lifetime_alloc", a, from);
+        S->shadow.on_alloc("lifetime_alloc", a, S->policy->asked_size(to), to);
+      });
+    S->slots.release(from);
+    end = S->slots.end();
+  }
   guarded("policy: ", [&] { S->policy->trim(uint32_t(end)); });
 }
 
@@ -384,7 +404,7 @@ void free_locked(void* p) {
     c.live_requested -= requested;
     c.live_usable -= placed;
     S->slots.release(slot);
-    maybe_trim();
+    compact_slots();
     after_op(now);
     return;
   }

@@ -69,6 +69,9 @@ class HeapAllocator {
   // No slot at or above slot_end is live: per-slot records may give back their tail (the
   // real allocator, whose ids are handed out lowest-first, calls it now and then).
   virtual void trim(uint32_t slot_end) { (void)slot_end; }
+  // The live object of slot `from` is known as `to` (a free slot) from now on, in the same
+  // place: the real allocator packs live ids low so that trim can give records back.
+  virtual void move_slot(uint32_t from, uint32_t to) = 0;
   // Invariants: the huge page `hp` agrees with the shadow heap (and its own bookkeeping);
   // check_all checks every live huge page and the global counters.
   virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;

@@ -316,6 +316,11 @@ uint64_t TcmallocBaseline::asked_size(uint32_t slot) const {
 
 void TcmallocBaseline::trim(uint32_t slot_end) { trim_slots(handles_, slot_end); }
 
+void TcmallocBaseline::move_slot(uint32_t from, uint32_t to) {
+  if (handles_.size() <= to) handles_.resize(to + 1 + handles_.size() / 2);
+  handles_[to] = handles_[from];  // nothing else names a slot
+}
+
 Counters TcmallocBaseline::counters() const {
   return {{"huge_pages_acquired", c_hp_acquired_}, {"huge_pages_released", c_hp_released_},
           {"spans_created", c_spans_created_},     {"spans_released", c_spans_released_},

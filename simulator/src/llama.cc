@@ -745,6 +745,19 @@ std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
   return {handles_[slot].addr, handles_[slot].size};
 }
 
+void Llama::move_slot(uint32_t from, uint32_t to) {
+  if (handles_.size() <= to) handles_.resize(to + 1 + handles_.size() / 2);
+  const Handle& h = handles_[to] = handles_[from];
+  if (pol_.contain_mixed) {
+    if (inf_preds_.size() <= to) inf_preds_.resize(handles_.size());
+    inf_preds_[to] = inf_preds_[from];
+  }
+  if (h.span == kNone && h.nblocks > kBlocks) {  // its pages name it (checks)
+    pages_[h.page].owner = to;
+    if (h.tail != kNone) pages_[h.tail].owner = to;
+  }
+}
+
 void Llama::trim(uint32_t slot_end) {
   trim_slots(handles_, slot_end);
   trim_slots(inf_preds_, slot_end);

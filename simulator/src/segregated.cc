@@ -132,6 +132,27 @@ uint64_t SegregatedHeap::asked_size(uint32_t slot) const {
   return heaps_[group(gl)]->asked_size(local(gl));
 }
 
+void SegregatedHeap::move_slot(uint32_t from, uint32_t to) {
+  if (to >= local_.size()) local_.resize(size_t(to) + 1 + local_.size() / 2, 0);
+  const uint32_t gl = local_[from];
+  const unsigned g = group(gl);
+  // Its heap's own id moves down too when a lower one is free (each heap's ids packed).
+  uint32_t l = local(gl);
+  const uint32_t lower = ids_[g].take();
+  if (lower < l) {
+    heaps_[g]->move_slot(l, lower);
+    ids_[g].release(l);
+    l = lower;
+  } else {
+    ids_[g].release(lower);
+  }
+  local_[to] = uint32_t(g) << kLocalBits | l;
+  if (divert_) {
+    if (to >= placed_.size()) placed_.resize(size_t(to) + 1 + placed_.size() / 2);
+    placed_[to] = placed_[from];
+  }
+}
+
 void SegregatedHeap::trim(uint32_t slot_end) {
   trim_slots(local_, slot_end);
   trim_slots(placed_, slot_end);

@@ -54,6 +54,7 @@ class SegregatedHeap final : public HeapAllocator {
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   uint64_t asked_size(uint32_t slot) const override;
   void trim(uint32_t slot_end) override;
+  void move_slot(uint32_t from, uint32_t to) override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
