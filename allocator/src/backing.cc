@@ -131,7 +131,7 @@ void Backing::commit(uint64_t page) {
   const uint64_t bit = uint64_t(1) << (page % 64);
   if (w & bit) return;  // (a held page taken again)
   w |= bit;
-  ++chunk_pages_[page / kChunkPages];
+  if (chunk_pages_[page / kChunkPages]++ == 0) ++table_chunks_;
 }
 
 void Backing::decommit(uint64_t page) {
@@ -141,8 +141,10 @@ void Backing::decommit(uint64_t page) {
   w &= ~bit;
   // The chunk's table entries are all zero (no object lives on its pages): give back its
   // whole huge page, never part of one (a partial MADV_DONTNEED would split it).
-  if (--chunk_pages_[page / kChunkPages] == 0)
+  if (--chunk_pages_[page / kChunkPages] == 0) {
     madvise(index_ + page / kChunkPages * (kHuge / 4), kHuge, MADV_DONTNEED);
+    --table_chunks_;
+  }
 }
 
 uint64_t Backing::touched_bytes() const {

@@ -55,6 +55,7 @@ class Backing {
   uint64_t pages_returned() const { return returned_; }
   uint64_t held_pages() const { return held_pages_; }     // released, kept committed for now
   uint64_t pages_reused() const { return reused_; }        // taken again while held
+  uint64_t table_bytes() const { return table_chunks_ * kHuge; }  // object table, committed
 
  private:
   static constexpr unsigned kMaxGroups = 8;
@@ -74,6 +75,7 @@ class Backing {
   void decommit(uint64_t page);   // ... given back; its table chunk too when it was the last
   uint64_t* committed_ = nullptr;   // bit per heap page
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
+  uint64_t table_chunks_ = 0;       // chunks with a committed heap page
   uint64_t total_ = 0, per_group_pages_ = 0;
   unsigned groups_ = 0;
   uint64_t hw_[kMaxGroups] = {};  // local ids below are read/write

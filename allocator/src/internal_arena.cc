@@ -27,7 +27,7 @@ struct Hdr { uintptr_t block; uint32_t shift; uint32_t magic; };
 struct FreeBlock { FreeBlock* next; };
 
 char* base_ = nullptr;
-size_t reserved_ = 0, bump_ = 0;
+size_t reserved_ = 0, bump_ = 0, returned_ = 0;
 FreeBlock* free_[kMaxShift + 1];
 char* big_free_[kMaxShift + 1][kBigFree];  // freed blocks >= kHuge, by shift
 unsigned nbig_[kMaxShift + 1];
@@ -67,6 +67,7 @@ void* alloc(size_t size, size_t align) {
   char* block;
   if (s >= kHugeShift && nbig_[s]) {
     block = big_free_[s][--nbig_[s]];
+    returned_ -= size_t(1) << s;
   } else if (s < kHugeShift && free_[s]) {
     block = reinterpret_cast<char*>(free_[s]);
     free_[s] = free_[s]->next;
@@ -90,6 +91,7 @@ void free(void* p) {
   char* block = reinterpret_cast<char*>(h->block);
   if (s >= kHugeShift) {  // big vectors that grew, or shrank (trim)
     madvise(block, size_t(1) << s, MADV_DONTNEED);
+    returned_ += size_t(1) << s;
     if (nbig_[s] < kBigFree) big_free_[s][nbig_[s]++] = block;
     return;
   }
@@ -108,5 +110,6 @@ bool owns(const void* p) {
 }
 
 uint64_t used_bytes() { return bump_; }
+uint64_t held_bytes() { return bump_ - returned_; }
 
 }  // namespace lalloc::arena

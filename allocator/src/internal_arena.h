@@ -15,5 +15,6 @@ void free(void* p);
 size_t usable(const void* p);
 bool owns(const void* p);   // lock-free: the range never moves once reserved
 uint64_t used_bytes();      // carved so far (bump pointer)
+uint64_t held_bytes();      // carved less the freed big blocks' returned pages: >= resident
 
 }  // namespace lalloc::arena

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "internal_arena.h"
 #include "json.h"
 #include "reentry.h"
 #include "state.h"
@@ -60,6 +61,10 @@ void write_stats(const State& s, uint64_t now_ns) {
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
   j.kv("huge_pages_reused_held", s.backing.pages_reused());
+  // The allocator's metadata (upper bounds on what is resident): the internal arena (the
+  // policy's containers: per-slot records, spans, pages) and the object table.
+  j.kv("internal_arena_bytes", arena::held_bytes());
+  j.kv("object_table_bytes", s.backing.table_bytes());
   j.kv("lock_acquisitions", c.lock_acquisitions);
   j.kv("threads", c.threads);
   j.kv("checks", c.checks);
