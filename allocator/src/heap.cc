@@ -252,7 +252,7 @@ void compact_slots() {
   S->frees_since_trim = 0;
   const uint64_t live = S->slots.count();
   uint64_t end = S->slots.end();
-  for (uint64_t n = 0; n < kMoves && end > live + live / 4 + 4096; ++n) {
+  for (uint64_t n = 0; n < kMoves && end > live + live / 8 + 4096; ++n) {
     const uint32_t from = uint32_t(end - 1), to = S->slots.take();  // the highest live, the lowest free
     if (to >= from) {
       S->slots.release(to);

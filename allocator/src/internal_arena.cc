@@ -8,29 +8,43 @@ namespace lalloc::arena {
 
 namespace {
 
-constexpr size_t kHdr = 16;         // in front of every pointer
-constexpr unsigned kMinShift = 5;   // 32-byte blocks
-constexpr unsigned kMaxShift = 40;
-constexpr uint32_t kMagic = 0x4c4c4d41;
+constexpr size_t kHdr = 16;  // in front of every pointer
+constexpr uint32_t kMagic = 0x4c4c0000;  // in Hdr::cls's top half
 constexpr size_t kPage = 4096;
 // The range is 2 MiB aligned and MADV_HUGEPAGE: the metadata (the policy's per-slot
-// arrays, the bulk of it) sits in huge pages as the heap does.  Blocks of a huge page or
-// more are huge-page aligned and return all their pages when freed (whole huge pages, none
-// split); their free lists are kept outside them (a pointer inside would fault a huge page
-// back in), at most kBigFree per size; one more is left unmapped-in-effect, its address
-// space unused (the range is 64 GiB).
+// arrays, the bulk of it) sits in huge pages as the heap does.
 constexpr size_t kHuge = size_t(2) << 20;
-constexpr unsigned kHugeShift = 21;
-constexpr unsigned kBigFree = 16;
+// Small blocks: size classes 4 per doubling (32, 48, 64, 80, 96, 112, 128, 160, ...,
+// 1.75 MiB), 16-byte multiples, carved upward from the range's bottom, on a free list
+// per class when freed (the list's link in the block).  The header counts in the size a
+// block is chosen by, and the classes are 16 B past the usual ones (2^k + 16, ...), so a
+// container of a power-of-two capacity (a vector) takes a block of its size, not twice.
+// A free block of kReturnFrom or more gives its whole pages but the first back
+// (MADV_DONTNEED; the link and header stay): free blocks of a class no longer needed
+// keep one page resident, not all of theirs.
+// Big blocks (over kSmallMax): whole huge pages, huge-page aligned, carved downward from
+// the range's top (no alignment gaps among the small ones); a freed one returns all its
+// pages and is kept (outside it: its pages stay unfaulted) for a later big block that
+// fits.
+constexpr size_t kSmallMax = size_t(1) << 20;
+constexpr size_t kReturnFrom = size_t(64) << 10;
+constexpr unsigned kClasses = 4 * 16 + 2;  // 32, 48, then 4 per doubling from 64 to > 1 MiB
+constexpr unsigned kBigFree = 64;
+constexpr unsigned kBigCensus = 64;  // big blocks counted by huge pages (last: and more)
 
-struct Hdr { uintptr_t block; uint32_t shift; uint32_t magic; };
+struct Hdr { uintptr_t block; uint32_t cls; uint32_t size; };  // size: requested (census)
 struct FreeBlock { FreeBlock* next; };
+struct BigFree { char* block; size_t pages; };
 
 char* base_ = nullptr;
-size_t reserved_ = 0, bump_ = 0, returned_ = 0;
-FreeBlock* free_[kMaxShift + 1];
-char* big_free_[kMaxShift + 1][kBigFree];  // freed blocks >= kHuge, by shift
-unsigned nbig_[kMaxShift + 1];
+size_t reserved_ = 0, bump_ = 0, top_ = 0;  // small blocks below bump_, big ones from top_ up
+size_t class_size_[kClasses];
+FreeBlock* free_[kClasses];
+BigFree big_free_[kBigFree];
+unsigned nbig_ = 0;
+size_t returned_ = 0;  // pages given back in free blocks (small and big)
+// census: by class (small), by huge pages (big, kClasses + pages - 1)
+uint64_t carved_[kClasses + kBigCensus], nfree_[kClasses + kBigCensus], live_req_[kClasses + kBigCensus];
 
 void reserve() {
   // Address space only (MAP_NORESERVE): pages are backed as they are touched.
@@ -41,75 +55,165 @@ void reserve() {
       if (base > raw) munmap(p, base - raw);
       if (base + sz < raw + sz + kHuge) munmap(reinterpret_cast<void*>(base + sz), raw + kHuge - base);
       base_ = reinterpret_cast<char*>(base);
-      reserved_ = sz;
+      reserved_ = top_ = sz;
       madvise(base_, reserved_, MADV_HUGEPAGE);
+      class_size_[0] = 32;
+      class_size_[1] = 48;
+      for (unsigned c = 2; c < kClasses; ++c) {
+        const size_t k = size_t(64) << ((c - 2) / 4);
+        class_size_[c] = k + k / 4 * ((c - 2) % 4) + kHdr;
+      }
       return;
     }
   }
   fatal("internal arena: cannot reserve address space for the allocator's metadata");
 }
 
-unsigned shift_for(size_t need) {
-  unsigned s = kMinShift;
-  while ((size_t(1) << s) < need) ++s;
-  return s;
+unsigned class_for(size_t need) {
+  unsigned c = 0;
+  while (class_size_[c] < need) ++c;  // need <= kSmallMax < the last class
+  return c;
 }
+
+// Whole pages of [lo, hi) back to the OS.
+size_t give_back(char* lo, char* hi) {
+  const uintptr_t a = (uintptr_t(lo) + kPage - 1) & ~uintptr_t(kPage - 1), b = uintptr_t(hi) & ~uintptr_t(kPage - 1);
+  if (b <= a) return 0;
+  madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  return b - a;
+}
+
+size_t returnable(char* block, size_t bytes) {
+  const uintptr_t a = (uintptr_t(block) + kPage + kPage - 1) & ~uintptr_t(kPage - 1),
+                  b = (uintptr_t(block) + bytes) & ~uintptr_t(kPage - 1);
+  return b > a ? b - a : 0;
+}
+
+// fresh: carved now (not a kept free block).
+char* big_alloc(size_t& pages, bool& fresh) {
+  // The smallest kept free block that fits (its pages are unfaulted; a bigger one's
+  // excess is address space only, and the block keeps its size).
+  unsigned best = kBigFree;
+  for (unsigned i = 0; i < nbig_; ++i)
+    if (big_free_[i].pages >= pages && (best == kBigFree || big_free_[i].pages < big_free_[best].pages)) best = i;
+  fresh = best == kBigFree;
+  if (!fresh) {
+    const BigFree f = big_free_[best];
+    big_free_[best] = big_free_[--nbig_];
+    returned_ -= f.pages * kHuge;
+    pages = f.pages;
+    return f.block;
+  }
+  const size_t bytes = pages * kHuge;
+  if (top_ < bump_ + bytes) return nullptr;
+  top_ -= bytes;
+  return base_ + top_;
+}
+
+// Hdr::cls: a small block's class, or kClasses + huge pages - 1 (big); the census index.
+unsigned census_index(unsigned cls) { return cls < kClasses + kBigCensus ? cls : kClasses + kBigCensus - 1; }
+size_t big_pages(unsigned cls) { return cls - kClasses + 1; }
 
 }  // namespace
 
 void* alloc(size_t size, size_t align) {
   if (!base_) reserve();
   if (align < kHdr) align = kHdr;
-  if (size > (size_t(1) << (kMaxShift - 1))) return nullptr;
+  if (size > (size_t(1) << 40) || align > (size_t(1) << 30)) return nullptr;
   const size_t need = size + kHdr + (align > kHdr ? align - kHdr : 0);
-  const unsigned s = shift_for(need);
-  if (s > kMaxShift) return nullptr;
   char* block;
-  if (s >= kHugeShift && nbig_[s]) {
-    block = big_free_[s][--nbig_[s]];
-    returned_ -= size_t(1) << s;
-  } else if (s < kHugeShift && free_[s]) {
-    block = reinterpret_cast<char*>(free_[s]);
-    free_[s] = free_[s]->next;
+  uint32_t cls;
+  if (need > kSmallMax) {
+    size_t pages = (need + kHuge - 1) / kHuge;
+    if (pages > 0xffff - kClasses) return nullptr;
+    bool fresh;
+    block = big_alloc(pages, fresh);
+    if (!block) return nullptr;
+    cls = uint32_t(kClasses + pages - 1);
+    if (fresh) ++carved_[census_index(cls)], ++nfree_[census_index(cls)];
   } else {
-    const size_t bytes = size_t(1) << s, a = bytes < kPage ? bytes : bytes < kHuge ? kPage : kHuge;
-    size_t at = (bump_ + a - 1) & ~(a - 1);
-    if (at + bytes > reserved_) return nullptr;
-    block = base_ + at;
-    bump_ = at + bytes;
+    cls = class_for(need);
+    if (free_[cls]) {
+      block = reinterpret_cast<char*>(free_[cls]);
+      free_[cls] = free_[cls]->next;
+      if (class_size_[cls] >= kReturnFrom) returned_ -= returnable(block, class_size_[cls]);
+    } else {
+      const size_t bytes = class_size_[cls];
+      if (bump_ + bytes > top_) return nullptr;
+      block = base_ + bump_;
+      bump_ += bytes;
+      ++carved_[cls];
+      ++nfree_[cls];
+    }
   }
+  --nfree_[census_index(cls)];
+  live_req_[census_index(cls)] += size;
   uintptr_t user = (reinterpret_cast<uintptr_t>(block) + kHdr + align - 1) & ~uintptr_t(align - 1);
   Hdr* h = reinterpret_cast<Hdr*>(user - kHdr);
-  *h = {reinterpret_cast<uintptr_t>(block), s, kMagic};
+  *h = {reinterpret_cast<uintptr_t>(block), kMagic | cls, uint32_t(size > UINT32_MAX ? UINT32_MAX : size)};
   return reinterpret_cast<void*>(user);
 }
 
 void free(void* p) {
   const Hdr* h = reinterpret_cast<const Hdr*>(static_cast<char*>(p) - kHdr);
-  if (h->magic != kMagic) fatal("internal arena: free of a pointer it did not hand out");
-  const unsigned s = h->shift;
+  if ((h->cls & 0xffff0000u) != kMagic) fatal("internal arena: free of a pointer it did not hand out");
+  const unsigned cls = h->cls & 0xffff;
   char* block = reinterpret_cast<char*>(h->block);
-  if (s >= kHugeShift) {  // big vectors that grew, or shrank (trim)
-    madvise(block, size_t(1) << s, MADV_DONTNEED);
-    returned_ += size_t(1) << s;
-    if (nbig_[s] < kBigFree) big_free_[s][nbig_[s]++] = block;
+  ++nfree_[census_index(cls)];
+  live_req_[census_index(cls)] -= h->size;
+  if (cls >= kClasses) {  // big vectors that grew, or shrank (trim)
+    const size_t pages = big_pages(cls);
+    madvise(block, pages * kHuge, MADV_DONTNEED);
+    returned_ += pages * kHuge;
+    if (nbig_ < kBigFree) big_free_[nbig_++] = {block, pages};
+    // else its address space stays unused (the range is 64 GiB)
     return;
   }
   auto* f = reinterpret_cast<FreeBlock*>(block);
-  f->next = free_[s];
-  free_[s] = f;
+  f->next = free_[cls];
+  free_[cls] = f;
+  if (class_size_[cls] >= kReturnFrom)
+    returned_ += give_back(block + kPage, block + class_size_[cls]);
 }
 
 size_t usable(const void* p) {
   const Hdr* h = reinterpret_cast<const Hdr*>(static_cast<const char*>(p) - kHdr);
-  return h->block + (size_t(1) << h->shift) - reinterpret_cast<uintptr_t>(p);
+  const unsigned cls = h->cls & 0xffff;
+  return h->block + (cls < kClasses ? class_size_[cls] : big_pages(cls) * kHuge) - reinterpret_cast<uintptr_t>(p);
 }
 
 bool owns(const void* p) {
   return base_ && static_cast<const char*>(p) >= base_ && static_cast<const char*>(p) < base_ + reserved_;
 }
 
-uint64_t used_bytes() { return bump_; }
-uint64_t held_bytes() { return bump_ - returned_; }
+uint64_t used_bytes() { return bump_ + (reserved_ - top_); }
+uint64_t held_bytes() { return used_bytes() - returned_; }
+
+uint64_t resident_bytes() {
+  if (!base_) return 0;
+  // mincore over what was carved: the truth (huge pages count whole once touched).
+  static unsigned char vec[4096];
+  uint64_t n = 0;
+  auto count = [&](size_t lo, size_t hi) {
+    for (size_t at = lo; at < hi;) {
+      const size_t len = hi - at < sizeof vec * kPage ? hi - at : sizeof vec * kPage;
+      if (mincore(base_ + at, len, vec) != 0) return;
+      for (size_t i = 0; i < (len + kPage - 1) / kPage; ++i) n += vec[i] & 1;
+      at += len;
+    }
+  };
+  count(0, (bump_ + kPage - 1) & ~(kPage - 1));
+  count(top_, reserved_);
+  return n * kPage;
+}
+
+unsigned census(ClassCensus* out, unsigned max) {
+  unsigned n = 0;
+  for (unsigned c = 0; c < kClasses + kBigCensus && n < max; ++c)
+    if (carved_[c])
+      out[n++] = {c < kClasses ? class_size_[c] : (c - kClasses + 1) * kHuge, carved_[c], nfree_[c], live_req_[c],
+                  c >= kClasses || class_size_[c] >= kReturnFrom};
+  return n;
+}
 
 }  // namespace lalloc::arena

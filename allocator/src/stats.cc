@@ -61,10 +61,28 @@ void write_stats(const State& s, uint64_t now_ns) {
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
   j.kv("huge_pages_reused_held", s.backing.pages_reused());
-  // The allocator's metadata (upper bounds on what is resident): the internal arena (the
-  // policy's containers: per-slot records, spans, pages) and the object table.
-  j.kv("internal_arena_bytes", arena::held_bytes());
+  // The allocator's metadata: the internal arena (the policy's containers: per-slot
+  // records, spans, pages), resident (mincore) and held (carved less the pages its free
+  // blocks gave back: an upper bound), and the object table (committed huge pages).
+  j.kv("internal_arena_bytes", arena::resident_bytes());
+  j.kv("internal_arena_held_bytes", arena::held_bytes());
   j.kv("object_table_bytes", s.backing.table_bytes());
+  // The arena by block size: [block bytes, carved, free, live blocks' requested bytes].
+  {
+    arena::ClassCensus cc[160];
+    const unsigned n = arena::census(cc, 160);
+    j.key("internal_arena_census");
+    j.begin_array();
+    for (unsigned i = 0; i < n; ++i) {
+      j.begin_array();
+      j.value(cc[i].block_bytes);
+      j.value(cc[i].carved);
+      j.value(cc[i].free);
+      j.value(cc[i].live_requested);
+      j.end_array();
+    }
+    j.end_array();
+  }
   j.kv("lock_acquisitions", c.lock_acquisitions);
   j.kv("threads", c.threads);
   j.kv("checks", c.checks);

@@ -219,7 +219,7 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     for (auto& a : central_head_) a.fill(kNone);
     central_mask_.assign(classes_.size(), 0);
   }
-  if (handles_.size() <= r.slot) handles_.resize(r.slot + 1 + handles_.size() / 2);
+  grow_slots(handles_, r.slot);
   live_bytes_ += r.size;
   uint32_t cls = size_class(r.size, r.align);
   if (cls == 0) {
@@ -252,13 +252,16 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     Span& s = spans_[sid];
     s.cls = cls;
     s.nobjs = classes_[cls].objs;
-    s.free_slots.resize(s.nobjs);
-    for (uint32_t i = 0; i < s.nobjs; ++i) s.free_slots[i] = uint16_t(s.nobjs - 1 - i);
     hps_[s.hp].span_at[s.first_page] = sid;
   }
   Span& s = spans_[sid];
-  uint32_t idx = s.free_slots.back();
-  s.free_slots.pop_back();
+  uint32_t idx;
+  if (s.free_slots.empty()) {
+    idx = s.fresh++;
+  } else {
+    idx = s.free_slots.back();
+    s.free_slots.pop_back();
+  }
   ++s.nlive;
   if (s.nlive < s.nobjs) central_link(sid);
   SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
@@ -317,7 +320,7 @@ uint64_t TcmallocBaseline::asked_size(uint32_t slot) const {
 void TcmallocBaseline::trim(uint32_t slot_end) { trim_slots(handles_, slot_end); }
 
 void TcmallocBaseline::move_slot(uint32_t from, uint32_t to) {
-  if (handles_.size() <= to) handles_.resize(to + 1 + handles_.size() / 2);
+  grow_slots(handles_, to);
   handles_[to] = handles_[from];  // nothing else names a slot
 }
 
@@ -374,7 +377,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
       ++n;
     });
     SIM_CHECK(n == s.nlive && n > 0, where + "span live count disagrees with its objects");
-    SIM_CHECK(s.cls == 0 || s.free_slots.size() + s.nlive == s.nobjs, where + "span slot accounting");
+    SIM_CHECK(s.cls == 0 || (s.fresh <= s.nobjs && s.free_slots.size() + (s.nobjs - s.fresh) + s.nlive == s.nobjs), where + "span slot accounting");
     SIM_CHECK((s.nlive < s.nobjs) == (s.bucket >= 0) || s.cls == 0, where + "central list membership");
   }
   SIM_CHECK(expect == h.used, where + "used pages disagree with its spans");

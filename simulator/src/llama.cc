@@ -640,7 +640,7 @@ uint64_t Llama::alloc_in_spans(const AllocRequest& r, int lc, int kind, Handle& 
 }
 
 uint64_t Llama::alloc(const AllocRequest& r) {
-  if (handles_.size() <= r.slot) handles_.resize(r.slot + 1 + handles_.size() / 2);
+  grow_slots(handles_, r.slot);
   int lc = std::clamp(r.cls, 0, nclasses_ - 1);
   live_bytes_ += r.size;
   Handle& h = handles_[r.slot];
@@ -746,7 +746,7 @@ std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
 }
 
 void Llama::move_slot(uint32_t from, uint32_t to) {
-  if (handles_.size() <= to) handles_.resize(to + 1 + handles_.size() / 2);
+  grow_slots(handles_, to);
   const Handle& h = handles_[to] = handles_[from];
   if (pol_.contain_mixed) {
     if (inf_preds_.size() <= to) inf_preds_.resize(handles_.size());

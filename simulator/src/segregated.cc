@@ -49,7 +49,7 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
     live_bytes_ += r.size;
   }
   if (divert_) {
-    if (r.slot >= placed_.size()) placed_.resize(size_t(r.slot) + 1 + placed_.size() / 2);
+    grow_slots(placed_, r.slot);
     Placed& p = placed_[r.slot];
     p.cls = -1;
     if (g == 0 && by_class == 0) {
@@ -64,8 +64,8 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
     }
   }
   const uint32_t l = ids_[g].take();
-  SIM_CHECK(l <= kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
-  if (r.slot >= local_.size()) local_.resize(size_t(r.slot) + 1 + local_.size() / 2, 0);
+  SIM_CHECK(l < kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
+  grow_slots(local_, r.slot, kDead);
   local_[r.slot] = uint32_t(g) << kLocalBits | l;
   AllocRequest lr = r;
   lr.slot = l;
@@ -91,6 +91,7 @@ void SegregatedHeap::free(uint32_t slot, uint64_t now) {
   }
   heaps_[group(gl)]->free(local(gl), now);
   ids_[group(gl)].release(local(gl));
+  local_[slot] = kDead;
 }
 
 void SegregatedHeap::advance(uint64_t now) {
@@ -133,7 +134,7 @@ uint64_t SegregatedHeap::asked_size(uint32_t slot) const {
 }
 
 void SegregatedHeap::move_slot(uint32_t from, uint32_t to) {
-  if (to >= local_.size()) local_.resize(size_t(to) + 1 + local_.size() / 2, 0);
+  grow_slots(local_, to, kDead);
   const uint32_t gl = local_[from];
   const unsigned g = group(gl);
   // Its heap's own id moves down too when a lower one is free (each heap's ids packed).
@@ -147,13 +148,43 @@ void SegregatedHeap::move_slot(uint32_t from, uint32_t to) {
     ids_[g].release(lower);
   }
   local_[to] = uint32_t(g) << kLocalBits | l;
+  local_[from] = kDead;
   if (divert_) {
-    if (to >= placed_.size()) placed_.resize(size_t(to) + 1 + placed_.size() / 2);
+    grow_slots(placed_, to);
     placed_[to] = placed_[from];
   }
 }
 
 void SegregatedHeap::trim(uint32_t slot_end) {
+  // A heap's own ids move down with the engine's (move_slot) only when the engine moves
+  // that object: the survivors of a fall that kept low engine ids keep their high local
+  // ones, and the heap's per-slot records stay sized by its peak.  When a heap's highest
+  // id is well above its live count, one pass over the engine's slots moves each of its
+  // objects above that count to the lowest free id (amortized: the pass follows a fall of
+  // at least an eighth of the heap's ids).
+  std::vector<uint32_t> above(heaps_.size(), kLocalMask);
+  bool any = false;
+  for (size_t g = 0; g < heaps_.size(); ++g) {
+    const uint64_t live = ids_[g].count();
+    if (ids_[g].end() > live + live / 8 + 4096) above[g] = uint32_t(live), any = true;
+  }
+  if (any) {
+    for (uint32_t s = 0; s < slot_end && s < local_.size(); ++s) {
+      const uint32_t gl = local_[s];
+      if (gl == kDead) continue;
+      const unsigned g = group(gl);
+      const uint32_t l = local(gl);
+      if (l < above[g]) continue;
+      const uint32_t lower = ids_[g].take();
+      if (lower < l) {
+        heaps_[g]->move_slot(l, lower);
+        ids_[g].release(l);
+        local_[s] = uint32_t(g) << kLocalBits | lower;
+      } else {
+        ids_[g].release(lower);
+      }
+    }
+  }
   trim_slots(local_, slot_end);
   trim_slots(placed_, slot_end);
   for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->trim(uint32_t(ids_[g].end()));

@@ -69,7 +69,8 @@ class SegregatedHeap final : public HeapAllocator {
   static constexpr unsigned kGroupBits = 3, kLocalBits = 32 - kGroupBits;
   static constexpr uint32_t kLocalMask = (uint32_t(1) << kLocalBits) - 1;
   std::vector<SlotIds> ids_;                          // by group: lowest-first (slot_ids.h)
-  std::vector<uint32_t> local_;                       // by engine slot
+  std::vector<uint32_t> local_;                       // by engine slot (kDead: none)
+  static constexpr uint32_t kDead = UINT32_MAX;       // (no heap's local id reaches kLocalMask)
   static unsigned group(uint32_t l) { return l >> kLocalBits; }
   static uint32_t local(uint32_t l) { return l & kLocalMask; }
   // divert-mixed

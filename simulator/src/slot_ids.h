@@ -51,13 +51,24 @@ class SlotIds {
   uint64_t count_ = 0;
 };
 
+// Per-slot arrays grow by a quarter, to the exact capacity (std::vector's resize would
+// double it, and the real allocator's metadata arena would hold the doubled block):
+// makes v.size() > slot, new entries `fill`.
+template <class V, class T = typename V::value_type>
+void grow_slots(V& v, size_t slot, const T& fill = T()) {
+  if (slot < v.size()) return;
+  const size_t n = slot + 1 + v.size() / 4;
+  if (n > v.capacity()) v.reserve(n);
+  v.resize(n, fill);
+}
+
 // A per-slot array whose slots at and above `end` are all dead: when it holds more than
-// twice what it needs, it keeps end + 1/4 and gives the rest back (a new, smaller block;
-// the real allocator's metadata arena returns a big freed block's pages).
+// half again what it needs, it keeps end + 1/8 and gives the rest back (a new, smaller
+// block; the real allocator's metadata arena returns a big freed block's pages).
 template <class V>
 void trim_slots(V& v, size_t end) {
-  if (v.capacity() <= 2 * end + 4096) return;
-  const size_t keep = end + end / 4;
+  if (v.capacity() <= end + end / 2 + 4096) return;
+  const size_t keep = end + end / 8;
   if (v.size() > keep) v.resize(keep);
   v.shrink_to_fit();
 }
