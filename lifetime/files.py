@@ -95,10 +95,18 @@ def write_json(path: str, value) -> str:
     (gs://, hdfs://...).  Returns the path."""
     import json
 
-    from apache_beam.io.filesystems import FileSystems
-
     data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
     refuse_irregular_output(path)
+    if "://" not in path and path.endswith(".json"):
+        # What Beam's local filesystem does for an uncompressed name, without importing
+        # Beam (0.3 s of every `lifetime train` and `report`).
+        if os.path.dirname(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+    from apache_beam.io.filesystems import FileSystems
+
     with FileSystems.create(path) as f:
         f.write(data)
     return path

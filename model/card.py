@@ -53,8 +53,8 @@ Hyperparameters: {', '.join(f'{k}={v}' for k, v in sorted(hp.items()))}.
 {ds}
 
 Examples are weighted by sample count ** {hp['weight_power']}; Adam, early stopping on the
-eval split's loss (patience {hp['patience']}), stopped after {metrics['epochs_run']} epochs
-(best: {metrics['best_epoch']}).
+eval split's loss (patience {hp['patience']}, min_delta {hp.get('min_delta', 0.0)}), stopped
+after {metrics['epochs_run']} epochs (best: {metrics['best_epoch']}).
 
 ## Held-out contexts (the datasets' eval split)
 

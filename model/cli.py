@@ -25,6 +25,7 @@ _HP_FLAGS = {
     "epochs": "maximum epochs",
     "patience": "early-stopping patience (epochs)",
     "min_epochs": "epochs before early stopping watches",
+    "min_delta": "smallest eval-loss decrease early stopping counts as an improvement",
     "seed": "random seed (training is deterministic)",
     "unk_dropout": "training-time probability of replacing a token by <unk>",
     "weight_power": "example weight = samples ** this (1: by samples, 0: by context)",

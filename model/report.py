@@ -9,7 +9,8 @@ and Fig. 9) as report.md, report.html, report.json and PNG plots.
      under-prediction, both weighted and unweighted, with confusion matrices;
   5. accuracy against sampling fraction: the model retrained (same hyperparameters)
      on x% of the training samples, each context's sample count thinned binomially
-     with its label kept (a context left with no samples drops out).
+     with its label kept (a context left with no samples drops out); a refit model's
+     points train for its own best epoch count (no early-stopping pass per point).
 """
 
 from __future__ import annotations
@@ -76,20 +77,30 @@ def thin(examples: Examples, fraction: float, rng: np.random.Generator) -> Examp
     return thinned
 
 
-def _fraction_run(hp, train_sets, test: Examples, fraction: float, class_names):
+def _fraction_run(fitter, hp, train_sets, test: Examples, fraction: float, class_names,
+                  refit_epochs: int | None = None):
     """The model retrained (and the baselines refit) on `fraction` of the training
-    samples, compared on `test`; None when no train or eval context is left."""
-    from model.train import fit, predict_classes  # TensorFlow: imported only when needed
+    samples, compared on `test`; None when no train or eval context is left.
+
+    Trained as the saved model was: a refit model's points are one fit on the thinned
+    train + eval splits for the saved model's epoch count (`refit_epochs`, its
+    metrics.json best_epoch), not a second early-stopped fit per point to pick the
+    count again; a model without refit is early-stopped on the thinned eval split."""
+    from model.train import predict_classes  # TensorFlow: imported only when needed
 
     rng = np.random.default_rng(hp.seed)
     tr = thin(Examples.concat([d.splits["train"] for d in train_sets]), fraction, rng)
     ev = thin(Examples.concat([d.splits["eval"] for d in train_sets]), fraction, rng)
     if not len(tr) or not len(ev):
         return None
-    model, _, best = fit(tr, ev, hp, len(class_names), None, verbose=0)
-    if hp.refit:
+    if hp.refit and refit_epochs:
         tr = Examples.concat([tr, ev])
-        model, _, _ = fit(tr, None, hp.replace(epochs=best), len(class_names), None, verbose=0)
+        model, _, _ = fitter.fit(tr, None, hp.replace(epochs=refit_epochs), None, verbose=0)
+    else:
+        model, _, best = fitter.fit(tr, ev, hp, None, verbose=0)
+        if hp.refit:  # a metrics.json without best_epoch: pick the count here
+            tr = Examples.concat([tr, ev])
+            model, _, _ = fitter.fit(tr, None, hp.replace(epochs=best), None, verbose=0)
     return {"train_contexts": len(tr), "train_samples": float(tr.weight.sum()),
             **compare(predict_classes(model, test, hp), tr, test, class_names)}
 
@@ -100,7 +111,7 @@ def _by_version(ex: Examples) -> dict:
 
 def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], out_dir: str,
                  fractions=(0.1, 0.3, 1.0), depths=DEPTHS) -> dict:
-    from model.train import predict_classes
+    from model.train import Fitter, predict_classes
 
     mdir = io.read_model_dir(model_dir)
     model, config, vocab, hp = mdir.load_keras(), mdir.config, mdir.vocab, mdir.hparams
@@ -141,20 +152,22 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
 
     # 4. model vs baselines on the test versions
     rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names)
-    held = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
-                        "missing (not a model directory written by `lifetime train`)"
-                        ).get("eval") or {}
+    metrics = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
+                           "missing (not a model directory written by `lifetime train`)")
+    held = metrics.get("eval") or {}
     # None: a metrics.json from before the comparison schema (the section says so).
     rep["within_version_held_out"] = held if "overall" in held else None
 
     # 5. accuracy against sampling fraction
     rep["sampling"] = []
+    fitter = Fitter(len(class_names))  # one compiled trainer for every retrained point
     for fr in sorted(fractions):
         if fr >= 1:
             run = {"train_contexts": len(train_ex), "train_samples": float(train_ex.weight.sum()),
                    **rep["test"]}
         else:
-            run = _fraction_run(hp, train_sets, test_ex, fr, class_names)
+            run = _fraction_run(fitter, hp, train_sets, test_ex, fr, class_names,
+                                metrics.get("best_epoch") if metrics.get("refit_on_eval") else None)
         rep["sampling"].append({"fraction": fr, **({"skipped": "no train or eval contexts left"}
                                                     if run is None else run)})
 
@@ -276,6 +289,13 @@ def _markdown(rep, figs, depths) -> str:
           metrics_table(display_rows(held["overall"])) if held else
           "(the model's metrics.json predates this comparison; retrain the model to see it)",
           "", "## Accuracy against sampling fraction", "",
+          "Rows below 100% retrain the model (same hyperparameters, same seed) on that share "
+          "of the training samples, each context's sample count thinned binomially; "
+          + ("as the saved model was refit, each trains on the thinned train + eval splits "
+             "for the saved model's best epoch count. "
+             if rep["hyperparameters"].get("refit") else
+             "each is early-stopped on the thinned eval split. ")
+          + "The 100% row is the saved model.", "",
           "| % of samples | train contexts | model w / u exact | exact table w / u | site table w / u |",
           "|---|---|---|---|---|"]
     for r in rep["sampling"]:

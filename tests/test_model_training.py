@@ -88,6 +88,47 @@ def test_training_is_deterministic(trained, tiny_dataset, tmp_path):
     assert not np.array_equal(a.get_weights()[0], d.get_weights()[0])
 
 
+def test_a_reused_fitter_gives_the_weights_of_a_fresh_fit(tiny_dataset):
+    """One compiled trainer serves a refit and the report's sampling-curve runs; each
+    fit must start from a new model's state (weights under its seed, Adam reset)."""
+    from model.train import Fitter, fit
+
+    ds = load_dataset(tiny_dataset)
+    hp = HP.for_context(ds.context, "dataset").replace(vocab_size=len(ds.vocab))
+    tr, ev = ds.splits["train"], ds.splits["eval"]
+    classes = len(ds.label_scheme["class_names"])
+    fitter = Fitter(classes)
+    fitter.fit(tr, ev, hp.replace(seed=3), verbose=0)  # other weights and optimizer state
+    for evl, run in ((ev, hp), (None, hp.replace(epochs=2))):
+        reused, h_reused, best_reused = fitter.fit(tr, evl, run, verbose=0)
+        reused = reused.get_weights()
+        fresh, h_fresh, best_fresh = fit(tr, evl, run, classes, verbose=0)
+        assert (h_reused, best_reused) == (h_fresh, best_fresh)
+        for a, b in zip(reused, fresh.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_early_stopping_stops_when_the_eval_loss_only_creeps_down(tiny_dataset):
+    """Scored on contexts it trains on, the model's eval loss keeps shrinking by ever
+    smaller amounts: with min_delta 0 training runs to the epoch limit, with the
+    default it stops `patience` epochs after the last decrease of at least min_delta."""
+    from model.train import Fitter
+
+    ds = load_dataset(tiny_dataset)
+    hp = HP.for_context(ds.context, "dataset").replace(
+        vocab_size=len(ds.vocab), epochs=40, min_epochs=2, patience=3, learning_rate=0.02)
+    tr = ds.splits["train"]
+    fitter = Fitter(len(ds.label_scheme["class_names"]))
+    _, h, best = fitter.fit(tr, tr, hp.replace(min_delta=0.0), verbose=0)
+    assert len(h["val_loss"]) == 40
+    assert HParams().min_delta > 0
+    _, h, best = fitter.fit(tr, tr, hp.replace(min_delta=HParams().min_delta), verbose=0)
+    loss = h["val_loss"]
+    assert best + hp.patience == len(loss) < 40
+    assert min(loss[best:]) < loss[best - 1]  # it was still creeping down
+    assert loss[best - 1] - min(loss[best:]) < HParams().min_delta
+
+
 def test_max_frames_is_the_datasets(tiny_dataset, tmp_path):
     """A frame limit other than the dataset's context definition is refused before any
     training; left out, it is the dataset's."""
