@@ -56,6 +56,11 @@ uintptr_t Backing::real(uint64_t abstract) const {
   return base_ + (g * per_group_pages_ + local) * kHuge + abstract % kHuge;
 }
 
+uint64_t Backing::abstract(uintptr_t p) const {
+  const uint64_t off = p - base_, page = off / kHuge;
+  return ((uint64_t(page / per_group_pages_) << sim::SegregatedHeap::kIdShift) | page % per_group_pages_) * kHuge + off % kHuge;
+}
+
 void Backing::drop_held(unsigned i) {
   held_pages_ -= held_[i].n;
   for (unsigned j = i + 1; j < nheld_; ++j) held_[j - 1] = held_[j];
@@ -131,7 +136,7 @@ void Backing::commit(uint64_t page) {
   const uint64_t bit = uint64_t(1) << (page % 64);
   if (w & bit) return;  // (a held page taken again)
   w |= bit;
-  if (chunk_pages_[page / kChunkPages]++ == 0) ++table_chunks_;
+  if (table_ && chunk_pages_[page / kChunkPages]++ == 0) ++table_chunks_;
 }
 
 void Backing::decommit(uint64_t page) {
@@ -139,6 +144,7 @@ void Backing::decommit(uint64_t page) {
   const uint64_t bit = uint64_t(1) << (page % 64);
   if (!(w & bit)) return;
   w &= ~bit;
+  if (!table_) return;
   // The chunk's table entries are all zero (no object lives on its pages): give back its
   // whole huge page, never part of one (a partial MADV_DONTNEED would split it).
   if (--chunk_pages_[page / kChunkPages] == 0) {

@@ -35,12 +35,19 @@ class Backing {
   // sim::huge_page_hooks, through heap.cc.
   void taken(uint64_t first, uint64_t n);
   void released(uint64_t first, uint64_t n);
-  // The object table: the slot of the object starting at p (its policy id), or kNoSlot.
+  // The object table (policies whose heaps keep no slot map; heap.cc): the slot of the
+  // object starting at p (its policy id), or kNoSlot.
   // One uint32 per 16-byte granule of the reservation, in address space reserved beside
   // it (2 MiB aligned, MADV_HUGEPAGE: in huge pages as the heap is) and touched only where
   // objects live (4 bytes per 16 of committed heap at most).  One huge page of it covers
   // four of the heap (a chunk), and goes back once none of the four is committed.
+  // Without the table (no_table(), before any page is taken: the policy keeps its own
+  // address -> slot map, HeapAllocator::slot_at), nothing of it is touched or counted.
   static constexpr uint32_t kNoSlot = UINT32_MAX;
+  void no_table() { table_ = false; }
+  bool has_table() const { return table_; }
+  // The policy's address of a real one inside the reservation (real()'s inverse).
+  uint64_t abstract(uintptr_t p) const;
   uint32_t slot_at(uintptr_t p) const { return p % 16 ? kNoSlot : index_[(p - base_) / 16] - 1; }
   void set_slot(uintptr_t p, uint32_t slot) { index_[(p - base_) / 16] = slot + 1; }
   void clear_slot(uintptr_t p) { index_[(p - base_) / 16] = 0; }
@@ -81,6 +88,7 @@ class Backing {
   uint64_t hw_[kMaxGroups] = {};  // local ids below are read/write
   uint64_t live_pages_ = 0, peak_pages_ = 0, returned_ = 0;
   bool overflowed_ = false;
+  bool table_ = true;
 };
 
 }  // namespace lalloc

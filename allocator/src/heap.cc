@@ -69,6 +69,15 @@ uint64_t policy_clock_ns() {
 void on_taken(uint64_t first, uint64_t n) { S->backing.taken(first, n); }
 void on_released(uint64_t first, uint64_t n) { S->backing.released(first, n); }
 
+// The slot of the live object starting at p (inside the reservation), or kNoSlot.
+uint32_t slot_of(uintptr_t p) {
+  if (S->backing.has_table()) return S->backing.slot_at(p);
+  return p % 16 ? Backing::kNoSlot : S->policy->slot_at(S->backing.abstract(p));
+}
+void set_slot(uintptr_t p, uint32_t slot) {
+  if (S->backing.has_table()) S->backing.set_slot(p, slot);
+}
+
 // Runs f; any exception out of the policy or the checker is fatal with its message (the
 // heap may be half-updated: no way to go on).
 template <class F>
@@ -109,6 +118,9 @@ void init() {
     if (baseline) S->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else S->policy = sim::make_policy_heap("llama", S->classes, pol, kDeadlineK, false);
   });
+  // A policy that maps addresses to slots itself (the size-class heaps) replaces the
+  // object table: 4 B per object place of its live spans instead of 4 B per 16 B of heap.
+  if (S->policy->enable_slot_map()) S->backing.no_table();
   S->policy_name = baseline ? "baseline" : pol.describe();
   S->start_ns = S->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)
   S->backing.set_now(S->last_now);
@@ -193,7 +205,7 @@ void full_check() {
     ++live;
     auto [a, size] = S->policy->where(uint32_t(slot));
     const uintptr_t p = S->backing.real(a);
-    if (!p || S->backing.slot_at(p) != slot || size < S->policy->asked_size(uint32_t(slot)))
+    if (!p || slot_of(p) != slot || size < S->policy->asked_size(uint32_t(slot)))
       fatal("LIFETIME_ALLOC_CHECK: an object's table entry or size disagrees with the policy's");
   }
   if (live != S->shadow.count() || live != S->c.live_objects)
@@ -260,7 +272,7 @@ void compact_slots() {
     }
     const auto [a, usable] = S->policy->where(from);
     guarded("policy: ", [&] { S->policy->move_slot(from, to); });
-    S->backing.set_slot(S->backing.real(a), to);
+    set_slot(S->backing.real(a), to);
     if (S->cfg.check_every)
       guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a] {
         S->shadow.on_free("lifetime_alloc", a, from);
@@ -306,7 +318,7 @@ void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
   }
   // Usable: what the policy placed (the baseline rounds up to its size class).
   const uint64_t placed = S->policy->where(slot).second;
-  S->backing.set_slot(p, slot);
+  set_slot(p, slot);
   Counters& c = S->c;
   ++c.allocs;
   c.peak_objects = std::max(c.peak_objects, ++c.live_objects);
@@ -389,9 +401,9 @@ void free_locked(void* p) {
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   Counters& c = S->c;
   if (S->backing.contains(p)) {
-    const uint32_t slot = S->backing.slot_at(key);
+    const uint32_t slot = slot_of(key);
     if (slot == Backing::kNoSlot) fatal("free(): invalid pointer or double free");
-    S->backing.clear_slot(key);
+    if (S->backing.has_table()) S->backing.clear_slot(key);
     const uint64_t now = tick();
     const auto [a, placed] = S->policy->where(slot);
     const uint64_t requested = S->policy->asked_size(slot);
@@ -431,7 +443,7 @@ size_t usable_size(const void* p) {
   Inside in;
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   if (S->backing.contains(p)) {
-    const uint32_t slot = S->backing.slot_at(key);
+    const uint32_t slot = slot_of(key);
     return slot == Backing::kNoSlot ? 0 : S->policy->where(slot).second;
   }
   auto d = S->direct.find(key);

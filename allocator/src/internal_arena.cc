@@ -70,8 +70,14 @@ void reserve() {
 }
 
 unsigned class_for(size_t need) {
-  unsigned c = 0;
-  while (class_size_[c] < need) ++c;  // need <= kSmallMax < the last class
+  if (need <= 48) return need <= 32 ? 0 : 1;
+  // Class 2 + 4 (b - 6) + j is 2^b + j 2^b/4 + 16: the smallest holding m = need - 16.
+  const size_t m = need - kHdr;
+  if (m <= 64) return 2;
+  const unsigned b = 63 - unsigned(__builtin_clzll(m - 1));  // 2^b < m <= 2^(b+1)
+  const size_t step = (size_t(1) << b) / 4;
+  unsigned c = 2 + 4 * (b - 6) + unsigned((m - (size_t(1) << b) + step - 1) / step);
+  while (class_size_[c] < need) ++c;  // (never: the formula is exact)
   return c;
 }
 

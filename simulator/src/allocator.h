@@ -72,6 +72,13 @@ class HeapAllocator {
   // The live object of slot `from` is known as `to` (a free slot) from now on, in the same
   // place: the real allocator packs live ids low so that trim can give records back.
   virtual void move_slot(uint32_t from, uint32_t to) = 0;
+  // The real allocator's address -> slot map, kept by the policy in place of the
+  // allocator's own table (4 B per 16 B of heap) by a heap that can (the size-class
+  // heap: 4 B per object place of its live spans).  enable_slot_map(): from now on (before
+  // any allocation); false: this heap cannot (the simulator never asks).  slot_at: the
+  // live slot whose object starts at addr, or UINT32_MAX.
+  virtual bool enable_slot_map() { return false; }
+  virtual uint32_t slot_at(uint64_t addr) const { (void)addr; return UINT32_MAX; }
   // Invariants: the huge page `hp` agrees with the shadow heap (and its own bookkeeping);
   // check_all checks every live huge page and the global counters.
   virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;

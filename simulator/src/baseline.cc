@@ -23,7 +23,7 @@ int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
 }  // namespace
 
 TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
-    : name_(std::move(name)), ids_(first_id) {
+    : name_(std::move(name)), ids_(first_id), first_id_(first_id) {
   build_size_classes();
   filler_head_.assign(size_t(kPagesPerHuge) * kPagesPerHuge, kNone);
   filler_used_.resize(kPagesPerHuge);
@@ -83,6 +83,10 @@ uint32_t TcmallocBaseline::new_huge_page(uint64_t id, uint64_t count) {
   h.span_at.fill(kNone);
   h.live = true;
   slot_by_id_.emplace(id, hp);
+  if (slot_map_) {
+    if (hp_by_id_.size() < id - first_id_ + count) hp_by_id_.resize(id - first_id_ + count, kNone);
+    for (uint64_t i = 0; i < count; ++i) hp_by_id_[id - first_id_ + i] = hp;
+  }
   live_hps_ += count;
   c_hp_acquired_ += count;
   return hp;
@@ -97,6 +101,8 @@ void TcmallocBaseline::release_huge_page(uint32_t hp) {
   c_hp_released_ += h.count;
   ids_.release(h.id, h.count);
   slot_by_id_.erase(h.id);
+  if (slot_map_)
+    for (uint64_t i = 0; i < h.count; ++i) hp_by_id_[h.id - first_id_ + i] = kNone;
   free_slots_.push_back(hp);
 }
 
@@ -237,6 +243,7 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     uint64_t addr = (base + r.align - 1) & ~uint64_t(r.align - 1);
     s.large_size = r.size;
     s.large_pad = uint32_t(addr - base);  // padding < align <= 2^31
+    if (slot_map_) s.large_slot = r.slot;
     handles_[r.slot] = {sid, 0, 0};
     return addr;
   }
@@ -252,6 +259,12 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     Span& s = spans_[sid];
     s.cls = cls;
     s.nobjs = classes_[cls].objs;
+    if (spare_free_.size() < classes_.size()) spare_free_.resize(classes_.size()), spare_map_.resize(classes_.size());
+    s.free_slots.swap(spare_free_[cls]);  // (empty)
+    if (slot_map_) {
+      s.obj_slot.swap(spare_map_[cls]);  // (all kNone)
+      if (s.obj_slot.size() != s.nobjs) s.obj_slot.assign(s.nobjs, kNone);
+    }
     hps_[s.hp].span_at[s.first_page] = sid;
   }
   Span& s = spans_[sid];
@@ -263,6 +276,7 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     s.free_slots.pop_back();
   }
   ++s.nlive;
+  if (slot_map_) s.obj_slot[idx] = r.slot;
   if (s.nlive < s.nobjs) central_link(sid);
   SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
   handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
@@ -291,11 +305,16 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   }
   central_unlink(hd.span);
   s.free_slots.push_back(uint16_t(hd.slot_idx));
+  if (slot_map_) s.obj_slot[hd.slot_idx] = kNone;
   --s.nlive;
   if (s.nlive == 0) {
     hps_[s.hp].span_at[s.first_page] = kNone;
     pageheap_free(s.hp, s.first_page, s.npages);
+    s.free_slots.clear();
+    if (spare_free_[s.cls].capacity() < s.free_slots.capacity()) spare_free_[s.cls].swap(s.free_slots);
     std::vector<uint16_t>().swap(s.free_slots);
+    if (spare_map_[s.cls].empty()) spare_map_[s.cls].swap(s.obj_slot);
+    std::vector<uint32_t>().swap(s.obj_slot);
     free_span_ids_.push_back(hd.span);
     ++c_spans_released_;
   } else {
@@ -321,7 +340,42 @@ void TcmallocBaseline::trim(uint32_t slot_end) { trim_slots(handles_, slot_end);
 
 void TcmallocBaseline::move_slot(uint32_t from, uint32_t to) {
   grow_slots(handles_, to);
-  handles_[to] = handles_[from];  // nothing else names a slot
+  const Handle hd = handles_[to] = handles_[from];  // nothing else names a slot but the slot map
+  if (slot_map_) {
+    Span& s = spans_[hd.span];
+    if (s.cls == 0) s.large_slot = to;
+    else s.obj_slot[hd.slot_idx] = to;
+  }
+}
+
+uint32_t TcmallocBaseline::slot_at(uint64_t addr) const {
+  const uint64_t id = addr / kHugePageBytes;
+  if (id < first_id_ || id - first_id_ >= hp_by_id_.size()) return kNone;
+  uint32_t hp = hp_by_id_[id - first_id_];
+  if (hp == kNone) return kNone;
+  const HugePage& h = hps_[hp];
+  uint32_t sid;
+  if (h.whole) {
+    if (id != h.id) return kNone;  // an object starts in the first of its whole pages
+    sid = h.owner;
+  } else {
+    // The span holding the page: the nearest span start at or below it (a live object's
+    // page is its span's; a multi-huge-page span's tail page holds no object start).
+    unsigned p = unsigned(addr % kHugePageBytes / kPageBytes);
+    for (;;) {
+      sid = h.span_at[p];
+      if (sid != kNone || p == 0) break;
+      --p;
+    }
+    if (sid == kNone) return kNone;
+  }
+  const Span& s = spans_[sid];
+  const uint64_t base = hps_[s.hp].id * kHugePageBytes + uint64_t(s.first_page) * kPageBytes;
+  if (addr < base || addr >= base + uint64_t(s.npages) * kPageBytes) return kNone;
+  if (s.cls == 0) return addr == base + s.large_pad ? s.large_slot : kNone;
+  const uint64_t off = addr - base, size = classes_[s.cls].size;
+  if (off % size || off / size >= s.nobjs) return kNone;
+  return s.obj_slot[off / size];
 }
 
 Counters TcmallocBaseline::counters() const {

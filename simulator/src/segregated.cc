@@ -67,6 +67,7 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
   SIM_CHECK(l < kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
   grow_slots(local_, r.slot, kDead);
   local_[r.slot] = uint32_t(g) << kLocalBits | l;
+  set_engine(g, l, r.slot);
   AllocRequest lr = r;
   lr.slot = l;
   const uint64_t addr = heaps_[g]->alloc(lr);
@@ -149,6 +150,7 @@ void SegregatedHeap::move_slot(uint32_t from, uint32_t to) {
   }
   local_[to] = uint32_t(g) << kLocalBits | l;
   local_[from] = kDead;
+  set_engine(g, l, to);
   if (divert_) {
     grow_slots(placed_, to);
     placed_[to] = placed_[from];
@@ -180,6 +182,7 @@ void SegregatedHeap::trim(uint32_t slot_end) {
         heaps_[g]->move_slot(l, lower);
         ids_[g].release(l);
         local_[s] = uint32_t(g) << kLocalBits | lower;
+        set_engine(g, lower, s);
       } else {
         ids_[g].release(lower);
       }
@@ -187,7 +190,26 @@ void SegregatedHeap::trim(uint32_t slot_end) {
   }
   trim_slots(local_, slot_end);
   trim_slots(placed_, slot_end);
-  for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->trim(uint32_t(ids_[g].end()));
+  for (size_t g = 0; g < heaps_.size(); ++g) {
+    heaps_[g]->trim(uint32_t(ids_[g].end()));
+    if (slot_map_) trim_slots(engine_of_[g], ids_[g].end());
+  }
+}
+
+bool SegregatedHeap::enable_slot_map() {
+  for (auto& h : heaps_)
+    if (!dynamic_cast<TcmallocBaseline*>(h.get())) return false;  // LLAMA's heap keeps none
+  for (auto& h : heaps_) h->enable_slot_map();
+  engine_of_.resize(heaps_.size());
+  slot_map_ = true;
+  return true;
+}
+
+uint32_t SegregatedHeap::slot_at(uint64_t addr) const {
+  const uint64_t g = (addr / kHugePageBytes) >> kIdShift;
+  if (g >= heaps_.size()) return UINT32_MAX;
+  const uint32_t l = heaps_[g]->slot_at(addr);
+  return l == UINT32_MAX ? l : engine_of_[g][l];
 }
 
 void SegregatedHeap::check_page(uint64_t hp, const ShadowHeap& shadow) const {
