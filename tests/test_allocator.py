@@ -64,6 +64,43 @@ def test_stress_driver_with_checker(driver, policy, tmp_path):
     assert main["allocs"] > 0 and main["objects"] <= main["allocs"]
 
 
+# The per-thread caches (heap.cc: policies of size-class heaps, checker off): the drivers
+# again with the cache on, cross-thread frees, fork from threads and signal handlers that
+# interrupt the cache's lock-free code included.
+@pytest.mark.parametrize("policy", ("baseline", "segregated"))
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_stress_driver_with_thread_cache(driver, policy, tmp_path):
+    args, _ = DRIVERS[driver]
+    stats = tmp_path / "stats.%p.json"
+    env = preload_env(policy=policy, stats=stats)
+    proc = subprocess.run([str(built(BUILD / "tests" / f"alloc_{driver}")), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+    main = json.loads((tmp_path / f"stats.{_pid_of(tmp_path, proc)}.json").read_text())
+    tc = main["thread_cache"]
+    assert tc["enabled"] == 1 and main["checks"] == 0 and main["failed_allocs"] == 0
+    assert tc["hits"] + tc["misses"] > 0 and tc["objects"] <= main["policy_objects"]
+    assert main["objects"] <= main["allocs"]
+
+
+@pytest.mark.parametrize("policy,settings,enabled", [
+    ("segregated", {}, 1), ("baseline", {}, 1), ("segregated", {"thread_cache": 0}, 0),
+    ("segregated", {"check": 1000}, 0), ("paper", {}, 0), ("divert-mixed", {}, 0)])
+def test_thread_cache_only_for_size_class_heaps(policy, settings, enabled, tmp_path):
+    stats = tmp_path / "s.json"
+    env = preload_env(policy=policy, stats=stats, **settings)
+    subprocess.run([str(built(BUILD / "tests" / "alloc_pair_latency")), "32", "20", "100"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    s = json.loads(stats.read_text())
+    tc = s["thread_cache"]
+    assert tc["enabled"] == enabled
+    if enabled:  # one pair's object comes back from the cache each time: one lock per batch
+        assert tc["hits"] >= 1900 and tc["misses"] <= 10 and s["lock_acquisitions"] < 100
+    else:
+        assert tc["hits"] == tc["misses"] == 0 and s["lock_acquisitions"] >= 4000
+
+
 def _pid_of(tmp_path, proc) -> int:
     """The driver's own stats file: the one with the most allocations (fork_threads' children
     write theirs too)."""

@@ -55,6 +55,7 @@ class Backing {
   bool overflowed() const { return overflowed_; }
   void clear_overflow() { overflowed_ = false; }
 
+  uintptr_t base() const { return base_; }
   uint64_t reserved_bytes() const { return total_; }
   uint64_t committed_bytes() const { return live_pages_ * kHuge; }      // taken, not released
   uint64_t peak_committed_bytes() const { return peak_pages_ * kHuge; }

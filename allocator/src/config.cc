@@ -42,6 +42,8 @@ Config read_config() {
     c.release_keep_pages = parse_uint("LIFETIME_ALLOC_RELEASE_KEEP", v, 0, 64);
   if (const char* v = std::getenv("LIFETIME_ALLOC_REVALIDATE"))
     c.revalidate_every = int64_t(parse_uint("LIFETIME_ALLOC_REVALIDATE", v, 0, UINT32_MAX));
+  if (const char* v = std::getenv("LIFETIME_ALLOC_THREAD_CACHE"))
+    c.thread_cache = parse_uint("LIFETIME_ALLOC_THREAD_CACHE", v, 0, 1) != 0;
   return c;
 }
 

@@ -22,6 +22,9 @@ struct Config {
   // LIFETIME_ALLOC_REVALIDATE: the model cache reruns the model every N hits of an entry
   // (0: never); -1: the model library's default (1000).
   int64_t revalidate_every = 100000;
+  // LIFETIME_ALLOC_THREAD_CACHE (0 or 1): per-thread caches of freed objects in front of
+  // the size-class heaps (heap.cc; policies whose heaps are all size-class heaps, checker off).
+  bool thread_cache = true;
 };
 
 Config read_config();

@@ -69,6 +69,134 @@ uint64_t policy_clock_ns() {
 void on_taken(uint64_t first, uint64_t n) { S->backing.taken(first, n); }
 void on_released(uint64_t first, uint64_t n) { S->backing.released(first, n); }
 
+// ---------------------------------------------------------------- thread caches (state)
+//
+// Per thread, per (heap group, size class) of the size-class heaps: a LIFO of freed
+// objects (linked through their first word), served to the thread's next mallocs of that
+// group and class without the lock.  Objects in a cache stay live to the policy (their
+// slot, their span); it sees their free when a list passes its bound (half of it goes
+// back under one lock acquisition), when the thread's caches pass kThreadBytes (half of
+// every list), and at thread exit (all; a pthread key's destructor).  free,
+// malloc_usable_size and realloc find an object's group and class in the page map, a
+// uint32 per 8 KiB page of the reservation written under the lock when the policy creates
+// a span (sim::span_hooks) and cleared when it releases it: [class:8 | group:8 | page in
+// span:16], 0 for pages of no small-object span (those take the locked path).
+namespace tc {
+
+constexpr unsigned kClasses = 128;  // the baseline's 96 classes (+ [0]) fit
+constexpr uint64_t kMaxSize = sim::TcmallocBaseline::kMaxSmall;
+constexpr uint64_t kPageShift = 13;  // the baseline's 8 KiB pages
+static_assert((uint64_t(1) << kPageShift) == sim::TcmallocBaseline::kPageBytes);
+constexpr uint64_t kListBytes = 256 << 10;    // a list's bound: this many bytes ...
+constexpr uint32_t kMaxListObjects = 256;     // ... or objects, whichever is fewer (>= 1)
+constexpr uint64_t kThreadBytes = 1 << 20;    // all of a thread's lists
+constexpr uint64_t kBatchBytes = 16 << 10;    // a miss takes this many bytes ...
+constexpr uint32_t kMaxBatch = 32;            // ... or objects from the policy (>= 1)
+
+struct List {
+  void* head;
+  uint32_t count;
+};
+struct Cache {
+  // Written by the owner thread only (load + store, no atomic read-modify-write), read by
+  // the stats under the lock.
+  std::atomic<uint64_t> objects{0}, bytes{0}, hits{0}, misses{0};
+  Cache *prev = nullptr, *next = nullptr;  // every live thread's cache, under the lock
+  List* lists = nullptr;                   // [group * kClasses + class]
+};
+inline void bump(std::atomic<uint64_t>& a, int64_t d) {
+  a.store(a.load(std::memory_order_relaxed) + uint64_t(d), std::memory_order_relaxed);
+}
+Cache* const kDead = reinterpret_cast<Cache*>(uintptr_t(1));  // the thread's cache is gone (exit)
+
+// Zero-initialized (no constructor: the first malloc may come before the library's
+// static initializers run); filled by setup() under the lock at init.
+struct Global {
+  bool on;                          // written in init, before g_built's release
+  std::atomic<bool> segregating;    // segregate-above: the live bytes reached it
+  unsigned groups, shared;
+  uint64_t seg_above;
+  const unsigned* group_of;         // by predicted class (nullptr: the baseline, one heap)
+  uint8_t class_by_16[kMaxSize / 16 + 1];  // the class of a request of 16 x i bytes (align 16)
+  uint32_t size[kClasses], objs[kClasses], max[kClasses], batch[kClasses];
+  uint64_t magic[kClasses];  // (offset * magic) >> 36 == offset / size for a multiple
+  std::atomic<uint32_t>* map;
+  uintptr_t base;
+  pthread_key_t key;
+  Cache* all;
+  uint64_t exited, dead_hits, dead_misses;
+  uint64_t refills, refill_objects, flushes, flushed_objects;
+};
+Global G;
+__thread Cache* t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
+// While this thread is in the cache's lock-free code: a signal handler's malloc or free
+// that interrupts it takes the locked path (the lists are mid-update).
+__thread bool t_busy __attribute__((tls_model("initial-exec"))) = false;
+
+void on_span_created(uint64_t addr, uint32_t npages, uint32_t cls) {
+  const uintptr_t p = S->backing.real(addr);
+  if (!p || cls >= kClasses) return;  // past the reservation: the allocation fails
+  const unsigned g = unsigned((addr / Backing::kHuge) >> sim::SegregatedHeap::kIdShift);
+  const uint64_t first = (p - G.base) >> kPageShift;
+  for (uint32_t i = 0; i < npages; ++i)
+    G.map[first + i].store(cls | g << 8 | i << 16, std::memory_order_relaxed);
+}
+void on_span_released(uint64_t addr, uint32_t npages) {
+  const uintptr_t p = S->backing.real(addr);
+  if (!p) return;
+  const uint64_t first = (p - G.base) >> kPageShift;
+  for (uint32_t i = 0; i < npages; ++i) G.map[first + i].store(0, std::memory_order_relaxed);
+}
+
+void thread_exit(void* v);
+
+// At init, under the lock: on for a policy of size-class heaps only (LLAMA's lines must
+// see every free), with the checker off (its shadow heap must see every free).
+void setup(bool slot_mapped) {
+  G.groups = 1;
+  if (!S->cfg.thread_cache || S->cfg.check_every || !slot_mapped) return;
+  const sim::TcmallocBaseline* b = dynamic_cast<const sim::TcmallocBaseline*>(S->policy.get());
+  if (auto* seg = dynamic_cast<const sim::SegregatedHeap*>(S->policy.get())) {
+    b = dynamic_cast<const sim::TcmallocBaseline*>(&seg->heap(0));
+    G.group_of = seg->group_of().data();
+    G.groups = 1;
+    for (unsigned g : seg->group_of()) G.groups = std::max(G.groups, g + 1);
+    G.seg_above = seg->segregate_above_bytes();
+    G.shared = seg->shared_heap();
+    G.groups = std::max(G.groups, G.shared + 1);
+  }
+  if (!b || b->size_classes().size() > kClasses) return;
+  const auto& classes = b->size_classes();
+  for (size_t c = 1; c < classes.size(); ++c) {
+    const uint32_t size = classes[c].size;
+    G.size[c] = size;
+    G.objs[c] = classes[c].objs;
+    G.max[c] = uint32_t(std::clamp<uint64_t>(kListBytes / size, 1, kMaxListObjects));
+    G.batch[c] = uint32_t(std::clamp<uint64_t>(kBatchBytes / size, 1, std::min(kMaxBatch, G.max[c])));
+    G.magic[c] = ((uint64_t(1) << 36) + size - 1) / size;
+  }
+  for (uint64_t i = 1; i <= kMaxSize / 16; ++i) {
+    const uint32_t c = b->size_class(i * 16, uint32_t(kSmallAlign));
+    if (c == 0 || c >= classes.size()) return;
+    G.class_by_16[i] = uint8_t(c);
+  }
+  G.class_by_16[0] = G.class_by_16[1];
+  const uint64_t pages = S->backing.reserved_bytes() >> kPageShift;
+  void* m = mmap(nullptr, pages * sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return;
+  madvise(m, pages * sizeof(uint32_t), MADV_NOHUGEPAGE);  // touched sparsely: 4 KiB of it maps 8 MiB of heap
+  if (pthread_key_create(&G.key, thread_exit) != 0) {
+    munmap(m, pages * sizeof(uint32_t));
+    return;
+  }
+  G.map = static_cast<std::atomic<uint32_t>*>(m);
+  G.base = S->backing.base();
+  sim::span_hooks = {on_span_created, on_span_released};
+  G.on = true;
+}
+
+}  // namespace tc
+
 // The slot of the live object starting at p (inside the reservation), or kNoSlot.
 uint32_t slot_of(uintptr_t p) {
   if (S->backing.has_table()) return S->backing.slot_at(p);
@@ -120,7 +248,9 @@ void init() {
   });
   // A policy that maps addresses to slots itself (the size-class heaps) replaces the
   // object table: 4 B per object place of its live spans instead of 4 B per 16 B of heap.
-  if (S->policy->enable_slot_map()) S->backing.no_table();
+  const bool slot_mapped = S->policy->enable_slot_map();
+  if (slot_mapped) S->backing.no_table();
+  tc::setup(slot_mapped);  // before any span is made
   S->policy_name = baseline ? "baseline" : pol.describe();
   S->start_ns = S->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)
   S->backing.set_now(S->last_now);
@@ -212,7 +342,10 @@ void full_check() {
     fatal("LIFETIME_ALLOC_CHECK: slot ids and shadow heap disagree in size");
 }
 
+void collect_tc_stats();
+
 void after_op(uint64_t now) {
+  if (tc::G.seg_above) tc::G.segregating.store(S->c.live_requested >= tc::G.seg_above, std::memory_order_relaxed);
   S->c.peak_huge_pages = std::max(S->c.peak_huge_pages, S->policy->live_huge_pages());
   if (S->cfg.check_every && ++S->ops_since_check >= S->cfg.check_every) {
     S->ops_since_check = 0;
@@ -221,6 +354,7 @@ void after_op(uint64_t now) {
   if (S->next_stats_ns && now >= S->next_stats_ns) {
     S->next_stats_ns = now + S->cfg.stats_interval_ns;
     ++S->c.stats_writes;
+    collect_tc_stats();
     write_stats(*S, now);
   }
 }
@@ -293,13 +427,10 @@ State* built() {
   return s;
 }
 
-void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
-  const uint64_t usable = asked(size);
-  // Predict first, then lock: the model (a miss: stack, symbols, the network) runs
-  // while other threads allocate.
-  const Prediction pred = built()->predictor->predict({usable, uint32_t(align), ra});
-  Inside in;
-  const uint64_t now = tick();
+// Under the lock: one object from the policy (nullptr: past the reservation).  size: the
+// program's request (0 for the extra objects of a thread cache's batch), usable: asked of
+// the policy.
+void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, const Prediction& pred, uint64_t now) {
   const uint32_t slot = take_slot();
   const int cls = pred.cls;
   ++S->c.by_source[size_t(pred.source)];
@@ -334,6 +465,15 @@ void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
   return reinterpret_cast<void*>(p);
 }
 
+void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
+  const uint64_t usable = asked(size);
+  // Predict first, then lock: the model (a miss: stack, symbols, the network) runs
+  // while other threads allocate.
+  const Prediction pred = built()->predictor->predict({usable, uint32_t(align), ra});
+  Inside in;
+  return alloc_locked(usable, size, align, ra, pred, tick());
+}
+
 bool fits_policy(size_t size, size_t align) {
   // The policy's large objects pad by the alignment beyond its 8 KiB blocks / pages.
   return size + (align > 8192 ? align : 0) <= Backing::kHuge;
@@ -362,6 +502,192 @@ void arena_free(void* p) {
   t_arena = false;
 }
 
+// ---------------------------------------------------------------- thread caches (operations)
+
+namespace tc {
+
+// This thread's cache, made under the lock (nullptr: none, kDead: the thread is exiting).
+Cache* cache_locked() {
+  if (t_cache) return t_cache;
+  const size_t n = size_t(G.groups) * kClasses;
+  void* m = nested_alloc(sizeof(Cache) + n * sizeof(List), 64);
+  if (!m) return nullptr;
+  Cache* c = new (m) Cache();
+  c->lists = reinterpret_cast<List*>(c + 1);
+  for (size_t i = 0; i < n; ++i) c->lists[i] = {nullptr, 0};
+  c->next = G.all;
+  if (G.all) G.all->prev = c;
+  G.all = c;
+  pthread_setspecific(G.key, c);  // (its destructor gives the objects back at thread exit)
+  t_cache = c;
+  return c;
+}
+
+// The class of the small object at p (its page map entry's, the offset a multiple of the
+// class size), and its group; 0: not one (large, free span, not an object's start, not
+// ours): the locked path decides.
+inline uint32_t class_at(const void* p, unsigned& g) {
+  const uintptr_t off = uintptr_t(p) - G.base;
+  if (off >= S->backing.reserved_bytes()) return 0;
+  const uint32_t e = G.map[off >> kPageShift].load(std::memory_order_relaxed);
+  if (!e) return 0;
+  const uint32_t cls = e & 0xff;
+  const uint64_t in_span = (off & ((uint64_t(1) << kPageShift) - 1)) + (uint64_t(e >> 16) << kPageShift);
+  const uint64_t q = (in_span * G.magic[cls]) >> 36;
+  if (q * G.size[cls] != in_span || q >= G.objs[cls]) return 0;
+  g = (e >> 8) & 0xff;
+  return cls;
+}
+
+inline void push(Cache* c, List& l, void* p, uint32_t cls) {
+  *static_cast<void**>(p) = l.head;
+  l.head = p;
+  ++l.count;
+  bump(c->objects, 1);
+  bump(c->bytes, G.size[cls]);
+}
+
+// Under the lock: the policy frees n objects of the list.
+void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) {
+  for (; n && l.head; --n) {
+    void* p = l.head;
+    l.head = *static_cast<void**>(p);
+    --l.count;
+    bump(c->objects, -1);
+    bump(c->bytes, -int64_t(G.size[cls]));
+    free_locked(p);
+    ++G.flushed_objects;
+  }
+}
+
+// A list past its bound: back to half of it; all of the thread's past kThreadBytes: half
+// of every list.  One lock acquisition.
+void flush(Cache* c, List& l, uint32_t cls) {
+  Inside in;
+  ++G.flushes;
+  if (l.count > G.max[cls]) give_back(c, l, cls, l.count - G.max[cls] / 2);
+  if (c->bytes.load(std::memory_order_relaxed) > kThreadBytes)
+    for (size_t i = 0; i < size_t(G.groups) * kClasses; ++i)
+      if (c->lists[i].count) give_back(c, c->lists[i], uint32_t(i % kClasses), (c->lists[i].count + 1) / 2);
+}
+
+// The pthread key's destructor (the thread exits): everything back to the policy.
+void thread_exit(void* v) {
+  Cache* c = static_cast<Cache*>(v);
+  if (!c || c == kDead) return;
+  Inside in;
+  for (size_t i = 0; i < size_t(G.groups) * kClasses; ++i)
+    give_back(c, c->lists[i], uint32_t(i % kClasses), UINT32_MAX);
+  if (c->prev) c->prev->next = c->next;
+  else G.all = c->next;
+  if (c->next) c->next->prev = c->prev;
+  ++G.exited;
+  G.dead_hits += c->hits.load(std::memory_order_relaxed);
+  G.dead_misses += c->misses.load(std::memory_order_relaxed);
+  c->~Cache();
+  arena_free(c);
+  t_cache = kDead;  // later mallocs and frees of this thread (other destructors): the locked path
+}
+
+// A miss: under the lock, the object asked for and a batch of the class for the list.
+void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) {
+  Inside in;
+  Cache* c = cache_locked();
+  const uint64_t now = tick();
+  void* first = alloc_locked(usable, size, kSmallAlign, ra, pred, now);
+  if (!first || !c || c == kDead) return first;
+  bump(c->misses, 1);
+  ++G.refills;
+  for (uint32_t i = 1; i < G.batch[cls]; ++i) {
+    void* q = alloc_locked(usable, 0, kSmallAlign, ra, pred, now);
+    if (!q) break;
+    unsigned g = 0;
+    const uint32_t k = class_at(q, g);
+    if (!k) {  // (cannot happen: the policy placed it in a span of its class)
+      free_locked(q);
+      break;
+    }
+    push(c, c->lists[g * kClasses + k], q, k);
+    ++G.refill_objects;
+  }
+  return first;
+}
+
+void* cached_alloc(State* s, size_t size, uintptr_t ra) {
+  const uint64_t usable = asked(size);
+  const uint32_t cls = G.class_by_16[usable / 16];
+  const Prediction pred = s->predictor->predict({usable, uint32_t(kSmallAlign), ra});
+  Cache* c = t_cache;
+  if (__builtin_expect(c > kDead, 1)) {
+    unsigned g = 0;
+    if (G.group_of)
+      g = G.seg_above && !G.segregating.load(std::memory_order_relaxed) ? G.shared : G.group_of[pred.cls];
+    List& l = c->lists[g * kClasses + cls];
+    t_busy = true;
+    sig_fence();
+    void* p = l.head;
+    if (p) {
+      l.head = *static_cast<void**>(p);
+      --l.count;
+      bump(c->objects, -1);
+      bump(c->bytes, -int64_t(G.size[cls]));
+      bump(c->hits, 1);
+    }
+    sig_fence();
+    t_busy = false;
+    if (p) return p;
+  }
+  return refill(usable, size, cls, pred, ra);
+}
+
+// true: p is in this thread's cache now.
+bool cached_free(void* p) {
+  unsigned g = 0;
+  const uint32_t cls = class_at(p, g);
+  if (!cls) return false;
+  Cache* c = t_cache;
+  if (__builtin_expect(!c, 0)) {
+    Inside in;
+    c = cache_locked();
+  }
+  if (!c || c == kDead) return false;
+  List& l = c->lists[g * kClasses + cls];
+  t_busy = true;
+  sig_fence();
+  if (__builtin_expect(l.head == p, 0)) fatal("free(): double free (thread cache)");
+  push(c, l, p, cls);
+  const bool over = l.count > G.max[cls] || c->bytes.load(std::memory_order_relaxed) > kThreadBytes;
+  sig_fence();
+  t_busy = false;
+  if (over) flush(c, l, cls);
+  return true;
+}
+
+// The cache is on and S built (acquire: S's fields, G's, are visible).
+inline bool on() { return g_built.load(std::memory_order_acquire) && G.on; }
+
+}  // namespace tc
+
+void collect_tc_stats() {
+  ThreadCacheStats& t = S->tc;
+  t = ThreadCacheStats();
+  t.on = tc::G.on;
+  t.exited = tc::G.exited;
+  t.hits = tc::G.dead_hits;
+  t.misses = tc::G.dead_misses;
+  for (tc::Cache* c = tc::G.all; c; c = c->next) {
+    ++t.caches;
+    t.objects += c->objects.load(std::memory_order_relaxed);
+    t.bytes += c->bytes.load(std::memory_order_relaxed);
+    t.hits += c->hits.load(std::memory_order_relaxed);
+    t.misses += c->misses.load(std::memory_order_relaxed);
+  }
+  t.refills = tc::G.refills;
+  t.refill_objects = tc::G.refill_objects;
+  t.flushes = tc::G.flushes;
+  t.flushed_objects = tc::G.flushed_objects;
+}
+
 }  // namespace
 
 void* allocate(size_t size, size_t align, uintptr_t ra) {
@@ -369,6 +695,10 @@ void* allocate(size_t size, size_t align, uintptr_t ra) {
   if (t_inside) return nested_alloc(size, align);
   if (size > kMaxRequest || align > kMaxRequest) return nullptr;
   if (!fits_policy(size, align)) return direct_alloc(size, align);
+  if (align == kSmallAlign && size <= tc::kMaxSize && !tc::t_busy) {
+    State* s = built();
+    if (tc::G.on) return tc::cached_alloc(s, size, ra);
+  }
   return policy_alloc(size, align, ra);
 }
 
@@ -390,6 +720,7 @@ void deallocate(void* p) {
     if (arena::owns(p) && t_locked && !t_arena) return arena_free(p);
     return reentry::defer(p);
   }
+  if (!tc::t_busy && tc::on() && tc::cached_free(p)) return;
   Inside in;
   free_locked(p);
 }
@@ -440,6 +771,10 @@ size_t usable_size(const void* p) {
   if (reentry::owns(p)) return reentry::usable(p);
   if (arena::owns(p)) return arena::usable(p);
   if (t_inside) return 0;
+  if (tc::on()) {
+    unsigned g;
+    if (const uint32_t cls = tc::class_at(p, g)) return tc::G.size[cls];
+  }
   Inside in;
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   if (S->backing.contains(p)) {
@@ -539,6 +874,7 @@ void write_final_stats() {
   if (t_inside || (!S && !std::getenv("LIFETIME_ALLOC_STATS"))) return;
   Inside in;
   if (S->cfg.stats_path.empty()) return;
+  collect_tc_stats();
   write_stats(*S, clock_ns());
 }
 

@@ -31,6 +31,17 @@ struct Counters {
   uint64_t class_allocs[kMaxClasses] = {};
 };
 
+// The thread caches (heap.cc), summed over the live threads' caches and the exited ones'
+// when the stats are written.  hits/misses: cached mallocs served from / not from a
+// thread's list; refills: lock acquisitions that took a batch from the policy for a miss
+// (refill_objects: the objects beyond the one asked for); flushes: lock acquisitions that
+// gave a list's (or every list's) surplus back to the policy (flushed_objects: how many).
+struct ThreadCacheStats {
+  bool on = false;
+  uint64_t caches = 0, exited = 0, objects = 0, bytes = 0, hits = 0, misses = 0;
+  uint64_t refills = 0, refill_objects = 0, flushes = 0, flushed_objects = 0;
+};
+
 struct State {
   Config cfg;
   sim::ClassScheme classes;
@@ -50,6 +61,7 @@ struct State {
   sim::ShadowHeap shadow;  // LIFETIME_ALLOC_CHECK only
   uint64_t ops_since_check = 0, last_now = 0, next_stats_ns = 0, start_ns = 0;
   Counters c;
+  ThreadCacheStats tc;  // filled before each write_stats
 };
 
 // Writes the stats JSON to cfg.stats_path ("%p" -> pid), atomically (temp file + rename).

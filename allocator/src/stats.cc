@@ -100,6 +100,22 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("bytes", r.bytes);
   j.kv("deferred_frees", r.deferred_frees);
   j.end_object();
+  // Per-thread caches of freed objects (heap.cc): objects/bytes held now (live to the
+  // policy, free to the program).
+  j.key("thread_cache");
+  j.begin_object();
+  j.kv("enabled", uint64_t(s.tc.on));
+  j.kv("caches", s.tc.caches);
+  j.kv("exited_threads", s.tc.exited);
+  j.kv("objects", s.tc.objects);
+  j.kv("bytes", s.tc.bytes);
+  j.kv("hits", s.tc.hits);
+  j.kv("misses", s.tc.misses);
+  j.kv("refills", s.tc.refills);
+  j.kv("refill_objects", s.tc.refill_objects);
+  j.kv("flushes", s.tc.flushes);
+  j.kv("flushed_objects", s.tc.flushed_objects);
+  j.end_object();
   j.key("prediction");
   j.begin_object();
   const auto src = [&](Source x) { return c.by_source[size_t(x)]; };

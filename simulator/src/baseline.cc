@@ -266,6 +266,8 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
       if (s.obj_slot.size() != s.nobjs) s.obj_slot.assign(s.nobjs, kNone);
     }
     hps_[s.hp].span_at[s.first_page] = sid;
+    if (span_hooks.created)
+      span_hooks.created(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages, cls);
   }
   Span& s = spans_[sid];
   uint32_t idx;
@@ -308,6 +310,7 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   if (slot_map_) s.obj_slot[hd.slot_idx] = kNone;
   --s.nlive;
   if (s.nlive == 0) {
+    if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
     hps_[s.hp].span_at[s.first_page] = kNone;
     pageheap_free(s.hp, s.first_page, s.npages);
     s.free_slots.clear();

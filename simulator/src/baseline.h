@@ -39,6 +39,8 @@ class TcmallocBaseline final : public HeapAllocator {
   void set_shadow_slots(const std::vector<uint32_t>* slots, uint32_t mask) { shadow_slots_ = slots; shadow_mask_ = mask; }
   struct SizeClass { uint32_t size, pages, objs; };
   const std::vector<SizeClass>& size_classes() const { return classes_; }
+  // The class of a request (0: a large object of its own span).
+  uint32_t size_class(uint64_t size, uint32_t align) const;
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -81,7 +83,6 @@ class TcmallocBaseline final : public HeapAllocator {
   struct Handle { uint32_t span; uint16_t slot_idx, slack; };
 
   void build_size_classes();
-  uint32_t size_class(uint64_t size, uint32_t align) const;
   uint32_t new_span();
   uint32_t new_huge_page(uint64_t id, uint64_t count = 1);
   void release_huge_page(uint32_t hp);

@@ -73,6 +73,16 @@ struct HugePageHooks {
 };
 inline HugePageHooks huge_page_hooks;
 
+// The size-class heap's spans of small objects (sim::TcmallocBaseline), for the real
+// allocator's page map (its thread caches find an object's class without the lock):
+// created before any of its objects is handed out, released after the last is freed.
+// addr: the span's first byte (huge page id x 2 MiB + offset); the simulator leaves them null.
+struct SpanHooks {
+  void (*created)(uint64_t addr, uint32_t npages, uint32_t cls) = nullptr;
+  void (*released)(uint64_t addr, uint32_t npages) = nullptr;
+};
+inline SpanHooks span_hooks;
+
 // Huge page ids (an address is id x 2 MiB + offset), shared by both allocators' rules:
 // take() reuses the most recently released id (LIFO), else a fresh one; take_fresh(n)
 // gives n fresh contiguous ids (an object of several huge pages).  Released ids are kept

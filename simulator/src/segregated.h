@@ -46,6 +46,13 @@ class SegregatedHeap final : public HeapAllocator {
   // each to its class's heap.
   void segregate_above(uint64_t bytes, unsigned shared);
 
+  // The real allocator's thread caches: which heap a request goes to (group_of()[class],
+  // or shared_heap() while the live bytes are below segregate_above_bytes()).
+  const std::vector<unsigned>& group_of() const { return group_of_; }
+  uint64_t segregate_above_bytes() const { return segregate_above_; }
+  unsigned shared_heap() const { return shared_; }
+  const HeapAllocator& heap(unsigned g) const { return *heaps_[g]; }
+
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
   void advance(uint64_t now) override;
