@@ -76,18 +76,32 @@ malformed (`KIND_out_of_range`, e.g. `allocation_out_of_range`) and skipped.  A 
 longer than MAX_LINE_BYTES (the longest real one is the command line, ARG_MAX) is
 skipped unread (`line_too_long`).  A compressed stream that ends early keeps
 everything before the cut.  Memory: the live objects, the trace tree, the mappings,
-and the events of one ~10 ms window.  (About 590 lines, a sixth of them this
-description of the format: one reader, one job.)
+the events of one ~10 ms window and the samples of one chunk.
+
+Speed (issue 23; benchmarks/heaptrack_import_speed.py).  A decompressed piece of the
+stream (~1 MiB) whose `+`/`-` lines all have heaptrack's exact form (one space, lower-
+case hex, at most 16 digits: one regex search per piece) is read by a tight loop that
+inlines those two records; any other line, an allocation over a bound, and every line
+of a piece with an irregular `+`/`-` line go through `_line`, which does every check
+above.  Samples are encoded a chunk at a time with numpy (`_samples`: the bytes
+protobuf's deterministic serialization writes).  The cyclic garbage collector is off
+during a conversion (millions of small acyclic lists).  Outputs are byte-identical to
+the line-by-line reader's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import gzip
+import itertools
 import os
 import re
+import struct
 import zlib
 from typing import BinaryIO, Iterator
+
+import numpy as np
 
 from interop import ImportSummary, module_file
 from lifetime.errors import InputError
@@ -211,11 +225,12 @@ def sniff(path: str) -> bool:
     return bool(_VERSION_LINE.match(head.split(b"\n", 1)[0]))
 
 
-def _lines(f: BinaryIO, summary: Summary) -> Iterator[bytes]:
-    """The file's complete lines, without their newline; a cut last line or an early
-    end of the compressed stream is reported, and everything before it kept.  A line
-    over MAX_LINE_BYTES is skipped without being held (`line_too_long`); `#` (a
-    comment, ignored) stands in for it, so later line numbers stay right."""
+def _batches(f: BinaryIO, summary: Summary) -> Iterator[list[bytes]]:
+    """The file's complete lines, without their newline, a list per decompressed piece;
+    a cut last line or an early end of the compressed stream is reported, and
+    everything before it kept.  A line over MAX_LINE_BYTES is skipped without being
+    held (`line_too_long`); `#` (a comment, ignored) stands in for it, so later line
+    numbers stay right."""
     parts: list[bytes] = []  # the open line's pieces, joined once when it ends
     held, n, skipping = 0, 0, False
     try:
@@ -236,7 +251,7 @@ def _lines(f: BinaryIO, summary: Summary) -> Iterator[bytes]:
                                f"more than {MAX_LINE_BYTES} bytes; skipped")
                     lines[0] = b"#"
                 n += len(lines)
-                yield from lines
+                yield lines
             else:
                 parts.append(data)
                 held += len(data)
@@ -244,7 +259,7 @@ def _lines(f: BinaryIO, summary: Summary) -> Iterator[bytes]:
                 _malformed(summary, "line_too_long", n + 1,
                            f"more than {MAX_LINE_BYTES} bytes; skipped")
                 parts, held, skipping = [], 0, True
-                yield b"#"
+                yield [b"#"]
     except TruncatedStream as e:
         summary.problems.append(f"truncated: {e}, after line {n}; everything before is kept")
         summary.malformed["truncated_stream"] = 1
@@ -322,15 +337,104 @@ class _Modules:
 # ---------------------------------------------------------------- the converter
 
 class _Writer:
-    """Streams ProfileChunks: header first, each stack before its first sample."""
+    """Streams ProfileChunks: header first, each stack before its first sample.
+
+    The samples of a chunk are kept as the objects of the stream (lists, see
+    `_Converter.live`) and encoded together when the chunk is written (`_samples`):
+    the bytes `SerializeToString(deterministic=True)` writes for them, field by field
+    in number order, so a chunk is its header, mappings and stacks (serialized by
+    protobuf), its samples, then its trailer (protobuf)."""
 
     def __init__(self, out: BinaryIO, header: profile_pb2.Header):
         self.out = out
         self.chunk = profile_pb2.ProfileChunk(header=header)
+        self.freed: list[list] = []      # objects with free_ns/free_bytes set
+        self.censored: list[list] = []   # objects with observed ages set (at the end)
+
+    def count(self) -> int:
+        return len(self.freed) + len(self.censored)
 
     def flush(self) -> None:
-        write_record(self.out, self.chunk.SerializeToString(deterministic=True))
+        chunk = self.chunk
+        tail = b""
+        if chunk.HasField("trailer"):  # field 5, after the samples (4)
+            tail = profile_pb2.ProfileChunk(trailer=chunk.trailer).SerializeToString(
+                deterministic=True)
+            chunk.ClearField("trailer")
+        write_record(self.out, chunk.SerializeToString(deterministic=True)
+                     + _samples(self.freed, self.censored) + tail)
         self.chunk = profile_pb2.ProfileChunk()
+        self.freed, self.censored = [], []
+
+
+# A sample's fields (profile.proto, Sample): (tag byte, column of the object list).
+# An object is [size, node, alloc_ns, alloc_bytes, ptr, bytes_b, ns_b] where (ns_b,
+# bytes_b) are the free's clocks of a freed sample, the observed ages of a censored one.
+_SAMPLE_TAG = 0x22                          # ProfileChunk.samples = 4, length-delimited
+_WEIGHT_ONE = b"\x81\x01" + struct.pack("<d", 1.0)   # weight = 16 (fixed64): 1.0
+_FREE_FIELDS = ((0x48, 6), (0x50, 5))      # free_monotonic_ns 9, free_allocated_bytes 10
+_AGE_FIELDS = ((0x70, 6), (0x78, 5))       # observed_age_ns 14, observed_age_bytes 15
+
+
+def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each uint64 of v as a base-128 varint: (n, w) bytes and which of them exist
+    (w: the longest one's length, at most 10)."""
+    n = len(v)
+    width = max(1, (int(v.max()).bit_length() + 6) // 7) if n else 1  # <= 10
+    out = np.empty((n, width), np.uint8)
+    length = np.ones(n, np.int64)
+    for k in range(width):
+        g = v >> np.uint64(7 * k)
+        out[:, k] = g & np.uint64(0x7F)
+        if k:
+            length += g != 0
+    cols = np.arange(width)
+    out |= (cols < (length - 1)[:, None]).astype(np.uint8) << 7
+    return out, cols < length[:, None]
+
+
+def _samples(freed: list[list], censored: list[list]) -> bytes:
+    """The encoding of ProfileChunk.samples for these objects, freed ones first: what
+    protobuf's deterministic serialization of the same Sample messages writes (each
+    field in number order, zeros left out as proto3 does, weight 1.0)."""
+    n_freed, n = len(freed), len(freed) + len(censored)
+    if not n:
+        return b""
+    obj = np.fromiter(itertools.chain.from_iterable(itertools.chain(freed, censored)),
+                      np.uint64, count=7 * n).reshape(n, 7)
+    freed_rows = np.arange(n) < n_freed
+    zero = np.zeros(n, np.uint64)
+    fields = [(0x08, obj[:, 1]), (0x10, obj[:, 0]), (0x28, obj[:, 4]), (0x30, obj[:, 2]),
+              (0x38, obj[:, 3])]
+    fields += [(tag, np.where(freed_rows, obj[:, col], zero)) for tag, col in _FREE_FIELDS]
+    fields.append((0x60, freed_rows.astype(np.uint64)))     # free_function = FREE (1)
+    fields.append((0x68, (~freed_rows).astype(np.uint64)))  # censored = true
+    fields += [(tag, np.where(freed_rows, zero, obj[:, col])) for tag, col in _AGE_FIELDS]
+    parts, masks = [], []
+    body = np.full(n, len(_WEIGHT_ONE), np.int64)
+    for tag, values in fields:
+        data, present = _varints(values)
+        present &= (values != 0)[:, None]  # a zero field is not written
+        parts += [np.full((n, 1), tag, np.uint8), data]
+        masks += [present[:, :1], present]
+        body += present.sum(axis=1) + present[:, 0]  # its bytes and its tag
+    head, head_present = _varints(body.astype(np.uint64))
+    weight = np.frombuffer(_WEIGHT_ONE, np.uint8)
+    matrix = np.hstack([np.full((n, 1), _SAMPLE_TAG, np.uint8), head, *parts,
+                        np.broadcast_to(weight, (n, len(weight)))])
+    mask = np.hstack([np.ones((n, 1), bool), head_present, *masks,
+                      np.ones((n, len(weight)), bool)])
+    return matrix[mask].tobytes()
+
+
+def _spread(t0: int, span: int, n: int) -> list[int]:
+    """The times of n events spread evenly over [t0, t0 + span]: the k-th gets
+    t0 + span (2k + 1) // 2n (exact integers; numpy where they fit 63 bits)."""
+    if span * 2 * n < 1 << 63:  # t0 + span is a stamp's ns: below 2^64
+        k = np.arange(n, dtype=np.int64)
+        offsets = (span * (2 * k + 1)) // (2 * n)
+        return (offsets.astype(np.uint64) + np.uint64(t0)).tolist()
+    return [t0 + (span * (2 * k + 1)) // (2 * n) for k in range(n)]
 
 
 def _parse_string(rest: bytes, sized: bool) -> tuple[str, bytes]:
@@ -350,8 +454,9 @@ def convert(path: str, out_path: str, version_label: str = "", sysroot: str | No
     """Converts one raw heaptrack recording into one `.ltprof` at out_path."""
     summary = Summary(source=path, output=out_path)
     with _open(path) as stream:
-        lines = _lines(stream, summary)
-        first = next(lines, b"")
+        batches = _batches(stream, summary)
+        batch = next(batches, [])
+        first = batch[0] if batch else b""
         if not _VERSION_LINE.match(first):
             if summary.problems:  # not even the first line could be read
                 raise InputError(f"{path}: {summary.problems[0]}")
@@ -363,15 +468,28 @@ def convert(path: str, out_path: str, version_label: str = "", sysroot: str | No
         file_format = int(fields[2], 16) if len(fields) > 2 else 1
         sized = file_format >= 3
         tmp = out_path + ".partial"
+        # Millions of small lists live at once (the live objects, a window) and none is
+        # in a cycle: the cyclic collector would walk them all again and again.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             with open(tmp, "wb") as out:
                 _Converter(path, out, summary, version, file_format, sized,
-                           version_label, sysroot).run(lines)
+                           version_label, sysroot).run(itertools.chain([batch[1:]], batches))
             os.replace(tmp, out_path)
         finally:
+            if collecting:
+                gc.enable()
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return summary
+
+
+# A piece of the stream whose `+` and `-` lines all have the exact form heaptrack
+# writes (one space, lower-case hex of at most 16 digits) takes the fast loop; a piece
+# with any other `+`/`-` line is read line by line with every check (`_line`).
+_IRREGULAR = re.compile(rb"\n(?:\+(?! [0-9a-f]{1,16} [0-9a-f]{1,16} [0-9a-f]{1,16}(?:\n|$))"
+                        rb"|-(?! [0-9a-f]{1,16}(?:\n|$)))")
 
 
 class _Converter:
@@ -385,10 +503,15 @@ class _Converter:
         self.argv: list[str] = []
         self.nodes: list[tuple[int, int]] = [(0, 0)]  # trace tree; node 0 is the root
         self.written: set[int] = set()                 # stack ids already in the file
-        self.live: dict[int, list] = {}    # ptr -> [size, node, alloc_ns, alloc_bytes]
-        self.window: list = []             # events since the last stamp, in order
+        # ptr -> [size, node, alloc_ns, alloc_bytes, ptr, bytes_b, ns_b] (see _samples);
+        # alloc_ns is None until the allocation's window closes.
+        self.live: dict[int, list] = {}
+        self.window: list = []   # the objects of the events since the last stamp, in
+        #                          order: an allocation, or (alloc_ns set) a free
         self.t_ms = 0                      # the last stamp
         self.total_bytes = 0
+        self.unmatched = 0                 # summary.unmatched_frees, kept here
+        self.reused = 0                    # summary.dropped["address_reused"]
         self.writer: _Writer | None = None
 
     # -- output ---------------------------------------------------------------
@@ -432,124 +555,173 @@ class _Converter:
                          truncated=len(addresses) > MAX_STACK_DEPTH)
         self.summary.stacks += 1
 
-    def _emit(self, obj: list, free_ns: int | None, free_bytes: int) -> None:
-        size, node, alloc_ns, alloc_bytes, ptr = obj
-        chunk = self._chunk()
-        self._stack(chunk, node)
-        s = chunk.samples.add(stack_id=node, size=size, address=ptr,
-                              alloc_monotonic_ns=alloc_ns, alloc_allocated_bytes=alloc_bytes,
-                              weight=1.0)
-        if free_ns is None:
-            s.censored = True
-            s.observed_age_ns = self.t_ms * NS_PER_MS - alloc_ns
-            s.observed_age_bytes = self.total_bytes - alloc_bytes
-            self.summary.censored += 1
-        else:
-            s.free_monotonic_ns = free_ns
-            s.free_allocated_bytes = free_bytes
-            s.free_function = profile_pb2.FREE
-        self.summary.samples += 1
-        if len(chunk.samples) >= CHUNK_SAMPLES:
-            self.writer.flush()
+    def _emit(self, objs: list[list], censored: bool) -> None:
+        """Samples of these objects, in order (their clocks set), CHUNK_SAMPLES a chunk;
+        each new stack goes into the chunk of its first sample."""
+        done = 0
+        while done < len(objs):
+            chunk = self._chunk()
+            writer = self.writer
+            part = objs[done:done + CHUNK_SAMPLES - writer.count()]
+            new = {obj[1] for obj in part} - self.written
+            if new:
+                for obj in part:
+                    if obj[1] in new:
+                        self._stack(chunk, obj[1])
+            (writer.censored if censored else writer.freed).extend(part)
+            done += len(part)
+            if writer.count() >= CHUNK_SAMPLES:
+                writer.flush()
+        self.summary.samples += len(objs)
+        if censored:
+            self.summary.censored += len(objs)
 
     # -- time -----------------------------------------------------------------
     def _stamp(self, t_ms: int) -> None:
         """Closes the window: spreads its events evenly between the two stamps."""
-        t0 = self.t_ms * NS_PER_MS
-        span = max(t_ms - self.t_ms, 0) * NS_PER_MS
-        n = len(self.window)
-        for k, (obj, free_bytes) in enumerate(self.window):
-            t = t0 + (span * (2 * k + 1)) // (2 * n)
-            if free_bytes is None:
-                obj[2] = t
-            else:
-                self._emit(obj, t, free_bytes)
-        self.window.clear()
+        window = self.window
+        if window:
+            t0 = self.t_ms * NS_PER_MS
+            span = max(t_ms - self.t_ms, 0) * NS_PER_MS
+            freed = []
+            for obj, t in zip(window, _spread(t0, span, len(window))):
+                if obj[2] is None:  # its allocation
+                    obj[2] = t
+                else:               # its free
+                    obj[6] = t
+                    freed.append(obj)
+            window.clear()
+            self._emit(freed, False)
         self.t_ms = max(t_ms, self.t_ms)
 
     # -- the stream -----------------------------------------------------------
-    def run(self, lines: Iterator[bytes]) -> None:
-        summary = self.summary
+    def run(self, batches: Iterator[list[bytes]]) -> None:
         lineno = 1
-        nodes, live, window = self.nodes, self.live, self.window
-        for line in lines:
+        for batch in batches:
+            if _IRREGULAR.search(b"\n" + b"\n".join(batch)) is None:
+                lineno = self._regular(batch, lineno)
+            else:
+                for line in batch:
+                    lineno += 1
+                    self._line(line, lineno)
+        self._finish()
+
+    def _regular(self, batch: list[bytes], lineno: int) -> int:
+        """The lines of a piece whose `+` and `-` lines are all regular (_IRREGULAR):
+        those are read here, the same as `_line` reads them; any other line, and an
+        allocation that fails a bound, go to `_line`.  Returns the last line number."""
+        live, nodes = self.live, self.nodes
+        append, get, pop = self.window.append, live.get, live.pop
+        n_nodes, total = len(nodes), self.total_bytes
+        unmatched = reused = 0
+        for line in batch:
             lineno += 1
             kind = line[:1]
-            try:
-                if kind == b"+":
-                    fields = line[2:].split()
-                    if len(fields) == 1:
-                        self._interpreted(lineno)
-                    size_s, node_s, ptr_s = fields
-                    size = _hex(size_s, "size", MAX_SIZE)
-                    node, ptr = _hex(node_s, "trace node"), _hex(ptr_s, "pointer")
-                    if not 0 < node < len(nodes):
-                        _malformed(summary, "undefined_trace", lineno,
-                                   f"allocation names trace node {node}, never defined")
-                        continue
-                    if self.total_bytes + size > U64_MAX:  # the bytes clock is uint64
-                        raise OutOfRange(f"allocated bytes pass 2^64 with size {size:#x}")
-                    self.total_bytes += size
-                    old = live.get(ptr)
-                    if old is not None:   # its free was never seen: ended unobserved
-                        summary.dropped["address_reused"] = \
-                            summary.dropped.get("address_reused", 0) + 1
-                    obj = [size, node, None, self.total_bytes, ptr]
-                    live[ptr] = obj
-                    window.append((obj, None))
-                elif kind == b"-":
-                    ptr = _hex(line[2:], "pointer")
-                    obj = live.pop(ptr, None)
-                    if obj is None:
-                        summary.unmatched_frees += 1
-                    else:
-                        window.append((obj, self.total_bytes))
-                elif kind == b"t":
-                    ip_s, parent_s = line[2:].split()
-                    ip = _hex(ip_s, "IP", U64_MAX - 1)  # IP + 1 is written
-                    parent = _hex(parent_s, "parent")
-                    if parent >= len(nodes):
-                        _malformed(summary, "undefined_parent", lineno,
-                                   f"trace node's parent {parent} is not defined yet")
-                        parent = 0
-                    nodes.append((ip, parent))
-                elif kind == b"c":
-                    self._stamp(_hex(line[2:], "stamp (ms)", MAX_MS))
-                elif kind == b"m":
-                    name, rest = _parse_string(line[2:], self.sized)
-                    if name != "-":
-                        numbers = [_hex(x, "module address") for x in rest.split()]
-                        if not numbers or len(numbers) % 2 != 1:
-                            raise ValueError("expected a base and (vaddr, memsz) pairs")
-                        base, pairs = numbers[0], list(zip(numbers[1::2], numbers[2::2]))
-                        end = max((base + v + m for v, m in pairs), default=0)
-                        if end > U64_MAX:  # Mapping.limit is uint64
-                            raise OutOfRange(f"a segment ends at {end:#x}, past 2^64")
-                        self.modules.add(self.exe if name == "x" else name, base, pairs)
-                elif kind == b"x":
-                    self.exe, rest = _parse_string(line[2:], self.sized)
-                    if rest.strip():
-                        raise ValueError(f"{len(rest.strip())} bytes after the path")
-                elif kind == b"X":
-                    self.argv = line[2:].decode("utf-8", "surrogateescape").split()
-                elif kind in (b"a", b"i", b"s"):
-                    self._interpreted(lineno)
-                elif kind in (b"v", b"I", b"R", b"A", b"S", b"#"):
-                    pass
+            if kind == b"+":
+                _, size_s, node_s, ptr_s = line.split(b" ")
+                size, node = int(size_s, 16), int(node_s, 16)
+                if size <= MAX_SIZE and 0 < node < n_nodes and total + size <= U64_MAX:
+                    total += size
+                    ptr = int(ptr_s, 16)
+                    if get(ptr) is not None:  # its free was never seen: ended unobserved
+                        reused += 1
+                    obj = live[ptr] = [size, node, None, total, ptr, 0, 0]
+                    append(obj)
+                    continue
+            elif kind == b"-":
+                obj = pop(int(line[2:], 16), None)
+                if obj is None:
+                    unmatched += 1
                 else:
-                    _malformed(summary, "unknown_record", lineno,
-                               f"unknown record type {kind!r}; skipped")
-            except InputError:
-                raise
-            except OutOfRange as e:
-                what = _KINDS.get(kind, "line")
-                _malformed(summary, f"{what}_out_of_range", lineno,
-                           f"{e} in {line[:80]!r}; skipped")
-            except (ValueError, IndexError) as e:
-                what = _KINDS.get(kind, "line")
-                _malformed(summary, f"bad_{what}", lineno,
-                           f"cannot parse {line[:80]!r} ({e}); skipped")
-        self._finish()
+                    obj[5] = total
+                    append(obj)
+                continue
+            self.total_bytes, self.unmatched, self.reused = \
+                total, self.unmatched + unmatched, self.reused + reused
+            unmatched = reused = 0
+            self._line(line, lineno)
+            n_nodes, total = len(nodes), self.total_bytes
+        self.total_bytes, self.unmatched, self.reused = \
+            total, self.unmatched + unmatched, self.reused + reused
+        return lineno
+
+    def _line(self, line: bytes, lineno: int) -> None:
+        """One line of any kind, with every check."""
+        summary = self.summary
+        nodes, live, window = self.nodes, self.live, self.window
+        kind = line[:1]
+        try:
+            if kind == b"+":
+                fields = line[2:].split()
+                if len(fields) == 1:
+                    self._interpreted(lineno)
+                size_s, node_s, ptr_s = fields
+                size = _hex(size_s, "size", MAX_SIZE)
+                node, ptr = _hex(node_s, "trace node"), _hex(ptr_s, "pointer")
+                if not 0 < node < len(nodes):
+                    _malformed(summary, "undefined_trace", lineno,
+                               f"allocation names trace node {node}, never defined")
+                    return
+                if self.total_bytes + size > U64_MAX:  # the bytes clock is uint64
+                    raise OutOfRange(f"allocated bytes pass 2^64 with size {size:#x}")
+                self.total_bytes += size
+                if live.get(ptr) is not None:   # its free was never seen: ended unobserved
+                    self.reused += 1
+                obj = live[ptr] = [size, node, None, self.total_bytes, ptr, 0, 0]
+                window.append(obj)
+            elif kind == b"-":
+                ptr = _hex(line[2:], "pointer")
+                obj = live.pop(ptr, None)
+                if obj is None:
+                    self.unmatched += 1
+                else:
+                    obj[5] = self.total_bytes
+                    window.append(obj)
+            elif kind == b"t":
+                ip_s, parent_s = line[2:].split()
+                ip = _hex(ip_s, "IP", U64_MAX - 1)  # IP + 1 is written
+                parent = _hex(parent_s, "parent")
+                if parent >= len(nodes):
+                    _malformed(summary, "undefined_parent", lineno,
+                               f"trace node's parent {parent} is not defined yet")
+                    parent = 0
+                nodes.append((ip, parent))
+            elif kind == b"c":
+                self._stamp(_hex(line[2:], "stamp (ms)", MAX_MS))
+            elif kind == b"m":
+                name, rest = _parse_string(line[2:], self.sized)
+                if name != "-":
+                    numbers = [_hex(x, "module address") for x in rest.split()]
+                    if not numbers or len(numbers) % 2 != 1:
+                        raise ValueError("expected a base and (vaddr, memsz) pairs")
+                    base, pairs = numbers[0], list(zip(numbers[1::2], numbers[2::2]))
+                    end = max((base + v + m for v, m in pairs), default=0)
+                    if end > U64_MAX:  # Mapping.limit is uint64
+                        raise OutOfRange(f"a segment ends at {end:#x}, past 2^64")
+                    self.modules.add(self.exe if name == "x" else name, base, pairs)
+            elif kind == b"x":
+                self.exe, rest = _parse_string(line[2:], self.sized)
+                if rest.strip():
+                    raise ValueError(f"{len(rest.strip())} bytes after the path")
+            elif kind == b"X":
+                self.argv = line[2:].decode("utf-8", "surrogateescape").split()
+            elif kind in (b"a", b"i", b"s"):
+                self._interpreted(lineno)
+            elif kind in (b"v", b"I", b"R", b"A", b"S", b"#"):
+                pass
+            else:
+                _malformed(summary, "unknown_record", lineno,
+                           f"unknown record type {kind!r}; skipped")
+        except InputError:
+            raise
+        except OutOfRange as e:
+            what = _KINDS.get(kind, "line")
+            _malformed(summary, f"{what}_out_of_range", lineno,
+                       f"{e} in {line[:80]!r}; skipped")
+        except (ValueError, IndexError) as e:
+            what = _KINDS.get(kind, "line")
+            _malformed(summary, f"bad_{what}", lineno,
+                       f"cannot parse {line[:80]!r} ({e}); skipped")
 
     def _interpreted(self, lineno: int):
         raise InputError(
@@ -559,13 +731,18 @@ class _Converter:
 
     def _finish(self) -> None:
         summary = self.summary
+        summary.unmatched_frees = self.unmatched
+        if self.reused:
+            summary.dropped["address_reused"] = self.reused
         # Events after the last stamp (a recording cut short) get that stamp.
         self._stamp(self.t_ms)
         if summary.samples == 0 and not self.live:
             raise InputError(f"{self.path}: no allocations in this heaptrack recording"
                              + (f" ({summary.problems[0]})" if summary.problems else ""))
-        for ptr, obj in self.live.items():
-            self._emit(obj, None, 0)
+        end_ns = self.t_ms * NS_PER_MS
+        for obj in self.live.values():
+            obj[5], obj[6] = self.total_bytes - obj[3], end_ns - obj[2]
+        self._emit(list(self.live.values()), True)
         chunk = self._chunk()
         chunk.trailer.CopyFrom(profile_pb2.Trailer(
             end_monotonic_ns=self.t_ms * NS_PER_MS, end_allocated_bytes=self.total_bytes,

@@ -327,3 +327,58 @@ def test_committed_interpreted_recording_is_refused_and_long_lines_skipped(tmp_p
     n = int(summary.problems[0].split("line ")[1].split(":")[0])
     assert summary.problems[1].startswith(f"bad_allocation: line {n + 1}:")
     assert summary.samples == 300
+
+
+# -- the fast reader (issue 23: import speed) ----------------------------------------
+
+def test_sample_encoding_is_protobufs(tmp_path):
+    """The samples a chunk holds are encoded in bulk (numpy); the bytes are what
+    protobuf's deterministic serialization writes for the same Sample messages, at
+    zeros (left out) and at each field's largest value."""
+    import random
+
+    big = (1 << 64) - 1
+    rng = random.Random(3)
+    values = [0, 1, 127, 128, 16383, 16384, big >> 1, big]
+    freed = [[rng.choice(values) for _ in range(7)] for _ in range(300)]
+    censored = [[rng.choice(values) for _ in range(7)] for _ in range(50)]
+    want = profile_pb2.ProfileChunk()
+    for o, cens in [(o, False) for o in freed] + [(o, True) for o in censored]:
+        s = want.samples.add(stack_id=o[1], size=o[0], address=o[4], alloc_monotonic_ns=o[2],
+                             alloc_allocated_bytes=o[3], weight=1.0)
+        if cens:
+            s.censored, s.observed_age_ns, s.observed_age_bytes = True, o[6], o[5]
+        else:
+            s.free_monotonic_ns, s.free_allocated_bytes = o[6], o[5]
+            s.free_function = profile_pb2.FREE
+    assert heaptrack._samples(freed, censored) == want.SerializeToString(deterministic=True)
+    assert heaptrack._samples([], []) == b""
+
+
+def test_fast_reader_writes_what_the_line_by_line_reader_writes(tmp_path, monkeypatch):
+    """Pieces whose +/- lines are all regular take the fast loop; with every piece sent
+    line by line (`_line`, every check) the .ltprof and the summary are the same."""
+    text = _committed_text()
+    lines = text.split(b"\n")
+    first_alloc = next(i for i, line in enumerate(lines) if line.startswith(b"+ "))
+    mixed = tmp_path / "heaptrack.mixed.1.raw"  # bound failures inside regular pieces
+    mixed.write_bytes(b"\n".join(lines[:first_alloc] + [
+        b"+ 8000000000000000 1 bb", b"+ 10 ffff aa", b"+ 7fffffffffffffff 1 cc",
+        b"+ 7fffffffffffffff 1 cc", b"+ 7fffffffffffffff 1 dd"] + lines[first_alloc:]))
+    plain = tmp_path / "heaptrack.ls.4242.raw"
+    plain.write_bytes(text)
+    results = {}
+    for mode in ("fast", "line by line"):
+        if mode != "fast":
+            monkeypatch.setattr(heaptrack, "_IRREGULAR", __import__("re").compile(b""))
+        for path in (plain, mixed, LS_RAW):
+            out = tmp_path / f"{mode}.ltprof"
+            summary = heaptrack.convert(str(path), str(out)).to_json()
+            summary.pop("output")
+            results.setdefault(str(path), []).append((out.read_bytes(), summary))
+    for path, (fast, slow) in results.items():
+        assert fast == slow, path
+    # A size past PTRDIFF_MAX, an undefined node, and (the bytes clock at 2^64 - 2)
+    # every later allocation of a nonzero size: malformed, counted, the rest kept.
+    malformed = results[str(mixed)][0][1]["malformed"]
+    assert malformed["undefined_trace"] == 1 and malformed["allocation_out_of_range"] > 2
