@@ -24,7 +24,12 @@ struct Config {
   int64_t revalidate_every = 100000;
   // LIFETIME_ALLOC_THREAD_CACHE (0 or 1): per-thread caches of freed objects in front of
   // the size-class heaps (heap.cc; policies whose heaps are all size-class heaps, checker off).
-  bool thread_cache = true;
+  // (-DLALLOC_THREAD_CACHE_DEFAULT=0 builds a library with it off by default: for
+  // benchmarks that clear the LIFETIME_ALLOC_ environment, benchmarks/allocator_rss.py)
+#ifndef LALLOC_THREAD_CACHE_DEFAULT
+#define LALLOC_THREAD_CACHE_DEFAULT 1
+#endif
+  bool thread_cache = LALLOC_THREAD_CACHE_DEFAULT != 0;
 };
 
 Config read_config();

@@ -87,9 +87,9 @@ constexpr unsigned kClasses = 128;  // the baseline's 96 classes (+ [0]) fit
 constexpr uint64_t kMaxSize = sim::TcmallocBaseline::kMaxSmall;
 constexpr uint64_t kPageShift = 13;  // the baseline's 8 KiB pages
 static_assert((uint64_t(1) << kPageShift) == sim::TcmallocBaseline::kPageBytes);
-constexpr uint64_t kListBytes = 256 << 10;    // a list's bound: this many bytes ...
-constexpr uint32_t kMaxListObjects = 256;     // ... or objects, whichever is fewer (>= 1)
-constexpr uint64_t kThreadBytes = 1 << 20;    // all of a thread's lists
+constexpr uint64_t kListBytes = 64 << 10;     // a list's bound: this many bytes ...
+constexpr uint32_t kMaxListObjects = 128;     // ... or objects, whichever is fewer (>= 1)
+constexpr uint64_t kThreadBytes = 256 << 10;    // all of a thread's lists
 constexpr uint64_t kBatchBytes = 16 << 10;    // a miss takes this many bytes ...
 constexpr uint32_t kMaxBatch = 32;            // ... or objects from the policy (>= 1)
 
