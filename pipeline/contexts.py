@@ -101,21 +101,25 @@ class ContextStats:
     def t95(self) -> float:
         # Sorted first (as (lifetime, censored, weight, size) tuples would sort) so the
         # result never depends on merge order.
-        order = np.lexsort((np.frombuffer(self.obs_size, dtype=np.uint64),
-                            np.frombuffer(self.obs_weight, dtype=np.float64),
-                            np.frombuffer(self.obs_censored, dtype=np.uint8),
-                            np.frombuffer(self.obs_lifetime, dtype=np.float64)))
-        return lifetimes.t95(np.frombuffer(self.obs_lifetime)[order].tolist(),
-                             np.frombuffer(self.obs_censored, dtype=np.uint8)[order]
-                             .astype(bool).tolist(),
-                             np.frombuffer(self.obs_weight)[order].tolist())
+        lifetime = np.frombuffer(self.obs_lifetime, dtype=np.float64)
+        censored = np.frombuffer(self.obs_censored, dtype=np.uint8)
+        weight = np.frombuffer(self.obs_weight, dtype=np.float64)
+        order = np.lexsort((np.frombuffer(self.obs_size, dtype=np.uint64), weight,
+                            censored, lifetime))
+        return lifetimes.t95_sorted(lifetime[order], censored[order].astype(bool),
+                                    weight[order])
 
     def pure_samples(self, label: int, scheme: lifetimes.LabelScheme) -> int:
         """Samples whose own lifetime is in the context's class (one still live at the
         end counts as never freed): no predictor keyed on the stack can do better."""
-        own = [scheme.inf_class if censored else scheme.label(lifetime)
-               for lifetime, censored in zip(self.obs_lifetime, self.obs_censored)]
-        return sum(1 for c in own if c == label)
+        lifetime = np.frombuffer(self.obs_lifetime, dtype=np.float64)
+        # scheme.label of each: the first boundary above it, the tail class past them
+        # all, inf for an infinite one; the inf class for a censored sample.
+        own = np.searchsorted(np.asarray(scheme.boundaries, dtype=np.float64), lifetime,
+                              side="right")
+        own[lifetime == math.inf] = scheme.inf_class
+        own[np.frombuffer(self.obs_censored, dtype=np.uint8) != 0] = scheme.inf_class
+        return int(np.count_nonzero(own == label))
 
     def summary(self) -> dict:
         """Everything but the raw observations (JSON-friendly)."""
@@ -156,14 +160,79 @@ def context_id(program: str, version_label: str, frames: tuple[str, ...]) -> str
 
 def stack_stats(samples: Iterable, clock: str) -> dict[int, ContextStats]:
     """A profile reader's samples (`ProfileReader.samples()`) -> stats per stack id,
-    aggregated as they stream in, so a file's samples are never held as messages."""
+    aggregated as they stream in, so a file's samples are never held as messages.
+
+    Per sample only its observation is appended (the lifetime as
+    `lifetimes.lifetime_on_clock` computes it); the aggregates are then computed per
+    stack (`_aggregate`) with the float operations of `ContextStats.add`, in the same
+    order, so the stats are the same bit for bit."""
+    wall = clock == "wall"  # else bytes, as lifetime_on_clock reads it
+    ns_per_ms = lifetimes.NS_PER_MS
     per_stack: dict[int, ContextStats] = {}
+    get = per_stack.get
     for s in samples:
-        stats = per_stack.get(s.stack_id)
+        stats = get(s.stack_id)
         if stats is None:
             stats = per_stack[s.stack_id] = ContextStats()
-        stats.add(lifetimes.lifetime_on_clock(s, clock), s.censored, s.weight, s.size)
+        censored = s.censored
+        if wall:
+            lifetime = (s.observed_age_ns if censored else
+                        s.free_monotonic_ns - s.alloc_monotonic_ns) / ns_per_ms
+        else:
+            lifetime = float(s.observed_age_bytes if censored else
+                             s.free_allocated_bytes - s.alloc_allocated_bytes)
+        stats.obs_lifetime.append(lifetime)
+        stats.obs_censored.append(1 if censored else 0)
+        stats.obs_weight.append(s.weight)
+        stats.obs_size.append(s.size)
+    for stats in per_stack.values():
+        _aggregate(stats)
     return per_stack
+
+
+_VECTOR_MIN = 64  # observations from which numpy is cheaper than a loop
+
+
+def _aggregate(stats: ContextStats) -> None:
+    """The aggregates of `stats`' observations, as `add` would have summed them one by
+    one from a new ContextStats (np.cumsum sums sequentially, so the same floats)."""
+    n = len(stats.obs_lifetime)
+    stats.samples = n
+    stats.sampled_bytes = sum(stats.obs_size)
+    if n < _VECTOR_MIN:
+        objects = sum_lifetime = sum_sq = max_lifetime = 0.0
+        min_lifetime = math.inf
+        freed = 0
+        for lifetime, censored, weight in zip(stats.obs_lifetime, stats.obs_censored,
+                                              stats.obs_weight):
+            objects += weight
+            if not censored:
+                freed += 1
+                min_lifetime = min(min_lifetime, lifetime)
+                max_lifetime = max(max_lifetime, lifetime)
+                sum_lifetime += lifetime
+                sum_sq += lifetime * lifetime
+    else:
+        lifetime = np.frombuffer(stats.obs_lifetime, dtype=np.float64)
+        kept = lifetime[np.frombuffer(stats.obs_censored, dtype=np.uint8) == 0]
+        objects = _sequential_sum(np.frombuffer(stats.obs_weight, dtype=np.float64))
+        freed = len(kept)
+        min_lifetime = float(kept.min()) if freed else math.inf
+        max_lifetime = max(0.0, float(kept.max())) if freed else 0.0
+        sum_lifetime = _sequential_sum(kept)
+        sum_sq = _sequential_sum(kept * kept)
+    stats.objects = objects
+    stats.freed = freed
+    stats.censored = n - freed
+    stats.min_lifetime = min_lifetime
+    stats.max_lifetime = max_lifetime
+    stats.sum_lifetime = sum_lifetime
+    stats.sum_sq_lifetime = sum_sq
+
+
+def _sequential_sum(values: np.ndarray) -> float:
+    """0.0 + values[0] + values[1] + ..., left to right (what `+=` from 0.0 gives)."""
+    return float(np.cumsum(np.concatenate(([0.0], values)))[-1]) if len(values) else 0.0
 
 
 def merge_by(per_stack: dict[int, ContextStats],

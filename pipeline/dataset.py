@@ -334,6 +334,19 @@ def match_inputs(inputs: list[tuple[str, str]],
     return sorted(files.items())
 
 
+class _ExampleFn(beam.DoFn):
+    """A labeled context -> (split, context id, serialized example), with the
+    vocabulary (a side input) made into a table once, not once per context."""
+
+    def setup(self):
+        self._tokens = self._vocab = None
+
+    def process(self, context, tokens):
+        if tokens is not self._tokens:
+            self._tokens, self._vocab = tokens, tokenizer.Vocabulary(tokens)
+        yield context["split"], context["context_id"], examples.make_example(context, self._vocab)
+
+
 class BuildDataset(beam.PTransform):
     """The dataset job between its edges, on in-memory inputs.
 
@@ -365,9 +378,7 @@ class BuildDataset(beam.PTransform):
                           lambda top: tokenizer.Vocabulary.from_ranked(top).tokens))
         vocab = beam.pvalue.AsSingleton(ranked)
         shards = (labeled
-                  | "Example" >> beam.Map(
-                      lambda c, v: (c["split"], c["context_id"],
-                                    examples.make_example(c, tokenizer.Vocabulary(v))), vocab)
+                  | "Example" >> beam.ParDo(_ExampleFn(), vocab)
                   | "Shard" >> examples.ShardExamples(config.num_shards))
         context_summary = (labeled
                            | "Slim" >> beam.Map(lambda c: {k: c[k] for k in ("split", "label", "stats")})

@@ -20,10 +20,10 @@ TFRecord framing is profiler_proto.container.write_record, the one writer of it.
 
 from __future__ import annotations
 
-import os
 from typing import Iterable
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.value_provider import StaticValueProvider
@@ -35,30 +35,59 @@ SUFFIX = ".tfrecord"
 
 
 def make_example(context: dict, vocab: tokenizer.Vocabulary) -> bytes:
-    """A labeled context (dataset.LabelContexts' dict) -> serialized tf.train.Example."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
-    import tensorflow as tf
+    """A labeled context (dataset.LabelContexts' dict) -> serialized tf.train.Example.
 
-    def feature(values, kind):
-        if kind == "bytes":
-            return tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[v.encode("utf-8") for v in values]))
-        if kind == "int":
-            return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+    The bytes are exactly those of `tf.train.Example(...).SerializeToString(
+    deterministic=True)` (features in key order, each a length-delimited map entry),
+    written by hand so the job never imports TensorFlow; tests/test_dataset.py checks
+    them against TensorFlow's."""
+    features = (  # in key order, as a deterministic map serialization writes them
+        (b"context_id", _bytes_feature([context["context_id"]])),
+        (b"frames", _bytes_feature(context["frames"])),
+        (b"label", _int64_feature([context["label"]])),
+        (b"program", _bytes_feature([context["program"]])),
+        (b"token_ids", _int64_feature(vocab.ids(context["tokens"]))),
+        (b"tokens", _bytes_feature(context["tokens"])),
+        (b"version_label", _bytes_feature([context["version_label"]])),
+        (b"weight", _float_feature([float(context["stats"]["samples"])])),
+    )
+    entries = b"".join(_field(1, _field(1, key) + _field(2, value)) for key, value in features)
+    return _field(1, entries)  # Example.features (Features.feature map entries inside)
 
-    features = {
-        "tokens": feature(context["tokens"], "bytes"),
-        "token_ids": feature(vocab.ids(context["tokens"]), "int"),
-        "frames": feature(context["frames"], "bytes"),
-        "label": feature([context["label"]], "int"),
-        "weight": feature([float(context["stats"]["samples"])], "float"),
-        "context_id": feature([context["context_id"]], "bytes"),
-        "program": feature([context["program"]], "bytes"),
-        "version_label": feature([context["version_label"]], "bytes"),
-    }
-    example = tf.train.Example(features=tf.train.Features(feature=features))
-    return example.SerializeToString(deterministic=True)
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64 on the wire: two's complement, ten bytes
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _bytes_feature(values) -> bytes:
+    # Feature.bytes_list (1): BytesList.value (1), one field per value.
+    return _field(1, b"".join(_field(1, v.encode("utf-8")) for v in values))
+
+
+def _int64_feature(values) -> bytes:
+    # Feature.int64_list (3): Int64List.value (1), packed; an empty list writes no field.
+    packed = b"".join(_varint(int(v)) for v in values)
+    return _field(3, _field(1, packed) if values else b"")
+
+
+def _float_feature(values) -> bytes:
+    # Feature.float_list (2): FloatList.value (1), packed little-endian float32s
+    # (numpy's cast rounds as protobuf's C cast does, out-of-range values to inf).
+    with np.errstate(over="ignore"):
+        packed = np.asarray(values, dtype=np.float64).astype("<f4").tobytes()
+    return _field(2, _field(1, packed) if values else b"")
 
 
 def shard_name(split: str, shard: int, num_shards: int) -> str:
