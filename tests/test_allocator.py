@@ -70,9 +70,6 @@ def test_stress_driver_with_checker(driver, policy, tmp_path):
 @pytest.mark.parametrize("policy", ("baseline", "segregated"))
 @pytest.mark.parametrize("driver", sorted(DRIVERS))
 def test_stress_driver_with_thread_cache(driver, policy, tmp_path):
-    if driver == "signal_malloc":
-        pytest.xfail("known bug: a handler's malloc/free racing the thread cache corrupts an "
-                     "object now and then (1 in ~6 one-second runs; allocator/README.md)")
     args, _ = DRIVERS[driver]
     stats = tmp_path / "stats.%p.json"
     env = preload_env(policy=policy, stats=stats)

@@ -3,6 +3,10 @@
  * the allocator) mallocs, writes and frees, and also frees blocks the threads handed it.
  * With one non-recursive lock, a handler that interrupts its thread inside the allocator
  * would deadlock; the allocator serves such a request nested (allocator/src/reentry.h).
+ * SIGALRM is process-directed and blocked only in the thread running its handler, so the
+ * two threads can run the handler at once (one of them waiting on the allocator's lock for
+ * many timer periods): the handler's slots are taken and put back with atomic exchanges,
+ * each block owned by one handler at a time.
  * Prints the handler's runs and "ok"; a deadlock is the test's timeout.
  *
  *   alloc_signal_malloc [SECONDS]     (default 2)
@@ -19,7 +23,7 @@
 
 #define HANDOFF 64
 static _Atomic(void *) handoff[HANDOFF]; /* blocks the threads give the handler to free */
-static void *held[16];                    /* the handler's own, freed on later runs */
+static _Atomic(void *) held[16];          /* the handler's own, freed on later runs */
 static atomic_long runs, handler_frees;
 static atomic_int stop;
 
@@ -31,11 +35,18 @@ static void on_alarm(int sig) {
   if (!p) abort();
   memset(p, 0x5a, size);
   unsigned k = (unsigned)n % 16;
-  if (held[k]) {
-    if (((unsigned char *)held[k])[0] != 0x5a) abort();
-    free(held[k]);
+  /* this run's slot: its block (if any) is this run's alone once exchanged out; another
+   * run's (a concurrent handler on the other thread) that lands there meanwhile too */
+  void *old = atomic_exchange(&held[k], NULL);
+  if (old) {
+    if (((unsigned char *)old)[0] != 0x5a) abort();
+    free(old);
   }
-  held[k] = p;
+  old = atomic_exchange(&held[k], p);
+  if (old) {
+    if (((unsigned char *)old)[0] != 0x5a) abort();
+    free(old);
+  }
   void *q = calloc(1, 64);
   if (!q || ((char *)q)[63]) abort();
   free(q);
@@ -109,7 +120,7 @@ int main(int argc, char **argv) {
   atomic_store(&stop, 1);
   pthread_join(t, NULL);
   for (int k = 0; k < 64; k++) free(ring[k]);
-  for (int i = 0; i < 16; i++) free(held[i]);
+  for (int i = 0; i < 16; i++) free(atomic_exchange(&held[i], NULL)); /* (a late handler may still run) */
   printf("handler runs %ld, handler frees of handed blocks %ld\nok\n", atomic_load(&runs),
          atomic_load(&handler_frees));
   return 0;
