@@ -61,8 +61,8 @@
 #define LT_MAP_CAP 8192
 
 /* ---- enums mirroring profile.proto ----
- * AllocFunction: the one enum of allocator entry points; alloc_slow (sampler.c) picks
- * the glibc function by it too.  Values are the wire values. */
+ * AllocFunction: the one enum of allocator entry points; alloc_slow (hooks_malloc.c)
+ * picks the glibc function by it too.  Values are the wire values. */
 enum { LT_MALLOC = 1, LT_CALLOC = 2, LT_REALLOC = 3, LT_POSIX_MEMALIGN = 4,
        LT_ALIGNED_ALLOC = 5, LT_MEMALIGN = 6, LT_VALLOC = 7, LT_REALLOCARRAY = 8,
        LT_PVALLOC = 9 };
@@ -122,7 +122,7 @@ struct lt_global {
   _Atomic uint32_t thread_seq;
   uint32_t fork_seq;        /* forks of this image so far: each child's own stream */
 
-  /* flush machinery (no thread of our own: host threads flush inline, see sampler.c) */
+  /* flush machinery (no thread of our own: host threads flush inline, see account.c) */
   lt_lock flush_lock;       /* lock order: flush < stack < stripes < done */
   _Atomic uint64_t next_flush_ns; /* CLOCK_MONOTONIC deadline of the next periodic flush */
   int header_written;

@@ -4,7 +4,7 @@
  * make us write into a descriptor number it has reused.
  *
  * Everything here runs with lt_g.flush_lock held and the thread's in_sampler set, on
- * whichever host thread flushes (sampler.c): async-signal-safe calls only (open,
+ * whichever host thread flushes (account.c, hooks_process.c): async-signal-safe calls only (open,
  * write, close, read of /proc files), no malloc, no stdio.
  *
  * Every process image writes a file, samples or not: header, mappings, trailer.

@@ -5,7 +5,8 @@
  *
  * The unwinder (unwind.c), the symbolizer (symtab.c), the context cut (context.c) and
  * the online model (online.c) need only this file, so the allocator links them without
- * the sampler's hooks (sampler.c).  Nothing here calls malloc or stdio.
+ * the sampler's hooks and start-up (sampler.h: sampler.c, account.c, hooks_malloc.c,
+ * hooks_process.c, fork.c).  Nothing here calls malloc or stdio.
  */
 #ifndef LT_RUNTIME_H
 #define LT_RUNTIME_H
