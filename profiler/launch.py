@@ -214,7 +214,7 @@ _PT_INTERP, _PT_DYNAMIC = 3, 2
 def preload_problem(path: str, _depth: int = 0) -> str | None:
     """Why the loader will not preload the sampler into the program at `path`, or None.
 
-    Mirrors the sampler's own check before an exec (profiler/src/sampler.c,
+    Mirrors the sampler's own check before an exec (profiler/src/hooks_process.c,
     elf_problem): statically linked (no PT_INTERP), secure-execution mode (setuid or
     setgid to other ids, file capabilities), a 32-bit program; for a #! script, the
     same of its interpreter."""
