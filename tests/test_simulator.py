@@ -502,6 +502,49 @@ def test_model_predictor_serves_each_stack_the_model_class(model_served, exporte
     assert p["timing_ns"]["model_call"]["calls"] == p["model_runs"]
 
 
+def test_model_predictor_sparse_stack_ids_serve_the_same(model_served, exported_model, tmp_path):
+    """The engine looks a stack id up by array index when the trace's ids are dense and in
+    a hash map when they are sparse: the same trace with its ids spread over 64 bits gets
+    the same classes per stack, the same cache counts and the same simulation; a gap in
+    dense ids and an id past the last one are refused like any stack with no context."""
+    from simulator.model import read_served, write_contexts
+    from tests.export_support import eval_stacks
+
+    export_dir, plugin, definition, model_id = model_served
+    model_dir, _ = exported_model
+    stacks = eval_stacks(model_dir)[:40]
+    runs = {}
+    for name, sid in (("dense", lambda i: i), ("sparse", lambda i: (i + 1) * 0x9E3779B97F4A7C15 % 2**64)):
+        contexts = {sid(i): tuple(s) for i, s in enumerate(stacks)}
+        write_contexts(str(tmp_path / f"{name}.txt"), plugin=plugin, model_id=model_id,
+                       definition=definition, stack_context=contexts)
+        records, t = [], 0
+        for rep in range(4):
+            for i in range(len(stacks)):
+                for size in (24, 5000):
+                    records.append((t, t + 3 * MS if rep % 2 else None, size, sid(i), 1))
+                    t += 1000
+        path = simulator.write_trace(tmp_path / f"{name}.lttrace", records)
+        served = tmp_path / f"{name}.served"
+        r = simulator.simulate(path, [f"m=model:{tmp_path / f'{name}.txt'}"], baseline=False,
+                               model_revalidate_every=3, model_served=served)
+        inv = {sid(i): i for i in range(len(stacks))}
+        got = {inv[k]: v for k, v in read_served(str(served))["m"].items()}
+        a = alloc_by_name(r, "llama:m")
+        p = dict(a["predictor"])
+        del p["timing_ns"], p["contexts_file"]
+        runs[name] = (got, p, {k: v for k, v in a.items() if k != "predictor"})
+    assert runs["dense"] == runs["sparse"]
+    assert len(runs["dense"][0]) == len(stacks)
+
+    path = simulator.write_trace(tmp_path / "gap.lttrace", [(0, 5, 100, 7), (3, None, 200, 8)])
+    for name, ctx in (("gap.txt", {7: (), 9: ()}), ("past.txt", {7: ()})):
+        write_contexts(str(tmp_path / name), plugin=plugin, model_id=model_id,
+                       definition=definition, stack_context=ctx)
+        p = run_engine(path, "--predictor", f"model:{tmp_path / name}")
+        assert p.returncode == 2 and "stack id 8 of the trace has no context" in p.stderr, p.stderr
+
+
 def test_model_predictor_refuses_what_it_cannot_serve(model_served, tmp_path):
     from simulator.model import write_contexts
 

@@ -41,13 +41,15 @@ class Histogram {
     }
     return midpoint(kBuckets - 1);
   }
-  void describe(JsonWriter& j) const {
+  // untimed: calls of this kind that were not timed (their cost taken as the mean).
+  void describe(JsonWriter& j, uint64_t untimed = 0) const {
     j.begin_object();
-    j.kv("calls", count_);
+    j.kv("calls", count_ + untimed);
+    j.kv("timed_calls", count_);
     j.kv_double("mean", mean());
     j.kv_double("p50", percentile(0.5));
     j.kv_double("p99", percentile(0.99));
-    j.kv_double("total_s", double(sum_) / 1e9);
+    j.kv_double("total_s", (double(sum_) + mean() * double(untimed)) / 1e9);
     j.end_object();
   }
 
@@ -113,27 +115,32 @@ class ModelPredictor final : public Predictor {
     if (handle_) plugins_in_use().erase(handle_);  // the library stays loaded
   }
 
+  // The hit path: the stack's hot data (key hash, frame count) by array index, no clock
+  // read on most calls.  Wall-clock timing: every model call (from the frames callback,
+  // where the model's run starts, to the return: the cache lookup before it, tens of ns,
+  // is outside unless the call is also a sampled one), and every kHitSampleEvery-th call
+  // (all of the first kHitSampleFirst) from before the lookup: the hits' histogram is over
+  // those sampled hits, its "calls" all hits, its total_s the sampled mean times all hits.
   int predict(const ObjectRecord& r) override {
-    if (r.stack_id != last_stack_id_ || !last_) {
-      auto it = index_.find(r.stack_id);
-      if (it == index_.end())
-        throw SimError(file_ + ": stack id " + std::to_string(r.stack_id) +
-                       " of the trace has no context in this file (written for another trace?)");
-      last_stack_id_ = r.stack_id;
-      last_ = &stacks_[it->second];
-    }
-    Stack* s = last_;
-    Call call{this, s, false};
-    auto t0 = std::chrono::steady_clock::now();
-    int cls = api_.cache_predict(cache_, predictor_, uintptr_t(s->hash), uintptr_t(s->num_frames),
+    uint64_t* row = &rows_[size_t(stack_index(r.stack_id)) * row_words_];
+    const Hot s{row[0], uint32_t(row[1]), uint32_t(row[1] >> 32)};
+    Call call{this, &s, 0};
+    const bool sampled = calls_ < kHitSampleFirst || (calls_ & (kHitSampleEvery - 1)) == 0;
+    ++calls_;
+    uint64_t t0 = sampled ? now_ns() : 0;
+    int cls = api_.cache_predict(cache_, predictor_, uintptr_t(s.hash), uintptr_t(s.num_frames),
                                  size_t(model_size_class(r.size)), &ModelPredictor::frames_cb, &call);
-    uint64_t ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now() - t0).count());
-    (call.ran ? model_calls_ : hits_).add(ns);
+    if (call.t_model) {
+      model_calls_.add(now_ns() - (sampled ? t0 : call.t_model));
+    } else if (sampled) {
+      hits_.add(now_ns() - t0);
+    } else {
+      ++untimed_hits_;
+    }
     if (cls < 0 || cls >= num_classes_)
       throw SimError(file_ + ": the model failed on stack " + std::to_string(r.stack_id) +
                      " (class " + std::to_string(cls) + ")");
-    ++s->served[size_t(cls)];
+    ++row[2 + size_t(cls)];
     return cls;
   }
 
@@ -166,19 +173,19 @@ class ModelPredictor final : public Predictor {
     // Wall-clock costs: the only part of the report that is not deterministic.
     j.key("timing_ns");
     j.begin_object();
-    j.key("cache_hit");  // lifetime_cache_predict calls that did not run the model
-    hits_.describe(j);
+    j.key("cache_hit");  // lifetime_cache_predict calls that did not run the model (sampled)
+    hits_.describe(j, untimed_hits_);
     j.key("model_call");  // calls that ran the model (misses and revalidations)
     model_calls_.describe(j);
     j.end_object();
   }
 
   bool write_served(std::FILE* f) const override {
-    for (const Stack& s : stacks_)
+    for (size_t i = 0; i < stacks_.size(); ++i)
       for (int c = 0; c < num_classes_; ++c)
-        if (s.served[size_t(c)])
-          std::fprintf(f, "%s %llu %d %llu\n", label.c_str(), (unsigned long long)s.id, c,
-                       (unsigned long long)s.served[size_t(c)]);
+        if (uint64_t n = rows_[i * row_words_ + 2 + size_t(c)])
+          std::fprintf(f, "%s %llu %d %llu\n", label.c_str(), (unsigned long long)stacks_[i].id, c,
+                       (unsigned long long)n);
     return true;
   }
 
@@ -186,17 +193,41 @@ class ModelPredictor final : public Predictor {
   struct Stack {
     uint64_t id = 0, hash = 0;
     uint32_t first = 0, num_frames = 0;  // into frames_
-    std::vector<uint64_t> served;        // objects per class served
+  };
+  // What a prediction reads: the first 2 words of the stack's row (rows_).
+  struct Hot {
+    uint64_t hash;
+    uint32_t first, num_frames;
   };
   struct Call {
     ModelPredictor* self;
-    const Stack* stack;
-    bool ran;
+    const Hot* stack;
+    uint64_t t_model;  // when the model's run started (0: it did not run)
   };
+  static constexpr uint64_t kHitSampleEvery = 16;  // a power of two
+  static constexpr uint64_t kHitSampleFirst = 4096;
+  static constexpr uint32_t kNoStack = UINT32_MAX;
+
+  static uint64_t now_ns() {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count());
+  }
+
+  uint32_t stack_index(uint64_t id) const {
+    if (id < dense_.size()) {
+      uint32_t i = dense_[size_t(id)];
+      if (i != kNoStack) return i;
+    } else if (dense_.empty()) {
+      auto it = index_.find(id);
+      if (it != index_.end()) return it->second;
+    }
+    throw SimError(file_ + ": stack id " + std::to_string(id) +
+                   " of the trace has no context in this file (written for another trace?)");
+  }
 
   static int frames_cb(void* opaque, const char** frames, size_t* lengths, int max_frames) {
     Call* c = static_cast<Call*>(opaque);
-    c->ran = true;
+    c->t_model = now_ns() | 1;  // never 0
     ++c->self->model_runs_;
     int n = std::min<int>(int(c->stack->num_frames), max_frames);
     for (int i = 0; i < n; ++i) {
@@ -260,7 +291,6 @@ class ModelPredictor final : public Predictor {
         h = fnv1a(h, frames_.back());
       }
       s.hash = h ? h : 1;
-      s.served.assign(size_t(num_classes_), 0);
       if (!index_.emplace(s.id, uint32_t(stacks_.size())).second)
         bad(lineno, "stack id " + std::to_string(s.id) + " listed twice");
       by_hash.emplace(s.hash, 0);
@@ -268,6 +298,21 @@ class ModelPredictor final : public Predictor {
     }
     if (next() != "end") bad(lineno, "expected 'end'");
     distinct_contexts_ = by_hash.size();
+    row_words_ = 2 + size_t(num_classes_);
+    rows_.assign(stacks_.size() * row_words_, 0);
+    uint64_t max_id = 0;
+    for (size_t i = 0; i < stacks_.size(); ++i) {
+      const Stack& s = stacks_[i];
+      rows_[i * row_words_] = s.hash;
+      rows_[i * row_words_ + 1] = uint64_t(s.first) | uint64_t(s.num_frames) << 32;
+      max_id = std::max(max_id, s.id);
+    }
+    // Stack ids of a trace are usually dense (0..N-1): look them up by array index; sparse
+    // ids keep the hash map.
+    if (!stacks_.empty() && max_id < 8 * uint64_t(stacks_.size()) + 65536) {
+      dense_.assign(size_t(max_id) + 1, kNoStack);
+      for (size_t i = 0; i < stacks_.size(); ++i) dense_[size_t(stacks_[i].id)] = uint32_t(i);
+    }
   }
 
   template <class F>
@@ -333,8 +378,12 @@ class ModelPredictor final : public Predictor {
   lifetime_predictor* predictor_ = nullptr;
   lifetime_cache* cache_ = nullptr;
   uint32_t revalidate_every_ = 0;
-  uint64_t last_stack_id_ = UINT64_MAX;
-  Stack* last_ = nullptr;
+  // Per stack (indexed like stacks_), one row of row_words_ words: the Hot fields (2
+  // words), then the objects served per class: what a prediction touches, adjacent.
+  std::vector<uint64_t> rows_;
+  size_t row_words_ = 0;
+  std::vector<uint32_t> dense_;   // stack id -> index into stacks_, when ids are dense
+  uint64_t calls_ = 0, untimed_hits_ = 0;
   uint64_t model_runs_ = 0;
   Histogram hits_, model_calls_;
 };
