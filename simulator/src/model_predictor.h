@@ -47,7 +47,7 @@ std::unique_ptr<Predictor> make_model_predictor(const std::string& contexts_file
                                                 const ClassScheme& classes,
                                                 const PredictorOptions& opts);
 
-// The size class the cache is keyed on (profiler/src/sampler.c).
+// The size class the cache is keyed on (profiler/src/account.c, lt_record_alloc).
 inline uint64_t model_size_class(uint64_t size) {
   return size <= 16 ? 16 : uint64_t(1) << (64 - __builtin_clzll(size - 1));
 }
