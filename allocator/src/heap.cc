@@ -547,14 +547,22 @@ inline void push(Cache* c, List& l, void* p, uint32_t cls) {
   bump(c->bytes, G.size[cls]);
 }
 
+// The list's head (nullptr: empty).
+inline void* pop(Cache* c, List& l, uint32_t cls) {
+  void* p = l.head;
+  if (!p) return nullptr;
+  l.head = *static_cast<void**>(p);
+  --l.count;
+  bump(c->objects, -1);
+  bump(c->bytes, -int64_t(G.size[cls]));
+  return p;
+}
+
 // Under the lock: the policy frees n objects of the list.
 void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) {
-  for (; n && l.head; --n) {
-    void* p = l.head;
-    l.head = *static_cast<void**>(p);
-    --l.count;
-    bump(c->objects, -1);
-    bump(c->bytes, -int64_t(G.size[cls]));
+  for (; n; --n) {
+    void* p = pop(c, l, cls);
+    if (!p) break;
     free_locked(p);
     ++G.flushed_objects;
   }
@@ -625,14 +633,8 @@ void* cached_alloc(State* s, size_t size, uintptr_t ra) {
     List& l = c->lists[g * kClasses + cls];
     t_busy = true;
     sig_fence();
-    void* p = l.head;
-    if (p) {
-      l.head = *static_cast<void**>(p);
-      --l.count;
-      bump(c->objects, -1);
-      bump(c->bytes, -int64_t(G.size[cls]));
-      bump(c->hits, 1);
-    }
+    void* p = pop(c, l, cls);
+    if (p) bump(c->hits, 1);
     sig_fence();
     t_busy = false;
     if (p) return p;
