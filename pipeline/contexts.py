@@ -162,27 +162,18 @@ def stack_stats(samples: Iterable, clock: str) -> dict[int, ContextStats]:
     """A profile reader's samples (`ProfileReader.samples()`) -> stats per stack id,
     aggregated as they stream in, so a file's samples are never held as messages.
 
-    Per sample only its observation is appended (the lifetime as
-    `lifetimes.lifetime_on_clock` computes it); the aggregates are then computed per
+    Per sample only its observation is appended; the aggregates are then computed per
     stack (`_aggregate`) with the float operations of `ContextStats.add`, in the same
     order, so the stats are the same bit for bit."""
-    wall = clock == "wall"  # else bytes, as lifetime_on_clock reads it
-    ns_per_ms = lifetimes.NS_PER_MS
+    lifetime_on_clock = lifetimes.lifetime_on_clock
     per_stack: dict[int, ContextStats] = {}
     get = per_stack.get
     for s in samples:
         stats = get(s.stack_id)
         if stats is None:
             stats = per_stack[s.stack_id] = ContextStats()
-        censored = s.censored
-        if wall:
-            lifetime = (s.observed_age_ns if censored else
-                        s.free_monotonic_ns - s.alloc_monotonic_ns) / ns_per_ms
-        else:
-            lifetime = float(s.observed_age_bytes if censored else
-                             s.free_allocated_bytes - s.alloc_allocated_bytes)
-        stats.obs_lifetime.append(lifetime)
-        stats.obs_censored.append(1 if censored else 0)
+        stats.obs_lifetime.append(lifetime_on_clock(s, clock))
+        stats.obs_censored.append(1 if s.censored else 0)
         stats.obs_weight.append(s.weight)
         stats.obs_size.append(s.size)
     for stats in per_stack.values():
