@@ -134,6 +134,8 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("predictor", "model:", "LIFETIME_ALLOC_PREDICTOR: model:PLUGIN takes the model plugin's path"),
     ("check", "-1", "LIFETIME_ALLOC_CHECK: not a number"),
     ("stats_interval", "5", "LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS"),
+    ("thread_cache", "2", "LIFETIME_ALLOC_THREAD_CACHE: out of range: '2'"),
+    ("thread_cache", "yes", "LIFETIME_ALLOC_THREAD_CACHE: not a number: 'yes'"),
 ])
 def test_bad_settings_abort_with_one_line(var, value, says):
     proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(**{var: value}), capture_output=True,
