@@ -154,7 +154,6 @@ web.upload.dir: $base/tmp/web
 jobmanager.execution.failover-strategy: region
 EOF
   cat > "$conf/log4j.properties" << 'EOF'
-monitorInterval = 30
 rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = MainAppender
 logger.pekko.name = org.apache.pekko
@@ -163,7 +162,7 @@ logger.netty.name = org.jboss.netty.channel.DefaultChannelPipeline
 logger.netty.level = OFF
 appender.main.name = MainAppender
 appender.main.type = File
-appender.main.append = false
+appender.main.append = true
 appender.main.fileName = ${sys:log.file}
 appender.main.layout.type = PatternLayout
 appender.main.layout.pattern = %d{yyyy-MM-dd HH:mm:ss,SSS} %-5p %-60c %x - %m%n
