@@ -30,8 +30,8 @@ def requirements() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-TOP_PACKAGES = ("lifetime", "pipeline", "model", "profiler", "profiler_proto", "export", "simulator",
-                "interop")
+TOP_PACKAGES = ("core", "lifetime", "pipeline", "model", "profiler", "profiler_proto", "export",
+                "simulator", "interop")
 
 setup(
     name="lifetime-models",

@@ -44,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import real_programs  # noqa: E402
 
-from pipeline.context import ContextDefinition  # noqa: E402
+from core.context import ContextDefinition  # noqa: E402
 from pipeline.dataset import DatasetConfig, build_dataset, dataset_context  # noqa: E402
 
 SERVICE = os.path.join(ROOT, "workloads", "bench", "bench_python_service.py")
@@ -127,7 +127,7 @@ def online_check(family: str, item: str, model_dir: str, train_ds: str, base: st
     from export.exporter import export_model
     from model.evaluate import evaluate
     from model.metrics import headline
-    from model.online import evaluate_online, model_context
+    from model.online_eval import evaluate_online, model_context
     from profiler import launch
 
     if family not in SERVERS:

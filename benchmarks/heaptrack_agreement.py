@@ -98,7 +98,7 @@ def dataset_labels(dataset_dir: str) -> dict[tuple[str, ...], int]:
 def context_bytes(profile: str, dataset_dir: str) -> dict[tuple[str, ...], int]:
     """Context frames -> bytes allocated there, with the dataset's context definition
     (the dataset job's own steps: machinery_free, then the definition's cut)."""
-    from pipeline import context
+    from core import context
     from pipeline.dataset import dataset_context
     from profiler_proto import ProfileReader
 

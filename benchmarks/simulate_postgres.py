@@ -92,8 +92,8 @@ class Symbolizer:
     memo per (mappings, addresses): forked backends share the postmaster's mappings."""
 
     def __init__(self, definition):
-        from pipeline import context as context_def
-        from pipeline import symbolize
+        from core import context as context_def
+        from core import symbolize
         self.cd, self.definition = context_def, definition
         self.cache = symbolize.ModuleCache(debug_dirs=tuple(symbolize.DEFAULT_DEBUG_DIRS))
         self.memo: dict = {}
@@ -119,8 +119,8 @@ def pooled_context_oracles(procs: list[dict], scheme, deadline_k=None) -> tuple[
     """Server-wide context oracles: ({context: T95 class}, {context: cost-rule class},
     {context: objects per true class}) with every process's objects of a context pooled
     (the rule of simulator.tables.context_t95_classes / context_oracle_tables)."""
-    from pipeline.contexts import ContextStats
-    from pipeline.lifetimes import DEADLINE_K, NS_PER_MS, cost_horizon, cost_rule
+    from pipeline.context_stats import ContextStats
+    from core.lifetimes import DEADLINE_K, NS_PER_MS, cost_horizon, cost_rule
     from simulator.tables import _trace_records
 
     life_parts, cens_parts, size_parts, key_parts = [], [], [], []
@@ -285,7 +285,7 @@ def run_model(common: dict, export: str, out: str, step_ns: int, deadline_k=None
     """The model predictor on every process (its own engine run, no baseline): contexts
     file, served classes, simulation JSON per process under OUT."""
     import simulator
-    from simulator import model as model_input
+    from simulator import model_input
 
     jsons = []
     for p in common["procs"]:
@@ -309,7 +309,7 @@ def run_model(common: dict, export: str, out: str, step_ns: int, deadline_k=None
 def server_rows(common: dict, model_jsons: list[str] | None, step_ns: int) -> dict:
     """Table 3 rows of the server (every process summed): per LLAMA label its accuracy
     (objects, bytes, per context), steady-state and peak memory, reductions."""
-    from simulator import model as model_input
+    from simulator import model_input
     from simulator.tables import context_accuracy
 
     sims = []

@@ -98,11 +98,11 @@ def run_once(trace: str, args: list[str], report: str | None = None) -> float:
 
 
 def model_contexts(export_dir: str, path: str, dataset: str | None = None, stacks: int = 5000) -> str:
-    """The model predictor's contexts file for stack ids 0..stacks-1 (simulator/model.py)."""
+    """The model predictor's contexts file for stack ids 0..stacks-1 (simulator/model_input.py)."""
     from model.data import load_dataset
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
     from profiler import launch
-    from simulator.model import write_contexts
+    from simulator.model_input import write_contexts
 
     manifest = json.loads(pathlib.Path(export_dir, "export_manifest.json").read_text())
     if dataset is None:

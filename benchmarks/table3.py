@@ -18,8 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 MB = 1 << 20
 # the code whose changes make earlier outputs stale
-CODE_PATHS = ("benchmarks", "pipeline", "model", "simulator", "profiler", "export", "lifetime",
-              "profiler_proto")
+CODE_PATHS = ("benchmarks", "core", "pipeline", "model", "simulator", "profiler", "export",
+              "lifetime", "profiler_proto")
 
 
 class Log:

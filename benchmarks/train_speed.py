@@ -32,8 +32,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from pipeline import tokenizer  # noqa: E402
-from lifetime.files import write_json  # noqa: E402
+from core import tokenizer  # noqa: E402
+from core.files import write_json  # noqa: E402
 from pipeline.dataset import DatasetConfig  # noqa: E402
 from pipeline.manifest import FORMAT, summarize_contexts  # noqa: E402
 from pipeline.examples import make_example, shard_name, write_tfrecord  # noqa: E402

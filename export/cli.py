@@ -31,8 +31,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from export.exporter import export_model
-    from lifetime.errors import printable
-    from lifetime.files import writable_dir
+    from core.errors import printable
+    from core.files import writable_dir
 
     flags = {} if args.xla_flags is None else {"xla_flags": args.xla_flags}
     writable_dir(args.out)

@@ -22,8 +22,8 @@ import tempfile
 import time
 
 from export import EXPORT_MANIFEST, codegen, graph as graphs, runtime_build
-from lifetime.errors import LifetimeError
-from lifetime.files import write_json
+from core.errors import LifetimeError
+from core.files import write_json
 from model import io
 from model.io import ModelDir
 

@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 from model import architectures
 
 log = logging.getLogger("export.graph")

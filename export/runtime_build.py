@@ -30,7 +30,7 @@ import tarfile
 import tempfile
 import time
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 
 log = logging.getLogger("export.runtime")
 

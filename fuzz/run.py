@@ -10,8 +10,8 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["profiler_proto", "pipeline", "interop", "simulator", "lifetime",
-                                             "model", "fuzz"]):
+with atheris.instrument_imports(include=["core", "profiler_proto", "pipeline", "interop", "simulator",
+                                         "lifetime", "model", "fuzz"]):
     from fuzz import targets
 
     targets.load()  # what the targets import lazily, imported here to be instrumented

@@ -139,7 +139,7 @@ def pprof(data: bytes) -> None:
     import io
 
     from interop.pprof import convert
-    from pipeline import symbolize
+    from core import symbolize
 
     if _PPROF_CACHE is None:  # one ELF cache for the campaign: each module read once
         _PPROF_CACHE = symbolize.ModuleCache()
@@ -165,7 +165,7 @@ _PARSER = None
 
 def options(data: bytes) -> None:
     """The `lifetime` command line: NUL-separated arguments parsed by the real parser
-    and its option types, to a namespace, a UsageError (a bad value: lifetime/options.py)
+    and its option types, to a namespace, a UsageError (a bad value: core/options.py)
     or argparse's own error for a bad structure (SystemExit); no command runs."""
     import contextlib
     import io
@@ -206,7 +206,7 @@ def load() -> None:
 
 def expected(name: str) -> tuple:
     """The exceptions that are a clean refusal for this target."""
-    from lifetime.errors import LifetimeError, UsageError
+    from core.errors import LifetimeError, UsageError
 
     return ((LifetimeError,) if name in _LIFETIME_ERRORS else
             (UsageError,) if name in _USAGE_ERRORS else EXPECTED)

@@ -13,7 +13,7 @@ An importer is a module listed in `IMPORTERS` that defines
 
 `convert` writes one `.ltprof` (Header.imported_from = NAME) and returns what it kept
 and dropped (an `ImportSummary`, or a subclass with the format's own counters); bad
-input raises `lifetime.errors.InputError` naming the file.  Problems in a usable file
+input raises `core.errors.InputError` naming the file.  Problems in a usable file
 (malformed lines, a cut tail) are kept in `problems`, first of each kind: `lifetime
 import` prints them and the dataset job dead-letters them.
 """
@@ -62,7 +62,7 @@ def module_file(path: str, st: os.stat_result | None = None) -> tuple:
 def _module_file(path: str, identity: tuple) -> tuple:
     from elftools.elf.elffile import ELFFile
 
-    from pipeline import symbolize
+    from core import symbolize
     from profiler_proto.container import open_regular
     try:
         with open_regular(path)[0] as f:
@@ -82,7 +82,7 @@ IMPORTERS = {
 
 def importer(name: str):
     """The importer module for a --format value."""
-    from lifetime.errors import UsageError
+    from core.errors import UsageError
     if name not in IMPORTERS:
         raise UsageError(f"unknown profile format {name!r} (known: {', '.join(sorted(IMPORTERS))})")
     return importlib.import_module(IMPORTERS[name])

@@ -42,7 +42,7 @@ Mapping to our profile (profiler_proto/README.md):
   at malloc's caller, like ours; allocator frames are stripped by the same rules.
 * Mappings: one per PT_LOAD pair of a module line: `start = BASE + p_vaddr`, `limit =
   start + p_memsz`.  heaptrack records neither file offsets nor build ids, so the
-  module file is read here (pyelftools; the build id with `pipeline.symbolize`'s
+  module file is read here (pyelftools; the build id with `core.symbolize`'s
   reader; paths under `sysroot` first): if its PT_LOAD headers hold the recorded
   (p_vaddr, p_memsz) pairs it is taken to be the same build, and its executable
   segments become mappings with their `p_offset` and the file's build id.  A missing
@@ -104,7 +104,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from interop import ImportSummary, module_file
-from lifetime.errors import InputError
+from core.errors import InputError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
 

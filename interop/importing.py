@@ -19,8 +19,8 @@ import re
 import sys
 
 import interop
-from lifetime.errors import InputError, LifetimeError, UsageError, printable
-from lifetime.files import writable_dir, write_json
+from core.errors import InputError, LifetimeError, UsageError, printable
+from core.files import writable_dir, write_json
 from profiler_proto.container import SUFFIX
 
 LOG = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ its `ProfileType` is kHeap, kFragmentation, kPeakHeap, kAllocations, kLifetimes
 kLifetimes is imported; per-object times do not exist in these profiles.
 
 Deriving per-object lifetimes (the rule; `Header.lifetimes_derived` is set).  Our
-labels need a lifetime distribution per context (T95, `pipeline/lifetimes.py`); an
+labels need a lifetime distribution per context (T95, `core/lifetimes.py`); an
 aggregate gives n, mean m, standard deviation s, min a and max b.  Each aggregate
 becomes at most three samples of its allocation stack whose weights sum to n:
 
@@ -88,7 +88,7 @@ import zlib
 from google.protobuf.message import DecodeError
 
 from interop import ImportSummary, module_file
-from lifetime.errors import InputError
+from core.errors import InputError
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
 

@@ -7,10 +7,10 @@ import logging
 import os
 import sys
 
-from lifetime import options
-from lifetime.errors import LifetimeError, UsageError, printable
-from lifetime.files import writable_dir, writable_parent
-from lifetime.symbol_options import add_symbol_options, symbol_options
+from core import options
+from core.errors import LifetimeError, UsageError, printable
+from core.files import writable_dir, writable_parent
+from core.symbol_options import add_symbol_options, symbol_options
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
@@ -33,7 +33,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_evaluate_online(args: argparse.Namespace) -> int:
     import json
 
-    from model.online import evaluate_online, model_context
+    from model.online_eval import evaluate_online, model_context
 
     if args.json:
         writable_parent(args.json, "--json")  # before the work
@@ -85,9 +85,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _label_scheme(args: argparse.Namespace):
-    from pipeline.lifetimes import LabelScheme
+    from core.lifetimes import LabelScheme
 
-    if args.boundaries:  # checked as parsed (lifetime/options.py)
+    if args.boundaries:  # checked as parsed (core/options.py)
         return LabelScheme(clock=args.clock, boundaries=args.boundaries)
     return LabelScheme(clock=args.clock) if args.clock == "wall" else LabelScheme(
         clock="bytes", boundaries=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9))
@@ -104,8 +104,8 @@ def _profile_inputs(groups: list[list[str]], labels: list[str] | None) -> list[t
 
 
 def _context_options(args: argparse.Namespace) -> dict:
-    """DatasetConfig fields for the context definition (pipeline/context.py)."""
-    from pipeline import context
+    """DatasetConfig fields for the context definition (core/context.py)."""
+    from core import context
     from pipeline.dataset import dataset_context
 
     if getattr(args, "like", None):
@@ -169,7 +169,7 @@ def _cmd_characterize(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 
 def _add_boundaries(p: argparse.ArgumentParser) -> None:
-    from pipeline import lifetimes
+    from core import lifetimes
 
     p.add_argument("--boundaries", type=options.boundaries, metavar="B1,B2,...",
                    help="class upper bounds on the label clock, strictly increasing, "
@@ -178,7 +178,7 @@ def _add_boundaries(p: argparse.ArgumentParser) -> None:
 
 
 def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
-    from pipeline import context
+    from core import context
 
     p.add_argument("--profiles", action="append", nargs="+", required=True,
                    metavar="FILE|DIR|GLOB",
@@ -217,7 +217,7 @@ class _BadOptionValue(UsageError):
 
 class _SubcommandParser(argparse.ArgumentParser):
     """A subcommand's parser: a bad option value (a type= function of
-    lifetime/options.py refused it, or an unknown choice) is a UsageError that main
+    core/options.py refused it, or an unknown choice) is a UsageError that main
     prints as one line, like every other error a user can fix."""
 
     def __init__(self, *args, **kwargs):

@@ -31,8 +31,8 @@ import sysconfig
 import tempfile
 import time
 
-from lifetime.errors import LifetimeError, UsageError
-from lifetime.files import writable_parent
+from core.errors import LifetimeError, UsageError
+from core.files import writable_parent
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

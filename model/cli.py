@@ -7,8 +7,8 @@ import dataclasses
 import os
 import sys
 
-from lifetime import options
-from lifetime.errors import UsageError, printable
+from core import options
+from core.errors import UsageError, printable
 from model import architectures
 from model.hparams import OPEN_ABOVE, OPEN_BELOW, RANGES, HParams, range_text
 
@@ -42,7 +42,7 @@ def parse_hparams(values: dict, **overrides) -> HParams:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from lifetime.files import writable_dir
+    from core.files import writable_dir
     from model.train import train
 
     values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
@@ -72,7 +72,7 @@ def _print_table(result: dict) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from lifetime.files import writable_parent, write_json
+    from core.files import writable_parent, write_json
     from model.evaluate import evaluate
     from model.io import read_model_dir
 
@@ -89,7 +89,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from lifetime.files import writable_dir
+    from core.files import writable_dir
     from model.report import write_report
 
     writable_dir(args.out)

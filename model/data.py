@@ -13,11 +13,11 @@ import os
 
 import numpy as np
 
-from lifetime.errors import LifetimeError
-from lifetime.files import check_regular
+from core.errors import LifetimeError
+from core.files import check_regular
 from model.io import read_json, read_vocab
 from pipeline.manifest import FORMAT, MANIFEST
-from pipeline.tokenizer import Vocabulary
+from core.tokenizer import Vocabulary
 
 SPLITS = ("train", "eval")
 
@@ -75,8 +75,8 @@ class Dataset:
 
     @property
     def context(self):
-        """The dataset's context definition (pipeline/context.py)."""
-        from pipeline.context import ContextDefinition, ContextDefinitionError
+        """The dataset's context definition (core/context.py)."""
+        from core.context import ContextDefinition, ContextDefinitionError
 
         try:
             return ContextDefinition.from_json(self.manifest.get("context"),
@@ -146,7 +146,7 @@ def check_compatible(datasets: list[Dataset], vocab: Vocabulary | None = None,
     ref_vocab = vocab.tokens if vocab else datasets[0].vocab.tokens
     ref_labels = label_scheme or datasets[0].label_scheme
     ref_context = context or datasets[0].context
-    from pipeline.tokenizer import TOKENIZER_VERSION
+    from core.tokenizer import TOKENIZER_VERSION
 
     for d in datasets:
         version = d.manifest.get("tokenizer_version")

@@ -3,7 +3,7 @@
 The input is one int32 vector of length max_tokens = max_frames * tokens_per_frame.
 Frame i of the stack (i = 0 is the top: the allocation site, allocator frames
 already stripped by the dataset job) fills slots [i*T, i*T + T) with the ids of its
-first T = tokens_per_frame tokens (`pipeline.tokenizer.frame_tokens`, then
+first T = tokens_per_frame tokens (`core.tokenizer.frame_tokens`, then
 `Vocabulary.ids`, so unknown tokens are UNK = 1); unused slots are PAD = 0.
 
 Truncation policy:
@@ -21,8 +21,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from pipeline import tokenizer
-from pipeline.tokenizer import PAD_ID, SEP_ID
+from core import tokenizer
+from core.tokenizer import PAD_ID, SEP_ID
 
 
 def _place(frame_ids: Iterable[Sequence[int]], max_frames: int, tokens_per_frame: int) -> np.ndarray:

@@ -4,7 +4,7 @@ Every knob that changes the trained model lives in `HParams`; `config.json` in a
 model directory stores them all (`to_json`), so a model can be rebuilt exactly.
 Two are not choices but facts of the training data, filled in by `lifetime train`:
 `vocab_size` (the datasets' vocabulary) and `max_frames` (the frame limit of the
-datasets' context definition, pipeline/context.py: the model reads every frame the
+datasets' context definition, core/context.py: the model reads every frame the
 dataset kept, so there is one frame limit, not a second default that could disagree).
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from lifetime.errors import UsageError
+from core.errors import UsageError
 from model import architectures
-from pipeline import context
+from core import context
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +107,7 @@ class HParams:
 
 
 # The range of every numeric hyperparameter: checked by HParams (a config.json read
-# back) and, through lifetime/options.py, by `lifetime train`'s flags as they are
+# back) and, through core/options.py, by `lifetime train`'s flags as they are
 # parsed.  Integers: sizes a 2-core machine trains in hours, not a typo's years;
 # floats: finite, where the optimiser and the weights stay meaningful.
 RANGES = {

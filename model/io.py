@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from lifetime import files
-from lifetime.errors import LifetimeError
-from pipeline.tokenizer import Vocabulary
+from core import files
+from core.errors import LifetimeError
+from core.tokenizer import Vocabulary
 
 FORMAT = "lifetime-model-v1"
 MODEL_FILE, VOCAB_FILE, CONFIG_FILE = "model.keras", "vocab.txt", "config.json"
@@ -70,7 +70,7 @@ class ModelDir:
     config: dict
     vocab: Vocabulary
     hparams: object            # model.hparams.HParams
-    context: object            # pipeline.context.ContextDefinition
+    context: object            # core.context.ContextDefinition
 
     @property
     def class_names(self) -> list[str]:
@@ -116,7 +116,7 @@ def load_config(path: str) -> dict:
 def read_model_dir(path: str) -> ModelDir:
     """Every check short of loading the Keras model: config.json, the vocabulary, the
     hyperparameters, the tokenizer version and the context definition."""
-    from pipeline import tokenizer
+    from core import tokenizer
 
     config = load_config(path)
     config_path = os.path.join(path, CONFIG_FILE)
@@ -150,7 +150,7 @@ def load_model_dir(path: str):
 
 def context_of(config: dict, path: str = ""):
     """The model's context definition (how its training stacks were cut)."""
-    from pipeline.context import ContextDefinition, ContextDefinitionError
+    from core.context import ContextDefinition, ContextDefinitionError
 
     try:
         return ContextDefinition.from_json(config.get("context"), where=f"model {path}".strip())

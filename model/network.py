@@ -13,7 +13,7 @@ import keras
 from keras import layers, ops
 
 from model import architectures
-from pipeline.tokenizer import PAD_ID, UNK_ID
+from core.tokenizer import PAD_ID, UNK_ID
 
 
 def build_model(hp, num_classes: int) -> keras.Model:

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from lifetime.files import write_json
+from core.files import write_json
 from model import io, plots
 from model.card import metrics_table
 from model.compare import PREDICTORS, compare, display_rows
@@ -27,7 +27,7 @@ from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.evaluate import select_split, training_data
 from model.html_page import markdown_page
 from model.metrics import headline
-from pipeline import tokenizer
+from core import tokenizer
 
 DEPTHS = (1, 2, 4, 8, 16, 32)
 

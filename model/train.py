@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from lifetime.files import write_json
+from core.files import write_json
 from model import io
 from model.card import model_card
 from model.compare import compare
@@ -24,7 +24,7 @@ from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.features import layout_from_token_ids
 from model.hparams import HParams
 from model.metrics import classification_metrics
-from pipeline.tokenizer import TOKENIZER_VERSION
+from core.tokenizer import TOKENIZER_VERSION
 
 LOG = logging.getLogger(__name__)
 MIN_STEPS_PER_EPOCH = 20  # tiny datasets are repeated so an epoch is a real amount of training

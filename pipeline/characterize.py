@@ -16,9 +16,9 @@ import os
 
 import apache_beam as beam
 
-from lifetime.files import read_json, read_text, write_json
+from core.files import read_json, read_text, write_json
 from pipeline import sources
-from pipeline.contexts import MergeContextStats
+from pipeline.context_stats import MergeContextStats
 from pipeline.dataset import (DEAD_LETTER, DEAD_LETTERS, DatasetConfig, ReadProfiles,
                               SortedDeadLetters, ToContexts, match_inputs,
                               no_usable_samples, refuse_irregular_outputs, write_lines)

@@ -6,7 +6,7 @@ tested) on in-memory PCollections:
     ReadProfiles      the read edge: (file, version label) -> per-file partial stats
                       per machinery-free stack (the file's source, pipeline/sources.py;
                       symbolized, allocator stripped), dead letters, file stats
-    BuildDataset      ToContexts: the context definition (pipeline/context.py), given
+    BuildDataset      ToContexts: the context definition (core/context.py), given
                         or with the wrappers detected in these stacks; strip wrappers,
                         keep the definition's max_frames, merge per context
                       LabelContexts: T95 -> class; tokenize; context id; train/eval split
@@ -37,12 +37,13 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from lifetime.files import write_json
-from lifetime.errors import InputError
-from pipeline import context as context_def
-from pipeline import contexts, examples, lifetimes, sources, symbolize, tokenizer
+from core.files import write_json
+from core.errors import InputError
+from core import context as context_def
+from core import lifetimes, symbolize, tokenizer
+from pipeline import context_stats, examples, sources
 from pipeline.manifest import DEAD_LETTERS, MANIFEST, VOCAB, make_manifest, summarize_contexts
-from pipeline.contexts import MergeContextStats
+from pipeline.context_stats import MergeContextStats
 from pipeline.runner import make_pipeline
 from profiler_proto import profile_pb2
 from profiler_proto.container import ProfileFormatError, dead_letter
@@ -83,7 +84,7 @@ class ProfileToContextsFn(beam.DoFn):
 
     The file is read through its source (pipeline/sources.py: ours, or an importer's
     conversion) and streamed: samples are aggregated per stack as they arrive
-    (contexts.stack_stats), so memory is one chunk, the stack and mapping tables and
+    (context_stats.stack_stats), so memory is one chunk, the stack and mapping tables and
     the compact per-stack observations -- never the file's samples as messages.  Each
     stack is then symbolized once and each distinct address once per module (the
     symbolizer memoizes per module).  A bad file never raises: it is dead-lettered."""
@@ -112,7 +113,7 @@ class ProfileToContextsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(path, e.reason))
 
     def _read(self, path, version_label, reader):
-        per_stack = contexts.stack_stats(reader.samples(), self._config.labels.clock)
+        per_stack = context_stats.stack_stats(reader.samples(), self._config.labels.clock)
         for e in reader.problems:
             self._bad.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, dead_letter(path, e.reason))
@@ -156,7 +157,7 @@ class ProfileToContextsFn(beam.DoFn):
 
     def _contexts(self, reader, per_stack, label):
         symbolizer = context_def.make_symbolizer(reader.mappings, cache=self._modules)
-        per_context = contexts.merge_by(per_stack, lambda stack_id: (
+        per_context = context_stats.merge_by(per_stack, lambda stack_id: (
             reader.header.program, label,
             context_def.machinery_free(symbolizer, reader.stacks[stack_id].addresses)))
         total_frames = named_frames = 0
@@ -242,7 +243,7 @@ def _label_context(element, config: DatasetConfig):
     (program, version_label, frames), stats = element
     t95 = stats.t95()
     label = config.labels.label(t95)
-    cid = contexts.context_id(program, version_label, frames)
+    cid = context_stats.context_id(program, version_label, frames)
     split = "eval" if int(cid, 16) % 100 < config.eval_percent else "train"
     return {"context_id": cid, "program": program, "version_label": version_label,
             "frames": list(frames), "tokens": tokenizer.tokenize(frames),
@@ -285,8 +286,8 @@ def _neg(token: str) -> tuple:
 
 
 def write_lines(path: str, lines: Iterable[str]) -> str:
-    """A text file of lines, through FileSystems (like lifetime.files.write_json)."""
-    from lifetime.files import refuse_irregular_output
+    """A text file of lines, through FileSystems (like core.files.write_json)."""
+    from core.files import refuse_irregular_output
 
     refuse_irregular_output(path)
     with FileSystems.create(path) as f:
@@ -465,7 +466,7 @@ def no_usable_samples(files: int, problems: int, bad_files: int, details: str) -
 def refuse_irregular_outputs(out_dir: str, names) -> None:
     """Before a job: an OSError if an output it will write is already a fifo, device or
     socket (writing one would block or go elsewhere), rather than a failure inside it."""
-    from lifetime.files import refuse_irregular_output
+    from core.files import refuse_irregular_output
 
     for name in names:
         refuse_irregular_output(FileSystems.join(out_dir, name))

@@ -28,7 +28,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.value_provider import StaticValueProvider
 
-from pipeline import tokenizer
+from core import tokenizer
 from profiler_proto.container import write_record
 
 SUFFIX = ".tfrecord"

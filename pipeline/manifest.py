@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import json
 
-from pipeline import tokenizer
+from core import tokenizer
 
 FORMAT = "lifetime-dataset-v1"
 MANIFEST = "manifest.json"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 
-from lifetime.errors import UsageError
+from core.errors import UsageError
 
 _LOCAL = (None, "DirectRunner", "SwitchingDirectRunner")
 

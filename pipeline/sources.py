@@ -24,7 +24,7 @@ import struct
 import tempfile
 from typing import Callable, ContextManager, Iterator
 
-from lifetime.errors import UsageError
+from core.errors import UsageError
 from profiler_proto import ProfileReader
 from profiler_proto import container
 
@@ -176,7 +176,7 @@ def importer_source(name: str, load: Callable | None = None) -> Source:
 
     @contextlib.contextmanager
     def open_imported(path: str) -> Iterator[ProfileReader]:
-        from lifetime.errors import LifetimeError
+        from core.errors import LifetimeError
 
         module = sniff.module()
         with tempfile.TemporaryDirectory(prefix=f"lifetime-{name}-") as tmp:

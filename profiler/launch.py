@@ -43,8 +43,8 @@ import time
 from typing import Mapping, Sequence
 
 from export import EXPORT_MANIFEST
-from lifetime.errors import LifetimeError, UsageError
-from lifetime.files import writable_dir
+from core.errors import LifetimeError, UsageError
+from core.files import writable_dir
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_ENV = "LIFETIME_SAMPLER_LIB"
@@ -96,7 +96,7 @@ class ModelExportError(LifetimeError):
 
 def _check_context(root: pathlib.Path) -> None:
     """Refuses an export whose context definition the sampler cannot reproduce."""
-    from pipeline.context import ContextDefinition, ContextDefinitionError
+    from core.context import ContextDefinition, ContextDefinitionError
 
     try:
         ContextDefinition.load(str(root / EXPORT_MANIFEST))
@@ -310,7 +310,7 @@ def _kind(st: os.stat_result) -> str:
 
 def check_out_dir(out_dir: str) -> str:
     """Creates `out_dir` if needed and checks that a file can be created there, as the
-    sampler will (lifetime.files.writable_dir); an existing path that is not a
+    sampler will (core.files.writable_dir); an existing path that is not a
     directory (a file, a fifo) is refused without being opened.  UsageError naming
     --out otherwise."""
     try:

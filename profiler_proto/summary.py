@@ -13,7 +13,7 @@ import collections
 import datetime
 import os
 
-from lifetime.errors import printable
+from core.errors import printable
 from profiler_proto import profile_pb2
 from profiler_proto.container import (
     Profile, ProfileFormatError, ProfileReader, enum_name)

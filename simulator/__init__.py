@@ -48,7 +48,7 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
     """Runs the engine on `trace` and returns its report (see simulator/README.md).
 
     predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE",
-    "model=model:CONTEXTS" (simulator/model.py writes CONTEXTS); model_served: where the
+    "model=model:CONTEXTS" (simulator/model_input.py writes CONTEXTS); model_served: where the
     engine writes the model predictors' classes per stack (`--model-served`)."""
     args = [str(engine_path()), os.fspath(trace)]
     for p in predictors:

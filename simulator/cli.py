@@ -8,9 +8,9 @@
    the engine's class tables (OUT/tables/, simulator/tables.py).
 3. With --model EXPORT_DIR: the export's plugin is built (profiler.launch.model_plugin)
    and OUT/model/contexts.txt written: each stack's context frames under the model's own
-   context definition (simulator/model.py).
+   context definition (simulator/model_input.py).
    The context oracles are computed from the trace itself (each context's T95 class, and
-   the class pipeline.lifetimes.cost_rule picks from its bytes per class) and written as
+   the class core.lifetimes.cost_rule picks from its bytes per class) and written as
    class tables too (OUT/tables/context_{t95,cost}.tbl).
 4. The engine runs once: the baseline and LLAMA x {oracle, context oracle (T95), context
    oracle (cost rule), exact table, site table, one class[, model]}; its JSON is OUT/simulation.json (and OUT/model/served.txt).
@@ -25,9 +25,9 @@ import os
 import sys
 import time
 
-from lifetime import options
-from lifetime.errors import LifetimeError
-from lifetime.symbol_options import add_symbol_options, symbol_options
+from core import options
+from core.errors import LifetimeError
+from core.symbol_options import add_symbol_options, symbol_options
 from pipeline.manifest import MANIFEST
 
 
@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", metavar="EXPORT_DIR",
                    help="a `lifetime export` directory: adds LLAMA + the exported model, called "
                         "through its C API and its prediction cache (§2.3)")
-    # Numeric ranges: lifetime/options.py types, checked as the line is parsed.
+    # Numeric ranges: core/options.py types, checked as the line is parsed.
     p.add_argument("--model-revalidate-every", type=options.int_range(0, 2**32 - 1),
                    default=None, metavar="N",  # the engine's uint32
                    help="model cache: rerun the model every N hits of an entry (0: never; "
@@ -82,7 +82,7 @@ def _say(msg: str) -> None:
 
 
 def _is_trace(path: str) -> bool:
-    from lifetime.files import open_regular
+    from core.files import open_regular
     from simulator.trace import MAGIC
 
     try:
@@ -100,9 +100,9 @@ def _is_trace(path: str) -> bool:
 def _label_scheme(dataset: str):
     """The training dataset's label scheme, from its manifest (no TensorFlow needed)."""
     from pipeline.dataset import dataset_context
-    from pipeline.lifetimes import LabelScheme
+    from core.lifetimes import LabelScheme
 
-    from lifetime.files import check_regular, read_json
+    from core.files import check_regular, read_json
 
     if not os.path.isdir(dataset):
         raise SimulateError(f"--train {dataset}: no such dataset directory")
@@ -116,8 +116,7 @@ def _label_scheme(dataset: str):
     except LifetimeError as e:
         raise SimulateError(f"--train {dataset}: {e}") from e
     try:
-        labels = read_json(manifest)["config"]["labels"]
-        scheme = LabelScheme(clock=labels["clock"], boundaries=tuple(labels["boundaries"]))
+        scheme = LabelScheme.from_json(read_json(manifest)["config"]["labels"])
     except (OSError, ValueError, KeyError, TypeError, LifetimeError) as e:
         raise SimulateError(f"{manifest}: no usable label scheme ({e})") from e
     if scheme.clock != "wall":
@@ -136,7 +135,7 @@ _OUTPUTS = ("trace.lttrace", "trace.stacks.json", "simulation.json", "report.md"
 
 def _refuse_irregular_outputs(out: str) -> None:
     """A fifo or device already at an output's path would block (or swallow) the write."""
-    from lifetime.files import refuse_irregular_output
+    from core.files import refuse_irregular_output
 
     for name in _OUTPUTS:
         path = os.path.join(out, name)
@@ -166,10 +165,10 @@ def _check_policy(engine: str, policy: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import simulator
-    from lifetime.files import writable_dir
+    from core.files import writable_dir
     from simulator import convert, report, tables
 
-    from simulator import model as model_input
+    from simulator import model_input
 
     if args.model:
         model_input.load_export(args.model)  # a bad --model fails before any work

@@ -10,7 +10,7 @@ temporary files next to the output, then merged block by block.  Ties in allocat
 time keep the profile's order (the sort key is (alloc_ns, position in the file)), so
 the same profile always gives the same trace.
 
-The trace header carries the class boundaries of a `pipeline.lifetimes.LabelScheme`
+The trace header carries the class boundaries of a `core.lifetimes.LabelScheme`
 (wall clock, ms -> ns), so the engine's oracle labels objects as the datasets do.
 
 The side file `<trace stem>.stacks.json` (format `lifetime-trace-stacks-v1`) holds
@@ -45,8 +45,8 @@ from typing import Callable
 
 import numpy as np
 
-from lifetime.errors import LifetimeError
-from pipeline.lifetimes import LabelScheme
+from core.errors import LifetimeError
+from core.lifetimes import LabelScheme
 from simulator import trace as tr
 
 STACKS_FORMAT = "lifetime-trace-stacks-v1"
@@ -348,7 +348,7 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
 
 def load_stacks(path: str | os.PathLike) -> dict:
     """Reads a trace's side file (checked for its format)."""
-    from lifetime.files import read_json
+    from core.files import read_json
 
     p = os.fspath(path)
     try:

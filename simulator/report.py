@@ -30,7 +30,7 @@ VARIANTS = {
                     "each context's T95 class of its objects in this trace, by the dataset's "
                     "label rule: the best any per-context T95 predictor can do"),
     "context_cost": ("context oracle (cost rule)",
-                     "the class pipeline.lifetimes.cost_rule picks from each context's bytes per "
+                     "the class core.lifetimes.cost_rule picks from each context's bytes per "
                      "class in this trace: a perfect per-context distribution under the cost rule"),
     "exact": ("exact-context table", "exact-context lookup table fit on the training dataset"),
     "site": ("site table", "allocation-site (first frame) lookup table fit on the training dataset"),
@@ -269,7 +269,7 @@ def markdown_report(rep: dict, figs: dict) -> str:
               "(the training dataset's context definition): **T95** gives each context the T95 "
               "class of its objects here (the dataset's label rule: Kaplan-Meier, objects live "
               "at the end censored at their age then); the **cost rule** "
-              "(`pipeline.lifetimes.cost_rule`, simulator/README.md) gives it the class of least "
+              "(`core.lifetimes.cost_rule`, simulator/README.md) gives it the class of least "
               f"expected held byte-seconds from its bytes per class here (deadline factor "
               f"{cost['deadline_k']:g}, horizon {cost['horizon_ms'] / 1000:g} s, "
               f"under-prediction weight {cost['under_weight']:g}). The two agree on "
@@ -393,9 +393,9 @@ def write_report(sim: dict, side: dict, tables, out_dir: str, *, workload: str,
 
 def _md(s) -> str:
     """Text from a profile or a path, safe in Markdown and in the HTML made from it:
-    control characters escaped (lifetime.errors.printable), HTML's <, >, & as entities,
+    control characters escaped (core.errors.printable), HTML's <, >, & as entities,
     Markdown's punctuation backslash-escaped."""
-    from lifetime.errors import printable
+    from core.errors import printable
 
     s = printable(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`*_\[\]|#!])", r"\\\1", s)

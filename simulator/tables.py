@@ -8,17 +8,17 @@
   * context oracles, computed from the simulated trace itself: each context (the
                dataset's context definition, as for the tables) gets
       - context_t95:  the T95 class of its objects in the trace, by the dataset's own
-                      label rule (pipeline.contexts.ContextStats.t95, Kaplan-Meier with
+                      label rule (pipeline.context_stats.ContextStats.t95, Kaplan-Meier with
                       objects live at the trace's end censored at their age then, and
                       LabelScheme.label): what a perfect per-context T95 predictor gives;
-      - context_cost: the class pipeline.lifetimes.cost_rule picks from the context's
+      - context_cost: the class core.lifetimes.cost_rule picks from the context's
                       bytes per true class in the trace (never freed = inf, as the engine
                       sees it), the run's deadline factor, the rule's default horizon:
                       what a perfect per-context distribution gives under the cost rule.
     They separate "the model is wrong" from "no per-context prediction can be right".
 
 The trace's stacks (its side file, simulator/convert.py) are symbolized ONCE each with
-the dataset's context definition -- `pipeline.context.machinery_free`, then
+the dataset's context definition -- `core.context.machinery_free`, then
 `ContextDefinition.frames` -- exactly as the dataset job cut the training stacks; each
 stack id then gets its table's class, or the fallback for a context the table has not
 seen: the training set's majority class (as in model/baselines.py).  The tables are
@@ -40,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 from simulator.convert import MappingRecord
 from simulator.trace import write_class_table
 
@@ -54,7 +54,7 @@ class Tables:
     majority: int                      # the training majority class (fallback, one class)
     class_names: list
     boundaries_ns: tuple
-    context: object                    # pipeline.context.ContextDefinition
+    context: object                    # core.context.ContextDefinition
     files: dict                        # predictor name -> class-table path
     stack_class: dict                  # predictor name -> {stack id: class}
     stack_hit: dict                    # predictor name -> {stack id: bool (in the table)}
@@ -71,7 +71,7 @@ def training_examples(dataset_dir: str):
     dataset directory; clear errors for one that lacks a context definition."""
     from model.data import load_dataset
     from pipeline.dataset import dataset_context
-    from pipeline.lifetimes import LabelScheme
+    from core.lifetimes import LabelScheme
 
     if not os.path.isdir(dataset_dir):
         raise TableError(f"--train {dataset_dir}: no such dataset directory")
@@ -80,9 +80,8 @@ def training_examples(dataset_dir: str):
     except LifetimeError as e:
         raise TableError(f"--train {dataset_dir}: {e}") from e
     ds = load_dataset(dataset_dir)
-    labels = ds.label_scheme
     try:
-        scheme = LabelScheme(clock=labels["clock"], boundaries=tuple(labels["boundaries"]))
+        scheme = LabelScheme.from_json(ds.label_scheme)
     except (KeyError, TypeError, LifetimeError) as e:
         raise TableError(f"--train {dataset_dir}: manifest.json has no usable label scheme "
                          f"({e})") from e
@@ -111,7 +110,7 @@ TRACE_RECORD = np.dtype([("alloc", "<u8"), ("free", "<u8"), ("size", "<u8"), ("s
 
 def _trace_records(trace_path: str):
     """(header, records as a read-only numpy memmap) of a trace, its header checked."""
-    from lifetime.files import open_regular
+    from core.files import open_regular
     from simulator.trace import FIXED, NEVER, RECORD, read_header
 
     assert TRACE_RECORD.itemsize == RECORD.size and NEVER == np.iinfo(np.uint64).max
@@ -128,14 +127,14 @@ def _trace_records(trace_path: str):
 def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
     """{key: class} for the keys of stack_key (stack id -> context frames, or any key),
     each the T95 class of its objects in the trace by the dataset's label rule:
-    `pipeline.contexts.ContextStats.t95` (Kaplan-Meier; a censored object "survived this
+    `pipeline.context_stats.ContextStats.t95` (Kaplan-Meier; a censored object "survived this
     long") then `scheme.label` (pipeline/dataset.py does the same per training context).
     A freed object's lifetime is free - alloc; an object live at the trace's end is
     censored at its age then (end_ns - alloc: the trace keeps no other observed age; its
     end is the profile's).  Weights are 1 (the trace is objects, not weighted samples).
     Keys without objects in the trace get no class."""
-    from pipeline.contexts import ContextStats
-    from pipeline.lifetimes import NS_PER_MS
+    from pipeline.context_stats import ContextStats
+    from core.lifetimes import NS_PER_MS
 
     if scheme.clock != "wall":
         raise TableError(f"the trace replays wall-clock time; labels on the {scheme.clock!r} "
@@ -184,10 +183,10 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
     """The two context oracles for the trace: ({name: {stack id: class}}, {name: table
     file}, {context: T95 class}, and what they were computed with).  context_t95: each
     context's T95 class in the trace (context_t95_classes); context_cost: the cost rule
-    (pipeline.lifetimes.cost_rule) on the context's bytes per true class in the trace,
+    (core.lifetimes.cost_rule) on the context's bytes per true class in the trace,
     with the run's deadline factor and the rule's default horizon (the one the model's
     predictions get; not the trace's length, see lifetimes.cost_horizon)."""
-    from pipeline.lifetimes import DEADLINE_K, UNDER_WEIGHT, cost_horizon, cost_rule
+    from core.lifetimes import DEADLINE_K, UNDER_WEIGHT, cost_horizon, cost_rule
 
     k = DEADLINE_K if deadline_k is None else deadline_k
     labels = context_t95_classes(trace_path, stack_context, scheme)
@@ -215,9 +214,9 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
     agree = sum(1 for c in labels if cost.get(c) == labels[c])
     info = {"contexts": len(labels), "cost_rule_equals_t95": agree,
             "t95": {"rule": "T95 class of the context's objects in this trace: "
-                            "pipeline.contexts.ContextStats.t95 (Kaplan-Meier; objects live at "
+                            "pipeline.context_stats.ContextStats.t95 (Kaplan-Meier; objects live at "
                             "the end censored at their age then) and LabelScheme.label"},
-            "cost": {"rule": "pipeline.lifetimes.cost_rule on the context's bytes per true "
+            "cost": {"rule": "core.lifetimes.cost_rule on the context's bytes per true "
                              "class in this trace (never freed = inf)",
                      "deadline_k": k, "horizon_ms": horizon, "under_weight": UNDER_WEIGHT,
                      "weights": "bytes"},
@@ -228,8 +227,8 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
 def symbolize_stacks(side: dict, definition, *, debug_dirs=None, sysroot: str | None = None,
                      progress: Callable[[str], None] | None = None) -> dict:
     """stack id -> context frames, every stack of the trace symbolized once."""
-    from pipeline import context as context_def
-    from pipeline import symbolize
+    from core import context as context_def
+    from core import symbolize
 
     cache = symbolize.ModuleCache(debug_dirs=tuple(debug_dirs or symbolize.DEFAULT_DEBUG_DIRS),
                                   sysroot=sysroot)

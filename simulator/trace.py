@@ -19,7 +19,7 @@ import os
 import struct
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 
 MAGIC = b"LTTRACE\0"
 VERSION = 1
@@ -230,7 +230,7 @@ def _check_records(f: BinaryIO, header: TraceHeader, name: str) -> None:
 
 def _open(p: str) -> tuple[BinaryIO, int]:
     """open_regular with the engine's messages: a fifo or device is refused, never waited on."""
-    from lifetime.files import open_regular
+    from core.files import open_regular
 
     try:
         return open_regular(p)

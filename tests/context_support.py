@@ -1,4 +1,4 @@
-"""The allocation context (pipeline/context.py) against its C mirror
+"""The allocation context (core/context.py) against its C mirror
 (profiler/src/context.c, driven through build/profiler/lifetime_context_rules): the
 helpers tests/test_context.py and tests/test_real_redis.py compare the two with."""
 
@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from pipeline import context, symbolize
-from pipeline.context import ContextDefinition
+from core import context, symbolize
+from core.context import ContextDefinition
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DRIVER = REPO / "build" / "profiler" / "lifetime_context_rules"

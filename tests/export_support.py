@@ -74,7 +74,7 @@ def build_program(out_dir: pathlib.Path) -> tuple[str, dict[tuple[str, str, str]
     and {(namespace, class, method): runtime address}."""
     from elftools.elf.elffile import ELFFile
 
-    from pipeline.symbolize import demangle
+    from core.symbolize import demangle
 
     cat = _catalogue()
     lines = ["#include <string>", "struct Request; struct Buffer;"]
@@ -159,7 +159,7 @@ def make_dataset(out: pathlib.Path, contexts: int = 4400, seed: int = 7,
     synthetic profile or from `profiles`; `max_frames`: the context definition's frame
     limit (default: the job's), which the model trained on it reads."""
     from pipeline import dataset
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
     from pipeline.dataset import DatasetConfig
 
     if profiles is None:

@@ -5,7 +5,7 @@ the real Beam job once per session."""
 from __future__ import annotations
 
 from pipeline import dataset
-from pipeline.context import ContextDefinition
+from core.context import ContextDefinition
 from pipeline.dataset import DatasetConfig
 from tests.synthetic import build_sites, make_profile
 

@@ -5,7 +5,7 @@
 
 The "serve what you trained on" check: the contexts the allocator cut in process for a
 program's known call sites are the contexts the offline pipeline makes from the same
-program's profile (pipeline/context.py on pipeline/symbolize.py's frames), and the class
+program's profile (core/context.py on core/symbolize/'s frames), and the class
 the allocator used for each is the one the model's C API gives those frames."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from lifetime import cli
-from pipeline import context as ctxmod
+from core import context as ctxmod
 from profiler import launch
 from tests.sampler_support import only_profile, run_sampled
 from tests.test_allocator import BUILD, built, preload_env

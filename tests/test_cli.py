@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from lifetime import cli
-from lifetime.errors import LifetimeError, UsageError, printable
+from core.errors import LifetimeError, UsageError, printable
 from tests.synthetic import make_profile
 
 SAMPLES = [("parse_request", 3.0, False)] * 10 + [("cache_insert", 300.0, False)] * 10
@@ -155,7 +155,7 @@ def test_every_public_exception_class_is_a_lifetime_error():
     import pkgutil
 
     found = {}
-    for package in ("lifetime", "pipeline", "model", "export", "profiler", "profiler_proto",
+    for package in ("core", "lifetime", "pipeline", "model", "export", "profiler", "profiler_proto",
                     "simulator"):
         pkg = importlib.import_module(package)
         for info in pkgutil.iter_modules(pkg.__path__, package + "."):

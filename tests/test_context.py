@@ -1,4 +1,4 @@
-"""The allocation context (pipeline/context.py) and its C mirror (profiler/src/context.c):
+"""The allocation context (core/context.py) and its C mirror (profiler/src/context.c):
 shared vectors, wrapper detection, and the definition's round trip through datasets."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipeline import context
-from pipeline.context import ContextDefinition, ContextDefinitionError
+from core import context
+from core.context import ContextDefinition, ContextDefinitionError
 from tests.context_support import (REPO, c_contexts, c_normalized, check_real, python_context,
                                    real_cases)
 from tests.proxy_support import proxy_binary

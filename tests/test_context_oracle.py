@@ -94,7 +94,7 @@ def write_mixed_trace(path) -> str:
         c = tr.true_class(tr.DEFAULT_BOUNDARIES_NS, r.alloc_ns, r.free_ns)
         per[r.stack_id][0][c] += 1
         per[r.stack_id][1][c] += r.size
-    from pipeline.lifetimes import LabelScheme
+    from core.lifetimes import LabelScheme
 
     scheme = LabelScheme()
     side = {
@@ -127,7 +127,7 @@ def _side(path):
 
 
 def test_contexts_are_the_dataset_definitions_frames(tmp_path):
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
     from simulator.tables import symbolize_stacks
 
     trace = write_mixed_trace(tmp_path / "mixed.lttrace")
@@ -135,7 +135,7 @@ def test_contexts_are_the_dataset_definitions_frames(tmp_path):
 
 
 def test_context_t95_is_the_dataset_label_rule_with_censoring(tmp_path):
-    from pipeline.lifetimes import LabelScheme
+    from core.lifetimes import LabelScheme
     from simulator.tables import context_t95_classes
 
     trace = write_mixed_trace(tmp_path / "mixed.lttrace")
@@ -146,7 +146,7 @@ def test_context_t95_is_the_dataset_label_rule_with_censoring(tmp_path):
 
 
 def test_context_oracle_tables_and_the_engine_with_invariants(tmp_path):
-    from pipeline.lifetimes import LabelScheme
+    from core.lifetimes import LabelScheme
     from simulator.tables import context_oracle_tables
 
     trace = write_mixed_trace(tmp_path / "mixed.lttrace")

@@ -1,4 +1,4 @@
-"""The decision rule (pipeline.lifetimes.cost_rule): the class of least expected memory
+"""The decision rule (core.lifetimes.cost_rule): the class of least expected memory
 cost for a context's class distribution, checked against costs computed by hand.
 
 Default scheme: bounds 10 ms .. 1000 s, so with deadline factor K = 2 and the default
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.lifetimes import LabelScheme, class_costs, cost_horizon, cost_rule, default_horizon
+from core.lifetimes import LabelScheme, class_costs, cost_horizon, cost_rule, default_horizon
 
 B = LabelScheme().boundaries  # (10, 100, 1e3, 1e4, 1e5, 1e6) ms
 INF = 7

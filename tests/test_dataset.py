@@ -7,10 +7,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
-from pipeline.tokenizer import Vocabulary
+from core.tokenizer import Vocabulary
 from profiler_proto import CATEGORIES
 from tests.dataset_support import EXPECTED_LABELS, SAMPLES_B, write_profiles
 from tests.synthetic import make_profile
@@ -133,7 +133,7 @@ def test_build_id_mismatch_is_reported_per_module(profiles, tmp_path, sites):
 
 
 def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
 
     # "cache_insert" made a wrapper: its samples' context is what lies below it (main).
     config = DatasetConfig(eval_percent=0, context=ContextDefinition.make(
@@ -244,7 +244,7 @@ def test_build_dataset_survives_a_huge_declared_length(profiles, tmp_path):
 
 
 def _stats(freed_ms=(), censored_ms=()):
-    from pipeline.contexts import ContextStats
+    from pipeline.context_stats import ContextStats
 
     st = ContextStats()
     for ms in freed_ms:
@@ -298,7 +298,7 @@ def _decode_shard(shard):
 
 
 def test_build_dataset_transform_labels_shards_vocabulary_and_manifest():
-    from pipeline.contexts import context_id
+    from pipeline.context_stats import context_id
 
     config = DatasetConfig(eval_percent=0, vocab_size=5, num_shards=2)
     ids = {site: context_id("prog", "v1", stack) for (_, _, stack), _, _ in PARTIALS
@@ -378,7 +378,7 @@ class ToyImporter:
             return f.read(12) == b"toy-profile\n"
 
     def convert(self, path, out_path):
-        from lifetime.errors import InputError
+        from core.errors import InputError
 
         ToyImporter.converted.append(out_path)
         samples = []

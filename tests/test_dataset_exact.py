@@ -11,7 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from pipeline import contexts, examples, lifetimes, tokenizer
+from core import lifetimes, tokenizer
+from pipeline import context_stats, examples
 
 
 def _tf_example(context: dict, vocab: tokenizer.Vocabulary) -> bytes:
@@ -56,14 +57,14 @@ def test_examples_are_tensorflows_bytes():
         assert examples.make_example(context, vocab) == _tf_example(context, vocab)
 
 
-def _stats(values, censored, weights, sizes) -> contexts.ContextStats:
-    stats = contexts.ContextStats()
+def _stats(values, censored, weights, sizes) -> context_stats.ContextStats:
+    stats = context_stats.ContextStats()
     for v, c, w, s in zip(values, censored, weights, sizes):
         stats.add(float(v), bool(c), float(w), int(s))
     return stats
 
 
-def _reference_t95(stats: contexts.ContextStats):
+def _reference_t95(stats: context_stats.ContextStats):
     order = sorted(range(stats.samples), key=lambda i: (
         stats.obs_lifetime[i], stats.obs_censored[i], stats.obs_weight[i], stats.obs_size[i]))
     try:
@@ -106,7 +107,7 @@ class _Sample:
 def _reference_stack_stats(samples, clock):
     per_stack = {}
     for s in samples:
-        stats = per_stack.setdefault(s.stack_id, contexts.ContextStats())
+        stats = per_stack.setdefault(s.stack_id, context_stats.ContextStats())
         stats.add(lifetimes.lifetime_on_clock(s, clock), s.censored, s.weight, s.size)
     return per_stack
 
@@ -128,9 +129,9 @@ def test_stack_stats_match_adding_sample_by_sample(clock):
                 observed_age_ns=int(rng.integers(0, 10 ** 10)) if censored else 0,
                 observed_age_bytes=int(rng.integers(0, 10 ** 9)) if censored else 0))
         want = _reference_stack_stats(samples, clock)
-        got = contexts.stack_stats(iter(samples), clock)
+        got = context_stats.stack_stats(iter(samples), clock)
         assert list(got) == list(want)
         for stack_id, stats in want.items():
-            for field in dataclasses.fields(contexts.ContextStats):
+            for field in dataclasses.fields(context_stats.ContextStats):
                 a, b = getattr(got[stack_id], field.name), getattr(stats, field.name)
                 assert (a.hex() == b.hex()) if isinstance(a, float) else a == b, field.name

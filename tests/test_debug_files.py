@@ -1,4 +1,4 @@
-"""Separate debug files and sysroots (pipeline.symbolize.debug_files, ModuleCache):
+"""Separate debug files and sysroots (core.symbolize.debug_files, ModuleCache):
 split builds made here with gcc/objcopy, real Debian -dbgsym packages unpacked under a
 private root, and the sampler's in-process symbolizer finding the same files."""
 
@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from lifetime.errors import UsageError
-from pipeline import symbolize as sym
+from core.errors import UsageError
+from core import symbolize as sym
 from profiler_proto import profile_pb2
 from tests.symbolize_support import name_at
 
@@ -257,7 +257,7 @@ def test_bad_debug_dir_and_sysroot_options(tmp_path):
 
 def test_cli_flags_reach_the_dataset_config(tmp_path):
     from lifetime import cli
-    from lifetime.symbol_options import symbol_options
+    from core.symbol_options import symbol_options
     from pipeline.dataset import DatasetConfig
 
     parser = cli.build_parser()

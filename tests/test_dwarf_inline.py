@@ -1,4 +1,4 @@
-"""DWARF inline frames (pipeline.symbolize.dwarf_inline) against a fixture program
+"""DWARF inline frames (core.symbolize.dwarf_inline) against a fixture program
 built here with g++ -O2 in several DWARF flavours (tests/native/inline_frames.cc)."""
 
 import dataclasses
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from pipeline import symbolize as sym
-from pipeline.symbolize.dwarf_inline import DwarfInlines
+from core import symbolize as sym
+from core.symbolize.dwarf_inline import DwarfInlines
 from profiler_proto import profile_pb2
 from tests.symbolize_support import parse_run, with_path
 

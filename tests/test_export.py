@@ -90,7 +90,7 @@ def _check_parity(build, stacks, ids, want, tmp_path, route):
 
 def test_package_layout(exported_model):
     from model.hparams import HParams
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
 
     model_dir, out = exported_model
     manifest = json.loads((out / "export_manifest.json").read_text())

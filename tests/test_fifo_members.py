@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pipeline.context import ContextDefinition
+from core.context import ContextDefinition
 from tests.synthetic import make_profile
 
 TIMEOUT = 120  # seconds: a Beam or TensorFlow start-up, never a wait on a fifo

@@ -1,5 +1,5 @@
 """Names of symbolized frames, no binary needed: qualified C++ names
-(pipeline.symbolize.cxx_names), module tokens of unnamed frames (frames) and the
+(core.symbolize.cxx_names), module tokens of unnamed frames (frames) and the
 allocator stripping that finds allocation sites (allocator_frames)."""
 
 import json
@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from pipeline import symbolize as sym
+from core import symbolize as sym
 from profiler_proto import profile_pb2
 
 

@@ -45,7 +45,7 @@ def test_short_campaign_finds_no_crash_or_hang(name, tmp_path):
 def test_trace_and_option_seeds_hold_the_issue_20_inputs():
     """The trace reader takes the 8 TiB record the format allows and refuses what it
     does not (16 TiB, a set reserved field); the parser refuses issue 20's values."""
-    from lifetime.errors import UsageError
+    from core.errors import UsageError
 
     trace = seeds.trace_seeds()
     targets.trace(trace["size-8TiB"])

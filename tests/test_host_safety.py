@@ -26,7 +26,7 @@ from collections import Counter
 
 import pytest
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 from profiler import launch
 from profiler_proto import read_profile
 from tests.sampler_support import (SANITIZERS, compile_c, harness_binary, only_profile, pb,

@@ -17,7 +17,7 @@ import zstandard
 
 from interop import heaptrack, importing
 from lifetime import cli
-from lifetime.errors import InputError
+from core.errors import InputError
 from profiler_proto import profile_pb2, read_profile
 
 needs_heaptrack = pytest.mark.skipif(shutil.which("heaptrack") is None,
@@ -65,7 +65,7 @@ def test_real_recording_converts_every_allocation(ls_raw, tmp_path):
     assert sum(s.size for s in profile.samples) == profile.trailer.total_allocated_bytes
     # The executable and libc are read here: their build ids are the files'.
     from elftools.elf.elffile import ELFFile
-    from pipeline import symbolize
+    from core import symbolize
     with open("/usr/bin/ls", "rb") as f:
         want = symbolize.read_build_id(ELFFile(f))
     ls_maps = [m for m in profile.mappings if m.path.endswith("/ls")]
@@ -185,7 +185,7 @@ def test_missing_binaries_give_module_tokens_not_errors(ls_raw, tmp_path):
     assert "/gone/bin/ls" in summary.modules["missing"]
     p = read_profile(str(tmp_path / "moved.ltprof"))
     assert all(m.build_id == b"" for m in p.mappings if m.path == "/gone/bin/ls")
-    from pipeline import context
+    from core import context
     sym = context.make_symbolizer(p.mappings)
     frames = {f for st in p.stacks.values() for f in context.machinery_free(sym, st.addresses)}
     assert "<ls+?>" in frames

@@ -18,8 +18,8 @@ import pytest
 from interop import importing, tcmalloc
 from interop.pprof import profile_pb2 as pprof
 from lifetime import cli
-from lifetime.errors import InputError
-from pipeline import context, lifetimes
+from core.errors import InputError
+from core import context, lifetimes
 from profiler_proto import profile_pb2, read_profile
 from tests.synthetic import LOAD
 

@@ -1,10 +1,10 @@
-"""pipeline.symbolize.intervals.Intervals, the one sorted-interval lookup (symbol
+"""core.symbolize.intervals.Intervals, the one sorted-interval lookup (symbol
 tables, mappings, DWARF unit and function indexes), against a plain scan."""
 
 import random
 
-from pipeline.symbolize.elf_file import SymbolTable
-from pipeline.symbolize.intervals import Intervals
+from core.symbolize.elf_file import SymbolTable
+from core.symbolize.intervals import Intervals
 
 
 def _scan(items, x, key=lambda item: (item[0], item[1])):

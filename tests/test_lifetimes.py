@@ -1,8 +1,10 @@
 """Labels and T95 under censoring, against hand-computed cases."""
 
+import json
+
 import pytest
 
-from pipeline.lifetimes import INF, LabelScheme, t95
+from core.lifetimes import INF, LabelScheme, t95
 
 WALL = LabelScheme()
 
@@ -28,6 +30,17 @@ def test_custom_scheme_and_bad_schemes():
         LabelScheme(boundaries=(10, 10))
     with pytest.raises(ValueError, match="unknown clock"):
         LabelScheme(clock="cpu")
+
+
+def test_from_json_reads_what_to_json_wrote():
+    """A dataset manifest's config.labels back to its scheme (simulate and the context
+    tables read it this way), through JSON's lists and floats."""
+    for scheme in (WALL, LabelScheme(clock="bytes", boundaries=(1e3, 1e6))):
+        assert LabelScheme.from_json(json.loads(json.dumps(scheme.to_json()))) == scheme
+    with pytest.raises(KeyError):
+        LabelScheme.from_json({"clock": "wall"})
+    with pytest.raises(ValueError, match="increasing"):
+        LabelScheme.from_json({"clock": "wall", "boundaries": [10, 10]})
 
 
 def test_t95_without_censoring_is_the_inverse_cdf():

@@ -5,8 +5,8 @@ import pytest
 
 from model import baselines, features, metrics
 from model.hparams import HParams
-from pipeline import tokenizer
-from pipeline.tokenizer import Vocabulary
+from core import tokenizer
+from core.tokenizer import Vocabulary
 
 NAMES = ["10ms", "100ms", "1s", "10s", "100s", "1000s", ">=1000s", "inf"]
 
@@ -103,7 +103,7 @@ def test_compare_scores_model_and_baselines_overall_and_unseen():
 
 
 def test_architecture_registry_is_what_hparams_accept():
-    from lifetime.errors import UsageError
+    from core.errors import UsageError
     from model import architectures
 
     assert architectures.names() == ("frames", "tokens")

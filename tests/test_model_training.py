@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from model import io
-from lifetime.errors import UsageError
+from core.errors import UsageError
 from model.data import DatasetError, load_dataset
 from model.hparams import HParams
 from model.io import ModelDirError
@@ -244,7 +244,7 @@ def test_context_definition_mismatch_and_old_models_fail_clearly(trained, tmp_pa
     import shutil
 
     from model.evaluate import evaluate
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
 
     # A test set cut with a wrapper the model's training data did not strip.
     ds = build_tiny_dataset(tmp_path, programs=("sites_a",),

@@ -1,4 +1,4 @@
-"""The sampler's in-process symbolizer against the offline one (pipeline/symbolize.py).
+"""The sampler's in-process symbolizer against the offline one (core/symbolize/).
 
 Online prediction feeds the model frame strings made inside the process, with no
 malloc; the model was trained on frames made offline.  These tests hold the two to
@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from pipeline import symbolize
+from core import symbolize
 from tests.sampler_support import REPO, profile_files, read_all, run_sampled, sampler_library
 
 NAME_CAP = 511  # the sampler keeps this many bytes of a frame string

@@ -1,5 +1,5 @@
 """Every numeric option of every subcommand has a range, checked as the command line is
-parsed (lifetime/options.py): an impossible or unbounded value is one line and status
+parsed (core/options.py): an impossible or unbounded value is one line and status
 1, before any work (issue 20, item 5)."""
 
 import subprocess
@@ -94,7 +94,7 @@ def test_the_installed_command_says_one_line():
 
 
 def test_recorded_hyperparameters_are_checked_against_the_same_ranges():
-    from lifetime.errors import UsageError
+    from core.errors import UsageError
     from model.hparams import HParams
 
     with pytest.raises(UsageError, match="learning_rate nan"):

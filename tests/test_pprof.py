@@ -20,7 +20,7 @@ import pytest
 
 from interop import pprof
 from lifetime import cli
-from pipeline import lifetimes, symbolize
+from core import lifetimes, symbolize
 from profiler_proto import read_profile
 from tests.sampler_support import compile_c, profile_files, sampler_library
 
@@ -319,7 +319,7 @@ def test_directory_output_is_refused_up_front_and_no_temp_file_is_left(tmp_path,
 
 def test_a_mapping_path_with_a_nul_is_an_unsymbolized_module_not_a_crash(tmp_path):
     """Found by the pprof fuzz target: os.stat raised ValueError on a recorded mapping
-    path holding a NUL byte (pipeline/symbolize/module_cache.py)."""
+    path holding a NUL byte (core/symbolize/module_cache.py)."""
     from profiler_proto import container
 
     path = _imported(tmp_path)

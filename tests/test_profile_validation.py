@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from lifetime import cli
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 from profiler_proto import ProfileFormatError, profile_pb2, read_profile, write_profile
 from profiler_proto.container import masked_crc32c, write_record
 
@@ -244,7 +244,7 @@ def test_control_characters_never_reach_the_terminal(tmp_path, capsys):
 
 
 def test_printable():
-    from lifetime.errors import printable
+    from core.errors import printable
 
     assert printable("plain text/ü") == "plain text/ü"
     assert printable("a\tb\x00\x7f") == "a\\x09b\\x00\\x7f"
@@ -359,8 +359,8 @@ def _predicted_profile(tmp_path, name, n=20):
 
 
 def test_evaluate_online_counts_names_and_skips_bad_files(tmp_path):
-    from model.online import evaluate_online
-    from pipeline.context import ContextDefinition
+    from model.online_eval import evaluate_online
+    from core.context import ContextDefinition
 
     good = _predicted_profile(tmp_path, "good.ltprof")
     truncated = tmp_path / "truncated.ltprof"

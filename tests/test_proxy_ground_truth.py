@@ -1,9 +1,9 @@
 """The bundled proxy workload, profiled under the real sampler, matches its ground truth.
 
 For each version: run proxy_server_vN under `profiler.launch.run_profiled`, read the
-profile, symbolize every stack with pipeline.symbolize, take each sample's allocation
+profile, symbolize every stack with core.symbolize, take each sample's allocation
 site (the first frame after `strip_allocator_frames`), compute each site's T95 with
-pipeline.lifetimes (Kaplan-Meier: censored samples, still live at exit, only give a
+core.lifetimes (Kaplan-Meier: censored samples, still live at exit, only give a
 lower bound; a site whose censored mass keeps the estimate from reaching 95% is inf)
 and check its class against workloads/proxy_server/ground_truth.json; and check that
 each site is reached through each of its designed callers (one allocation context per
@@ -20,8 +20,8 @@ import os
 
 import pytest
 
-from pipeline import lifetimes
-from pipeline import symbolize as sym
+from core import lifetimes
+from core import symbolize as sym
 
 from tests.proxy_support import GROUND_TRUTH as GT
 from tests.proxy_support import proxy_binary as _binary

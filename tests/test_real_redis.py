@@ -3,7 +3,7 @@ redis-server: glibc malloc, .symtab and DWARF), under the real sampler.
 
 The in-process symbolizer (LIFETIME_SYMBOLIZE=1 records its frame strings) and the
 offline one give the same strings for every frame of every stack, the context cut
-(allocator, wrappers) agrees between pipeline/context.py and the C mirror on every real
+(allocator, wrappers) agrees between core/context.py and the C mirror on every real
 stack, and the wrappers really are there to cut (zmalloc and friends).  With DWARF
 inline frames the offline strings would differ from what the sampler can serve: the
 test shows that difference exists on this binary, which is why contexts have none.
@@ -18,8 +18,8 @@ import time
 import pytest
 
 from benchmarks.servers import redis
-from pipeline import context, symbolize
-from pipeline.context import ContextDefinition
+from core import context, symbolize
+from core.context import ContextDefinition
 from tests.sampler_support import read_all, sampler_library
 from tests.context_support import check_real, real_cases
 
@@ -107,9 +107,9 @@ def test_context_cut_agrees_with_c_and_strips_redis_wrappers(redis_profiles):
 
 
 def test_zmalloc_is_detected_from_the_data_alone(redis_profiles):
-    from pipeline import lifetimes
-    from pipeline.contexts import ContextStats
-    from pipeline.lifetimes import lifetime_on_clock
+    from core import lifetimes
+    from pipeline.context_stats import ContextStats
+    from core.lifetimes import lifetime_on_clock
 
     _, profiles = redis_profiles
     scheme = lifetimes.LabelScheme()

@@ -349,8 +349,8 @@ def test_model_predictor_serves_the_model_its_training_contexts(model_run):
     independently here with the model's context definition)."""
     import numpy as np
 
-    from pipeline.context import ContextDefinition
-    from simulator.model import read_served
+    from core.context import ContextDefinition
+    from simulator.model_input import read_served
     from simulator.tables import symbolize_stacks
     from tests.export_support import keras_probabilities
 
@@ -425,8 +425,8 @@ def test_oracle_classes_match_the_proxy_ground_truth(full_profile, tmp_path):
     """The proxy's designed lifetimes give the oracle a second check: on a full trace, the
     T95 class of each ground-truth site's objects is the site's designed class.  Checked for the sites whose objects die well inside the 3 s run (10ms, 100ms)
     or never (inf); longer classes are cut short by the end of the run."""
-    from pipeline import symbolize as sym
-    from pipeline.lifetimes import LabelScheme
+    from core import symbolize as sym
+    from core.lifetimes import LabelScheme
     from simulator.convert import MappingRecord
     from simulator.tables import context_t95_classes
     from tests.proxy_support import GROUND_TRUTH

@@ -433,7 +433,7 @@ def model_served(exported_model):
     """(export dir, plugin, context definition, model id) of the session's exported model."""
     import json
 
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
     from profiler import launch
 
     _, export_dir = exported_model
@@ -467,7 +467,7 @@ def test_model_predictor_serves_each_stack_the_model_class(model_served, exporte
     """Stacks (the model's eval contexts and odd inputs: an empty frame, a frame with a
     line break, deep stacks) in several size classes, revalidating every 2 hits: every
     object of a stack gets the class the C API gives its frames, and the cache counts add up."""
-    from simulator.model import read_served, write_contexts
+    from simulator.model_input import read_served, write_contexts
     from tests.export_support import edge_stacks, eval_stacks
 
     export_dir, plugin, definition, model_id = model_served
@@ -507,7 +507,7 @@ def test_model_predictor_sparse_stack_ids_serve_the_same(model_served, exported_
     a hash map when they are sparse: the same trace with its ids spread over 64 bits gets
     the same classes per stack, the same cache counts and the same simulation; a gap in
     dense ids and an id past the last one are refused like any stack with no context."""
-    from simulator.model import read_served, write_contexts
+    from simulator.model_input import read_served, write_contexts
     from tests.export_support import eval_stacks
 
     export_dir, plugin, definition, model_id = model_served
@@ -546,7 +546,7 @@ def test_model_predictor_sparse_stack_ids_serve_the_same(model_served, exported_
 
 
 def test_model_predictor_refuses_what_it_cannot_serve(model_served, tmp_path):
-    from simulator.model import write_contexts
+    from simulator.model_input import write_contexts
 
     export_dir, plugin, definition, model_id = model_served
     path = simulator.write_trace(tmp_path / "t.lttrace", [(0, 5, 100, 7), (3, None, 200, 8)])

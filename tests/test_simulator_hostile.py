@@ -207,7 +207,7 @@ def test_engine_refuses_fifos_without_blocking(tmp_path):
 
 def _fake_dataset(path):
     """Just enough of a dataset for `simulate` to get past its label scheme."""
-    from pipeline.context import ContextDefinition
+    from core.context import ContextDefinition
 
     os.makedirs(path)
     manifest = {"context": ContextDefinition.make().to_json(),

@@ -1,4 +1,4 @@
-"""pipeline.symbolize against a real binary built here with g++.
+"""core.symbolize against a real binary built here with g++.
 
 The demo program prints the runtime addresses of a few functions and its own
 /proc/self/maps, so the addresses are resolved through real (PIE) mappings.
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from pipeline import symbolize as sym
+from core import symbolize as sym
 from profiler_proto import profile_pb2
 from tests.symbolize_support import name_at, parse_run, with_path
 

@@ -5,8 +5,8 @@ import pathlib
 
 import pytest
 
-from pipeline import tokenizer
-from pipeline.tokenizer import Vocabulary
+from core import tokenizer
+from core.tokenizer import Vocabulary
 
 VECTORS = json.loads(
     (pathlib.Path(__file__).parent / "data" / "tokenizer_vectors.json").read_text("utf-8"))

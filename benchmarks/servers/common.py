@@ -22,7 +22,7 @@ import time
 import zipfile
 from typing import Callable, Sequence
 
-from lifetime.errors import LifetimeError, UsageError
+from core.errors import LifetimeError, UsageError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

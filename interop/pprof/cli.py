@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lifetime.errors import printable
-from lifetime.symbol_options import add_symbol_options, symbol_options
+from core.errors import printable
+from core.symbol_options import add_symbol_options, symbol_options
 
 
 def add_parser(sub) -> None:
@@ -40,7 +40,7 @@ def _say(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from interop import pprof
     from interop.pprof.convert import saturated_text
-    from pipeline import symbolize
+    from core import symbolize
 
     opts = symbol_options(args)
     cache = symbolize.ModuleCache(debug_dirs=opts["debug_dirs"], sysroot=opts["sysroot"] or None)

@@ -42,13 +42,13 @@ every weight is 1 and the counts are exact: the objects and bytes of a view add 
 the trailer's allocations and allocated bytes (`lifetime inspect`).
 
 ``group_by_class`` adds a string label ``lifetime_class`` and splits the groups by it:
-each object's class under `pipeline.lifetimes`' scheme (default: wall clock, T95 <
+each object's class under `core.lifetimes`' scheme (default: wall clock, T95 <
 10 ms ... 1000 s), named ``<10ms`` ... ``<1000s``, ``>=1000s``, and ``never freed`` for a
 censored object (the scheme's rule on one object: its censored lifetime never reaches
 the 95th percentile, class inf).
 
 Frames.  Each stack address is a return address (the sampler's leaf too), looked up at
-address - 1 (`pipeline.symbolize`), which is also the Location's address, as TCMalloc
+address - 1 (`core.symbolize`), which is also the Location's address, as TCMalloc
 writes it.  One Location per (profile, address), its Lines the functions inlined there,
 innermost first, then the physical function (pprof's order); functions are deduplicated
 by (name, mangled name).  Frames that cannot be named keep our module token
@@ -75,9 +75,9 @@ import stat
 from typing import Callable, Iterable
 
 from interop.pprof.builder import ProfileBuilder, profile_pb2
-from lifetime.errors import InputError
-from pipeline import lifetimes
-from pipeline import symbolize
+from core.errors import InputError
+from core import lifetimes
+from core import symbolize
 from profiler_proto import ProfileFormatError, stream_profile
 
 LIFETIMES = "lifetimes"
@@ -387,7 +387,7 @@ def write(paths: list[str], out: str, **options) -> Summary:
     """Converts `paths` (see build) and writes the gzipped profile.proto to `out`.
     An `out` that exists and is not a regular file (a directory, a fifo) is refused
     before any work; no temporary file is left behind, whatever fails."""
-    from lifetime.files import writable_parent
+    from core.files import writable_parent
 
     _check_output(out)
     writable_parent(out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from lifetime.errors import UsageError
+from core.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)

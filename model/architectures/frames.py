@@ -14,7 +14,7 @@ def build(ids, hp, num_classes):
     present iff it has a token. LSTM steps = max_frames."""
     from keras import layers, ops
 
-    from pipeline.tokenizer import PAD_ID
+    from core.tokenizer import PAD_ID
 
     F, T = hp.max_frames, hp.tokens_per_frame
     emb = layers.Embedding(hp.vocab_size, hp.embedding_dim, name="embedding")(ids)  # [B, F*T, E]

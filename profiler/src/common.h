@@ -239,7 +239,7 @@ LT_HIDDEN extern int lt_symbolize_stacks; /* LIFETIME_SYMBOLIZE=1: Stack.frames 
 /* symbolize.qualified_name: the qualified name is [*start, *start + return) of s. */
 LT_HIDDEN size_t lt_qualified_name(const char *s, size_t n, size_t *start);
 
-/* ---- context.c: the allocation context (pipeline/context.py) ---- */
+/* ---- context.c: the allocation context (core/context.py) ---- */
 enum {
   LT_FRAME_ALLOCATOR = 1,      /* allocator_rule: stripped from the top of the stack */
   LT_FRAME_WRAPPER = 2,        /* one of the model's allocation wrappers */

@@ -1,4 +1,4 @@
-/* The allocation context, in process: the C mirror of pipeline/context.py.
+/* The allocation context, in process: the C mirror of core/context.py.
  *
  * A machinery-free stack starts after the allocator frames at its top
  * (lt_is_allocator_frame on the raw names; everything after works on names without

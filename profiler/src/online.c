@@ -25,7 +25,7 @@
 
 #define POOL 4
 #define NAME_CAP 256   /* bytes kept of a frame string; the model reads its first tokens */
-#define CONTEXT_VERSION "lifetime-context-v2" /* pipeline/context.py: CONTEXT_VERSION */
+#define CONTEXT_VERSION "lifetime-context-v2" /* core/context.py: CONTEXT_VERSION */
 
 static struct {
   const lifetime_model_info *(*info)(void);

@@ -1,6 +1,6 @@
 /* In-process symbolizer: return addresses -> frame strings, with no malloc on lookup.
  *
- * It mirrors the offline symbolizer (pipeline/symbolize.py) without DWARF inline
+ * It mirrors the offline symbolizer (core/symbolize/) without DWARF inline
  * frames, so a model trained offline sees the same frame strings online:
  *   - address -> module (latest loaded first) -> virtual address (address - 1 - bias:
  *     every captured address is a return address);

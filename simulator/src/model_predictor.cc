@@ -240,7 +240,7 @@ class ModelPredictor final : public Predictor {
 
   [[noreturn]] void bad(uint64_t lineno, const std::string& what) const {
     throw SimError(file_ + ": line " + std::to_string(lineno) + ": " + what +
-                   " (not a " + kFormat + " file written by simulator/model.py?)");
+                   " (not a " + kFormat + " file written by simulator/model_input.py?)");
   }
 
   void read_contexts() {

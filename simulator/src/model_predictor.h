@@ -4,7 +4,7 @@
 // prediction cache (lifetime_cache_predict).  The engine does not depend on any model
 // at build time: the plugin is dlopen'ed when a `model:CONTEXTS` predictor is given.
 //
-// CONTEXTS is the "model contexts" side file written by simulator/model.py: the plugin
+// CONTEXTS is the "model contexts" side file written by simulator/model_input.py: the plugin
 // path, the model id and context definition it was written for, and, per stack id of the
 // trace, the context's frame strings exactly as the model was trained on them (the
 // stack symbolized offline with the model's own context definition).  Format

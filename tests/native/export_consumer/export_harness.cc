@@ -149,7 +149,7 @@ int PredictIds(const char* in, const char* outp) {
 }
 
 // Output per case: "T<TAB>tok<TAB>tok..." (flat, <sep> between frames, as
-// pipeline.tokenizer.tokenize) and "I<TAB>id id ..." under the given vocabulary.
+// core.tokenizer.tokenize) and "I<TAB>id id ..." under the given vocabulary.
 int Tokenize(const char* in) {
   FILE* f = fopen(in, "rb");
   if (!f) { perror(in); return 2; }

@@ -2,7 +2,7 @@
 that actually happened (profiles taken with `lifetime profile --model DIR`).
 
 Contexts and labels are made exactly as `lifetime build-dataset` makes them, with the
-model's own context definition (pipeline/context.py), so the figures compare with the
+model's own context definition (core/context.py), so the figures compare with the
 offline report's.  Two views:
 
   * per context, like the offline metrics: a context's prediction is the most common
@@ -26,12 +26,13 @@ import numpy as np
 from export import EXPORT_MANIFEST
 from model import io
 from model.metrics import classification_metrics, headline
-from pipeline import context as context_def
-from pipeline import contexts, lifetimes, symbolize
-from pipeline.contexts import ContextStats
+from core import context as context_def
+from core import lifetimes, symbolize
+from pipeline import context_stats
+from pipeline.context_stats import ContextStats
 from profiler_proto import ProfileReader
 from profiler_proto.container import dead_letter
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 
 
 
@@ -64,7 +65,7 @@ def model_context(path: str) -> context_def.ContextDefinition:
 
 
 class _Predictions:
-    """Taps a reader's samples on their way to the aggregation (contexts.stack_stats):
+    """Taps a reader's samples on their way to the aggregation (context_stats.stack_stats):
     the class predicted for each, per stack, and what each prediction cost."""
 
     def __init__(self, reader):
@@ -92,7 +93,7 @@ def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns
     are made once the file's mappings are all known, as the dataset job makes them."""
     reader = ProfileReader(path)
     tap = _Predictions(reader)
-    by_stack = contexts.stack_stats(tap.samples(), scheme.clock)
+    by_stack = context_stats.stack_stats(tap.samples(), scheme.clock)
     if reader.header is None:
         return (reader.problems[0].reason if reader.problems
                 else "empty: the file holds no records")
@@ -116,7 +117,7 @@ def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns
     key_of = {stack_id: (header.program, header.version_label, definition.frames(
         context_def.machinery_free(sym, reader.stacks[stack_id].addresses)))
         for stack_id in sorted(by_stack)}
-    for key, st in contexts.merge_by(by_stack, key_of.__getitem__).items():
+    for key, st in context_stats.merge_by(by_stack, key_of.__getitem__).items():
         if key in stats:
             stats[key].merge(st)
         else:

@@ -2,11 +2,12 @@
 before a command does its work."""
 
 import errno
+import json
 import os
 import stat
 from typing import BinaryIO
 
-from lifetime.errors import UsageError
+from core.errors import UsageError
 
 
 def writable_dir(path: str, option: str = "--out") -> str:
@@ -84,8 +85,6 @@ def read_text(path: str) -> str:
 
 def read_json(path: str):
     """read_text parsed as JSON (ValueError for bad JSON)."""
-    import json
-
     return json.loads(read_text(path))
 
 
@@ -93,8 +92,6 @@ def write_json(path: str, value) -> str:
     """Writes `value` as indented, key-sorted JSON (deterministic bytes) through Beam's
     FileSystems, so an output can be a local path or any filesystem Beam knows
     (gs://, hdfs://...).  Returns the path."""
-    import json
-
     data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
     refuse_irregular_output(path)
     if "://" not in path and path.endswith(".json"):

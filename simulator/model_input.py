@@ -6,7 +6,7 @@ An exported model (`lifetime export`) is served to the engine as
     export; the engine dlopens it, so the engine binary does not depend on any model), and
   * a "model contexts" side file (format in simulator/src/model_predictor.h): per stack id
     of the trace, the context's frame strings exactly as the model was trained on them --
-    the stack symbolized offline (`pipeline.context.machinery_free`) and cut with the
+    the stack symbolized offline (`core.context.machinery_free`) and cut with the
     MODEL's own context definition (its export_manifest.json "context", the one
     `lifetime train` recorded), the same path the dataset job took.
 
@@ -23,7 +23,7 @@ import os
 from typing import Callable
 
 from export import EXPORT_MANIFEST
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
 
 FORMAT = "lifetime-model-contexts-v1"
 EXPORT_FORMAT = "lifetime-export-v1"
@@ -41,14 +41,14 @@ class ModelInput:
     contexts_file: str
     model_id: str
     manifest: dict
-    context: object                  # pipeline.context.ContextDefinition (the model's)
+    context: object                  # core.context.ContextDefinition (the model's)
     stack_context: dict              # stack id -> context frames (tuple)
 
 
 def load_export(export_dir: str):
     """(manifest, ContextDefinition) of an export directory; ModelInputError, one line."""
     from model.io import read_json
-    from pipeline.context import ContextDefinition, ContextDefinitionError
+    from core.context import ContextDefinition, ContextDefinitionError
 
     if not os.path.isdir(export_dir):
         raise ModelInputError(f"--model {export_dir}: no such model export directory")

@@ -12,8 +12,8 @@ from typing import Sequence
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from lifetime.files import open_regular
-from pipeline.symbolize.elf_file import SymbolTable, read_build_id, read_symbols
+from core.files import open_regular
+from core.symbolize.elf_file import SymbolTable, read_build_id, read_symbols
 
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
 

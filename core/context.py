@@ -36,8 +36,9 @@ import functools
 import re
 from typing import Iterable, Sequence
 
-from pipeline import symbolize
-from lifetime.errors import LifetimeError
+from core import symbolize
+from core.errors import LifetimeError
+from core.files import read_json
 
 CONTEXT_VERSION = "lifetime-context-v2"
 
@@ -156,7 +157,6 @@ class ContextDefinition:
     def load(cls, path: str) -> "ContextDefinition":
         """The definition recorded under "context" in a JSON file: a dataset's
         manifest.json, a model's config.json, an export_manifest.json."""
-        from lifetime.files import read_json
 
         try:  # a fifo or device is refused, not waited on
             recorded = read_json(path).get("context")

@@ -11,12 +11,12 @@ from typing import Sequence
 
 from elftools.elf.elffile import ELFFile
 
-from lifetime.files import open_regular
-from pipeline.symbolize.cxx_names import demangle
-from pipeline.symbolize.debug_files import DEFAULT_DEBUG_DIRS, find_debug_file
-from pipeline.symbolize.dwarf_inline import DwarfInlines, DwarfUnusable
-from pipeline.symbolize.elf_file import file_identity, read_build_id, read_debuglink, read_symbols
-from pipeline.symbolize.frames import SymbolizedFrame
+from core.files import open_regular
+from core.symbolize.cxx_names import demangle
+from core.symbolize.debug_files import DEFAULT_DEBUG_DIRS, find_debug_file
+from core.symbolize.dwarf_inline import DwarfInlines, DwarfUnusable
+from core.symbolize.elf_file import file_identity, read_build_id, read_debuglink, read_symbols
+from core.symbolize.frames import SymbolizedFrame
 
 
 class ElfModule:

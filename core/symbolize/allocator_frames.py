@@ -8,8 +8,8 @@ import os
 import re
 from typing import Sequence
 
-from pipeline.symbolize.cxx_names import qualified_name
-from pipeline.symbolize.frames import SymbolizedFrame
+from core.symbolize.cxx_names import qualified_name
+from core.symbolize.frames import SymbolizedFrame
 
 #: Rule 2: allocator entry points and their glibc-internal aliases, by exact name.
 ALLOCATOR_FUNCTIONS = frozenset({

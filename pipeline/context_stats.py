@@ -21,7 +21,7 @@ from typing import Callable, Hashable, Iterable
 import apache_beam as beam
 import numpy as np
 
-from pipeline import lifetimes
+from core import lifetimes
 
 
 def _lifetimes():

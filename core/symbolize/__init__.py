@@ -77,22 +77,22 @@ loaded once, their status), `symbolizer` (stacks), `allocator_frames` (sites).
 This package re-exports their public names.
 """
 
-from pipeline.symbolize.allocator_frames import (
+from core.symbolize.allocator_frames import (
     ALLOCATOR_FUNCTIONS, RUNTIME_MODULE_PREFIXES, SAMPLER_MODULE_PREFIXES, STD_NAMESPACES,
     allocation_site, allocator_rule, strip_allocator_frames)
-from pipeline.symbolize.cxx_names import demangle, qualified_name
-from pipeline.symbolize.debug_files import (
+from core.symbolize.cxx_names import demangle, qualified_name
+from core.symbolize.debug_files import (
     DEFAULT_DEBUG_DIRS, DebugFile, effective_debug_dirs, file_crc32, find_debug_file)
-from pipeline.symbolize.elf_file import (
+from core.symbolize.elf_file import (
     SymbolTable, read_build_id, read_debuglink, read_symbols)
-from pipeline.symbolize.elf_module import ElfModule
-from pipeline.symbolize.frames import (
+from core.symbolize.elf_module import ElfModule
+from core.symbolize.frames import (
     UNKNOWN_MODULE_TOKEN, SymbolizedFrame, module_name, module_token)
-from pipeline.symbolize.intervals import Intervals
-from pipeline.symbolize.module_cache import (
+from core.symbolize.intervals import Intervals
+from core.symbolize.module_cache import (
     BUILD_ID_MISMATCH, DEFAULT_MAX_DWARF_BYTES, MISSING, NO_FILE, NOT_ELF, OK, UNVERIFIED,
     USABLE_STATUSES, ModuleCache, ModuleStatus, check_search_paths, default_cache)
-from pipeline.symbolize.symbolizer import Symbolizer
+from core.symbolize.symbolizer import Symbolizer
 
 __all__ = [
     "ALLOCATOR_FUNCTIONS", "BUILD_ID_MISMATCH", "DEFAULT_DEBUG_DIRS", "DEFAULT_MAX_DWARF_BYTES",

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Sequence
 
-from pipeline.symbolize.elf_module import ElfModule
-from pipeline.symbolize.frames import UNKNOWN_MODULE_TOKEN, SymbolizedFrame, module_token
-from pipeline.symbolize.intervals import Intervals
-from pipeline.symbolize.module_cache import (
+from core.symbolize.elf_module import ElfModule
+from core.symbolize.frames import UNKNOWN_MODULE_TOKEN, SymbolizedFrame, module_token
+from core.symbolize.intervals import Intervals
+from core.symbolize.module_cache import (
     BUILD_ID_MISMATCH, NO_FILE, OK, UNVERIFIED, ModuleCache, ModuleStatus, default_cache,
     strip_deleted)
 

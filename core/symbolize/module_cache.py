@@ -8,10 +8,10 @@ import os
 import threading
 from typing import Sequence
 
-from lifetime.errors import UsageError
-from pipeline.symbolize.debug_files import DEFAULT_DEBUG_DIRS
-from pipeline.symbolize.elf_file import file_identity
-from pipeline.symbolize.elf_module import ElfModule
+from core.errors import UsageError
+from core.symbolize.debug_files import DEFAULT_DEBUG_DIRS
+from core.symbolize.elf_file import file_identity
+from core.symbolize.elf_module import ElfModule
 
 # ModuleStatus.status values (the package docstring, "Build ids", says what each means).
 OK = "ok"

@@ -18,7 +18,7 @@ def add_symbol_options(p: argparse.ArgumentParser) -> None:
 
 def symbol_options(args: argparse.Namespace) -> dict:
     """debug_dirs and sysroot, checked (DatasetConfig fields, ModuleCache arguments)."""
-    from pipeline import symbolize
+    from core import symbolize
 
     symbolize.check_search_paths(args.debug_dir, args.sysroot)
     return {"debug_dirs": tuple(args.debug_dir or symbolize.DEFAULT_DEBUG_DIRS),

@@ -48,11 +48,11 @@ import os
 from elftools.dwarf.ranges import BaseAddressEntry
 from elftools.elf.elffile import ELFFile
 
-from lifetime.files import open_regular
-from pipeline.symbolize.cxx_names import demangle
-from pipeline.symbolize.dwarf_scan import RawUnit, SlowPath
-from pipeline.symbolize.elf_file import file_identity
-from pipeline.symbolize.intervals import Intervals
+from core.files import open_regular
+from core.symbolize.cxx_names import demangle
+from core.symbolize.dwarf_scan import RawUnit, SlowPath
+from core.symbolize.elf_file import file_identity
+from core.symbolize.intervals import Intervals
 
 
 class DwarfUnusable(Exception):

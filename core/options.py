@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import math
 
+from core.errors import UsageError
+from core.lifetimes import check_boundaries
+
 # Class boundaries on either label clock: no more than this many (plus the tail and
 # inf classes, 32 classes in all), each in [MIN_BOUNDARY, MAX_BOUNDARY]:
 # on the wall clock 1 us .. 1e12 ms (31 years; in ns it still fits the simulator's
 # uint64 trace fields), on the bytes clock 1e-3 .. 1e12 bytes allocated (1 TB).
-# Defined in pipeline/lifetimes.py (check_boundaries), the label scheme's home.
+# Defined in core/lifetimes.py (check_boundaries), the label scheme's home.
 
 # Counts a user passes that only cost time or output: bounded so a typo (an extra
 # few zeros) is an error rather than hours of work or gigabytes of text.
@@ -118,10 +121,7 @@ def fractions(text: str) -> list[float]:
 
 def boundaries(text: str) -> tuple[float, ...]:
     """--boundaries: class upper bounds, the label scheme's rule
-    (pipeline.lifetimes.check_boundaries)."""
-    from lifetime.errors import UsageError
-    from pipeline.lifetimes import check_boundaries
-
+    (core.lifetimes.check_boundaries)."""
     try:
         return check_boundaries(float_list(text))
     except UsageError as e:

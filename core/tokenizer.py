@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from lifetime.errors import LifetimeError
+from core.errors import LifetimeError
+from core.files import read_text
 
 #: v2: the same splitting rules as v1, over frames whose unnamed-module stand-ins are
 #: version-free (``<libglib+?>``, not ``<libglib-2.0.so.0.7400.6+?>``; see
@@ -71,7 +72,6 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str) -> "Vocabulary":
         """Reads a vocabulary file: one token per line, the line number is the id."""
-        from lifetime.files import read_text
 
         try:  # a fifo or device is refused, not waited on
             tokens = read_text(path).split("\n")

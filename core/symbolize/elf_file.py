@@ -10,7 +10,7 @@ from typing import Iterable
 
 from elftools.elf.elffile import ELFFile
 
-from pipeline.symbolize.intervals import Intervals
+from core.symbolize.intervals import Intervals
 
 _FUNC_TYPES = frozenset({"STT_FUNC", "STT_GNU_IFUNC", "STT_LOOS"})  # LOOS == GNU_IFUNC
 _BINDING_RANK = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_GNU_UNIQUE": 1, "STB_LOCAL": 2}

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-from lifetime.errors import UsageError
+from core.errors import UsageError
 
 INF = math.inf
 PERCENTILE = 0.95
@@ -35,7 +35,7 @@ MIN_BOUNDARY, MAX_BOUNDARY = 1e-3, 1e12
 def check_boundaries(values) -> tuple[float, ...]:
     """Class boundaries as a tuple of floats, or a UsageError: finite, strictly
     increasing, within [MIN_BOUNDARY, MAX_BOUNDARY], 1..MAX_BOUNDARIES of them.  The one
-    rule, for --boundaries (lifetime/options.py) and every recorded scheme."""
+    rule, for --boundaries (core/options.py) and every recorded scheme."""
     try:
         b = tuple(float(x) for x in values)
     except (TypeError, ValueError):
@@ -105,6 +105,13 @@ class LabelScheme:
     def to_json(self) -> dict:
         return {"clock": self.clock, "unit": self.unit, "boundaries": list(self.boundaries),
                 "class_names": self.class_names, "rule": "T95 < boundary"}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LabelScheme":
+        """The scheme `to_json` wrote (a dataset manifest's config.labels): its clock and
+        boundaries; the derived fields (unit, class names, rule) follow from them.
+        KeyError or TypeError for a dict without them, UsageError for bad values."""
+        return cls(clock=d["clock"], boundaries=tuple(d["boundaries"]))
 
 
 def _format(value: float, unit: str) -> str:
