@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import itertools
 import math
 import errno
 import os
@@ -37,9 +38,10 @@ import struct
 from typing import BinaryIO, Iterator
 
 import google_crc32c
+import numpy as np
 
-from core import files
-from core.errors import LifetimeError
+from lifetime import files
+from lifetime.errors import LifetimeError
 from profiler_proto import profile_pb2
 
 SUFFIX = ".ltprof"
@@ -126,7 +128,7 @@ def masked_crc32c(data: bytes) -> int:
 
 def open_regular(path: str) -> tuple[BinaryIO, int]:
     """Opens a regular file for reading: (file, size).  A fifo, device or directory is
-    refused without ever blocking on it (core.files.open_regular)."""
+    refused without ever blocking on it (lifetime.files.open_regular)."""
     try:
         return files.open_regular(path)
     except FileNotFoundError:
@@ -264,6 +266,123 @@ def parse_chunk(path: str, index: int, data: bytes, offset: int | None = None
         raise ProfileFormatError(
             path, f"corrupt: {where} is not a ProfileChunk ({type(e).__name__})") from None
     return chunk
+
+
+# ---- ProfileChunk.compact_samples (profile.proto, CompactSamples) ----------------------
+# A full trace's completed samples as rows of 11 varints (deltas from the row before);
+# the reader turns them back into the `Sample` messages they stand for (equal, field for
+# field, to the Sample the sampler would write otherwise: weight 1), so every consumer
+# sees the same samples either way.  Vectorized (numpy): decoding and re-encoding a chunk
+# cost about as much as parsing its Sample messages.
+COMPACT_COLUMNS = 11
+_U64 = np.uint64
+_WEIGHT_ONE = bytes([(16 << 3) | 1, 1]) + struct.pack("<d", 1.0)  # Sample.weight = 1.0
+_THRESHOLDS = [_U64(1 << (7 * k)) for k in range(1, 10)]  # a varint's 2nd..10th byte
+
+
+def _unzigzag(z: np.ndarray) -> np.ndarray:
+    return (z >> _U64(1)) ^ (_U64(0) - (z & _U64(1)))
+
+
+def _zigzag(v: int) -> int:
+    v &= (1 << 64) - 1
+    return ((v << 1) ^ (-(v >> 63))) & ((1 << 64) - 1)
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def compact_rows(samples) -> profile_pb2.CompactSamples:
+    """Samples (freed, weight 1, no prediction: what a full trace records) as the
+    CompactSamples the sampler writes for them (tests, tools)."""
+    m = (1 << 64) - 1
+    rows = bytearray()
+    prev_addr = prev_ns = prev_bytes = prev_tid = 0
+    n = 0
+    for s in samples:
+        if s.censored or s.predicted or s.weight != 1.0 or s.alloc_function > 15:
+            raise ValueError("only freed samples of weight 1 without a prediction are compact")
+        for v in (s.stack_id, s.size, s.alignment, s.alloc_function | s.free_function << 4,
+                  _zigzag(s.address - prev_addr), _zigzag(s.free_monotonic_ns - prev_ns),
+                  (s.free_monotonic_ns - s.alloc_monotonic_ns) & m,
+                  _zigzag(s.free_allocated_bytes - prev_bytes),
+                  (s.free_allocated_bytes - s.alloc_allocated_bytes) & m,
+                  _zigzag(s.alloc_thread - prev_tid), _zigzag(s.free_thread - s.alloc_thread)):
+            rows += _varint(v)
+        prev_addr, prev_ns = s.address, s.free_monotonic_ns
+        prev_bytes, prev_tid = s.free_allocated_bytes, s.alloc_thread
+        n += 1
+    return profile_pb2.CompactSamples(count=n, rows=bytes(rows))
+
+
+def _decode_varints(data: bytes) -> np.ndarray:
+    """The varints of `data`, as uint64 (ValueError: a cut or over-long varint)."""
+    b = np.frombuffer(data, np.uint8)
+    if len(b) == 0:
+        return np.zeros(0, _U64)
+    if b[-1] & 0x80:
+        raise ValueError("the rows end inside a varint")
+    ends = np.flatnonzero(b < 0x80)  # each varint's last (most significant) byte
+    lengths = np.diff(ends, prepend=-1)
+    if lengths.max() > 10:
+        raise ValueError("a varint longer than 10 bytes")
+    v = b[ends].astype(_U64)
+    more = np.flatnonzero(lengths > 1)
+    k = 1
+    while len(more):  # the k-th byte from the end, for the varints that long
+        v[more] = (v[more] << _U64(7)) | (b[ends[more] - k] & 0x7F)
+        k += 1
+        more = more[lengths[more] > k]
+    return v
+
+
+def expand_compact(compact: profile_pb2.CompactSamples) -> bytes:
+    """A serialized ProfileChunk whose `samples` are the Sample messages that the rows
+    stand for (ValueError when the rows are not `count` rows of 11 varints).  Encoded
+    column by column: each field at the width of its widest value in the chunk (the
+    shorter ones overlong, which the wire format allows: they parse to the same
+    values), a field that is 0 in every row left out."""
+    v = _decode_varints(compact.rows)
+    n = compact.count
+    if len(v) != n * COMPACT_COLUMNS:
+        raise ValueError(f"{len(v)} varints for {n} rows of {COMPACT_COLUMNS}")
+    if n == 0:
+        return b""
+    c = v.reshape(n, COMPACT_COLUMNS).T
+    with np.errstate(over="ignore"):  # differences are taken modulo 2^64
+        free_ns = np.cumsum(_unzigzag(c[5]), dtype=_U64)
+        free_bytes = np.cumsum(_unzigzag(c[7]), dtype=_U64)
+        tid = np.cumsum(_unzigzag(c[9]), dtype=_U64) & _U64(0xFFFFFFFF)
+        fields = np.stack([  # Sample fields 1..12
+            c[0], c[1], c[2], c[3] & _U64(15), np.cumsum(_unzigzag(c[4]), dtype=_U64),
+            free_ns - c[6], free_bytes - c[8], tid, free_ns, free_bytes,
+            (tid + _unzigzag(c[10])) & _U64(0xFFFFFFFF),
+            (c[3] >> _U64(4)) & _U64(0xFFFFFFFF)])
+    widths = [0 if m == 0 else 1 + sum(int(m >= t) for t in _THRESHOLDS)
+              for m in fields.max(axis=1)]
+    body = sum(1 + w for w in widths if w) + len(_WEIGHT_ONE)
+    head = bytes([(4 << 3) | 2]) + _varint(body)  # ProfileChunk.samples
+    out = np.empty((n, len(head) + body), np.uint8)
+    out[:, :len(head)] = np.frombuffer(head, np.uint8)
+    col, placed = len(head), []
+    for j, w in enumerate(widths):
+        if w:
+            out[:, col] = (j + 1) << 3
+            placed.append((j, w, col + 1))
+            col += 1 + w
+    out[:, col:] = np.frombuffer(_WEIGHT_ONE, np.uint8)
+    for k in range(max(widths)):
+        group = ((fields >> _U64(7 * k)) & _U64(0x7F)).astype(np.uint8)
+        for j, w, at in placed:
+            if k < w:
+                out[:, at + k] = group[j] | 0x80 if k < w - 1 else group[j]
+    return out.tobytes()
 
 
 def enum_name(enum, value: int) -> str:
@@ -491,7 +610,17 @@ class ProfileReader:
             elif list(old.addresses) != list(s.addresses):
                 self._problem(f"stack_redefined: {where}: stack {s.id} is defined again "
                               "with other addresses; the first definition is kept")
-        for i, s in enumerate(chunk.samples):
+        samples = chunk.samples
+        if chunk.HasField("compact_samples"):
+            try:
+                expanded = profile_pb2.ProfileChunk.FromString(
+                    expand_compact(chunk.compact_samples))
+            except Exception as e:  # ValueError, or protobuf's DecodeError
+                self._problem(f"corrupt: {where}: its compact samples do not decode ({e}); "
+                              "skipped")
+            else:
+                samples = itertools.chain(expanded.samples, chunk.samples)
+        for i, s in enumerate(samples):
             problem = self._check(s)
             if problem:
                 self._drop(problem[0], f"{where}, sample {i}: {problem[1]}")

@@ -37,9 +37,21 @@ static struct lt_pb pb;
 static int chunk_has_data;
 static char argv_buf[ARGV_MAX];
 
+/* Full trace: the chunk's completed samples as CompactSamples rows (profile.proto),
+ * appended to the chunk as ProfileChunk.compact_samples when it is written.  The
+ * rows' deltas start from 0 in every chunk (each chunk decodes on its own). */
+#define COMPACT_ROW_MAX (11 * 10) /* 11 varints */
+#define COMPACT_TAIL 32           /* the CompactSamples framing around the rows */
+static uint8_t *crows;            /* LT_CHUNK_CAP */
+static size_t crows_len;
+static uint64_t crows_count;
+static uint64_t prev_addr, prev_free_ns, prev_free_bytes;
+static uint32_t prev_tid;
+
 int lt_flush_init(void) {
   chunk = lt_map(LT_TFRECORD_HEAD + LT_CHUNK_CAP + LT_TFRECORD_FOOT);
-  return chunk != NULL;
+  crows = lt_map(LT_CHUNK_CAP);
+  return chunk != NULL && crows != NULL;
 }
 
 void lt_flush_reset_child(void) {
@@ -53,6 +65,26 @@ void lt_flush_reset_child(void) {
 static void chunk_start(void) {
   lt_pb_init(&pb, chunk + LT_TFRECORD_HEAD, LT_CHUNK_CAP);
   chunk_has_data = 0;
+  crows_len = 0;
+  crows_count = 0;
+  prev_addr = prev_free_ns = prev_free_bytes = 0;
+  prev_tid = 0;
+}
+
+/* ProfileChunk.compact_samples = 6 { count = 1; rows = 2 }, with the length of the
+ * message computed first (no reserve-and-move of the rows). */
+static void compact_append(void) {
+  if (!crows_count) return;
+  uint8_t tmp[10];
+  size_t body = 1 + lt_varint_into(tmp, crows_count) + 1 + lt_varint_into(tmp, crows_len) +
+                crows_len;
+  lt_pb_tag(&pb, 6, LT_WT_LEN);
+  lt_pb_raw_varint(&pb, body);
+  lt_pb_tag(&pb, 1, LT_WT_VARINT);
+  lt_pb_raw_varint(&pb, crows_count);
+  lt_pb_tag(&pb, 2, LT_WT_LEN);
+  lt_pb_raw_varint(&pb, crows_len);
+  lt_pb_raw(&pb, crows, crows_len);
 }
 
 static void write_all(const uint8_t *p, size_t n) {
@@ -78,6 +110,7 @@ static void write_all(const uint8_t *p, size_t n) {
 }
 
 static void chunk_write(void) {
+  compact_append();
   if (pb.len == 0) return;
   if (pb.overflow) {
     /* cannot happen with the size bounds used by ensure(); never write a bad record */
@@ -92,7 +125,7 @@ static void chunk_write(void) {
 }
 
 static void ensure(size_t need) {
-  if (lt_pb_room(&pb) < need) chunk_write();
+  if (lt_pb_room(&pb) < need + crows_len + (crows_count ? COMPACT_TAIL : 0)) chunk_write();
   chunk_has_data = 1;
 }
 
@@ -144,7 +177,9 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
   uint32_t *gen;
   if (!lt_stack_get(d->stack_id, &frames, &depth, &truncated, &gen)) return;
   int need_stack = *gen != lt_g.file_gen && *gen != lt_g.mark_gen;
-  ensure(SAMPLE_MAX + (need_stack ? STACK_MAX : 0) +
+  int compact = !censored && lt_g.full_trace && d->pred < 0 && !lt_online_enabled();
+  ensure(SAMPLE_MAX + (compact ? COMPACT_ROW_MAX + COMPACT_TAIL : 0) +
+         (need_stack ? STACK_MAX : 0) +
          (need_stack && lt_symbolize_stacks ? STACK_FRAMES_MAX : 0));
   if (need_stack) {
     lt_pb_begin(&pb, 3);
@@ -162,6 +197,29 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
     }
     lt_pb_end(&pb);
     *gen = lt_g.mark_gen;
+  }
+  if (compact) { /* a CompactSamples row (profile.proto), weight 1 implied */
+    uint8_t *o = crows + crows_len;
+    size_t n = 0;
+    n += lt_varint_into(o + n, d->stack_id);
+    n += lt_varint_into(o + n, d->size);
+    n += lt_varint_into(o + n, d->align);
+    n += lt_varint_into(o + n, (uint64_t)d->fn | (uint64_t)d->free_fn << 4);
+    n += lt_varint_into(o + n, lt_zigzag(d->addr - prev_addr));
+    n += lt_varint_into(o + n, lt_zigzag(d->free_ns - prev_free_ns));
+    n += lt_varint_into(o + n, d->free_ns - d->alloc_ns);
+    n += lt_varint_into(o + n, lt_zigzag(d->free_bytes - prev_free_bytes));
+    n += lt_varint_into(o + n, d->free_bytes - d->alloc_bytes);
+    n += lt_varint_into(o + n, lt_zigzag((uint64_t)d->tid - prev_tid));
+    n += lt_varint_into(o + n, lt_zigzag((uint64_t)d->free_tid - d->tid));
+    prev_addr = d->addr;
+    prev_free_ns = d->free_ns;
+    prev_free_bytes = d->free_bytes;
+    prev_tid = d->tid;
+    crows_len += n;
+    crows_count++;
+    lt_g.samples_written++;
+    return;
   }
   /* The Sample, encoded inline into a scratch buffer (the hottest message: one per
    * allocation in a full trace); the bytes lt_pb_begin/uint/.../end would give. */

@@ -62,6 +62,10 @@ static inline size_t lt_varint_into(uint8_t *out, uint64_t v) {
   out[i++] = (uint8_t)v;
   return i;
 }
+/* zigzag (sint64): the two's complement difference of two uint64 values */
+static inline uint64_t lt_zigzag(uint64_t v) {
+  return (v << 1) ^ (uint64_t)((int64_t)v >> 63);
+}
 /* A varint field, skipped when 0 (proto3 default), as lt_pb_uint. */
 static inline size_t lt_field_uint_into(uint8_t *out, uint32_t field, uint64_t v) {
   if (v == 0) return 0;
