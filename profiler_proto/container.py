@@ -40,8 +40,8 @@ from typing import BinaryIO, Iterator
 import google_crc32c
 import numpy as np
 
-from lifetime import files
-from lifetime.errors import LifetimeError
+from core import files
+from core.errors import LifetimeError
 from profiler_proto import profile_pb2
 
 SUFFIX = ".ltprof"
@@ -128,7 +128,7 @@ def masked_crc32c(data: bytes) -> int:
 
 def open_regular(path: str) -> tuple[BinaryIO, int]:
     """Opens a regular file for reading: (file, size).  A fifo, device or directory is
-    refused without ever blocking on it (lifetime.files.open_regular)."""
+    refused without ever blocking on it (core.files.open_regular)."""
     try:
         return files.open_regular(path)
     except FileNotFoundError:
