@@ -116,6 +116,7 @@ LT_NOINLINE void lt_record_alloc(struct lt_thread *t, void *p, size_t size, size
   t->countdown = 0;
   t->in_sampler = 1;
   if (!t->stack_known) lt_thread_stack_bounds(t);
+  if (LT_UNLIKELY(!t->memo_tried) && lt_g.full_trace) lt_unwind_memo_start(t);
   uintptr_t frames[LT_MAX_FRAMES];
   int truncated = 0;
   int depth = lt_capture(frames, lt_g.max_frames, ra, &truncated, t);

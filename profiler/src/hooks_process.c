@@ -61,6 +61,7 @@ void lt_thread_exit_fold(void *v) {
   struct lt_thread *t = &lt_tls;
   if (t->initialized && t->countdown != UINT64_MAX) lt_sync_pending(t);
   lt_fold(t);
+  lt_unwind_memo_end(t);
 }
 
 #ifndef LT_HARNESS

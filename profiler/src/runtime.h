@@ -64,8 +64,15 @@ struct lt_thread {
   uint8_t in_sampler;      /* recursion guard: nested calls go to the real allocator */
   uint8_t initialized;
   uint8_t stack_known;
+  uint8_t memo_tried;      /* unwind_memo was asked for (once per thread) */
+  struct lt_unwind_memo *unwind_memo; /* the last walk (unwind.c); NULL: none kept */
 };
 extern __thread struct lt_thread lt_tls __attribute__((tls_model("initial-exec")));
+/* unwind.c: keep each walk of this thread, so that the next one replays the frames it
+ * shares with it (full trace: every allocation unwinds).  Start: maps the thread's
+ * memo (once; no memo if that fails); end: unmaps it (thread exit). */
+LT_HIDDEN void lt_unwind_memo_start(struct lt_thread *t);
+LT_HIDDEN void lt_unwind_memo_end(struct lt_thread *t);
 
 /* ---- helpers ---- */
 LT_HIDDEN uint64_t lt_mono_ns(void);

@@ -27,6 +27,7 @@
 #include <execinfo.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/ucontext.h>
@@ -478,11 +479,16 @@ struct bounds {
 
 LT_NO_SANITIZE static inline int rd(const struct bounds *b, uintptr_t addr, uintptr_t *out) {
   if (LT_LIKELY(b->hi >= 8 && addr >= b->lo && addr <= b->hi - 8)) {
-    memcpy(out, (const void *)addr, 8);
+    __builtin_memcpy(out, (const void *)addr, 8); /* inlined: the library has -fno-builtin */
     return 1;
   }
   struct iovec local = {out, 8}, remote = {(void *)addr, 8};
   return syscall(SYS_process_vm_readv, (long)lt_getpid(), &local, 1L, &remote, 1L, 0L) == 8;
+}
+
+/* rd() reads addr directly (no syscall). */
+static inline int in_bounds(const struct bounds *b, uintptr_t addr) {
+  return b->hi >= 8 && addr >= b->lo && addr <= b->hi - 8;
 }
 
 static void set_bounds(struct bounds *b, const struct lt_thread *t, uintptr_t sp) {
@@ -492,6 +498,97 @@ static void set_bounds(struct bounds *b, const struct lt_thread *t, uintptr_t sp
   } else {
     b->lo = b->hi = 0; /* everything through the checked path */
   }
+}
+
+/* ---------------- the walk's memo ----------------
+ * A full trace unwinds at every allocation, and consecutive walks of a thread share
+ * most of their frames (the callers of the allocating function).  Each step of a walk
+ * maps a state (ip, sp, bp, exact) to the next one through the ip's rule (which
+ * depends on ip alone) and one or two words read from the stack (the return address,
+ * the saved rbp).  The memo keeps, for every step of the thread's previous walk, that
+ * state, the addresses read and the values they held.  A step whose state equals a
+ * kept one reads the same addresses again and, if they still hold the same values,
+ * takes the kept next state: exactly what the rule would compute, without looking it
+ * up.  Anything else (another state, a changed word, a signal frame, a CFA read
+ * through memory, a read outside the thread's stack) is a normal step.  Kept steps
+ * are in the order of the walk (sp increasing), so a walk finds its matches by
+ * merging. */
+#define MEMO_STEPS (LT_MAX_FRAMES + 64)
+enum { MEMO_STEP = 0, MEMO_END = 1 };
+struct memo_step {
+  uintptr_t ip, sp, bp;
+  uintptr_t ra_at, bp_at;  /* addresses read (bp_at 0: rbp unchanged) */
+  uintptr_t nip, nsp, nbp; /* the next state (nbp: when bp_at) */
+  uint32_t exact, kind;
+  uint32_t uses_bp;        /* the rule reads rbp: bp is part of the state */
+  uint32_t pad;
+};
+struct lt_unwind_memo {
+  int n;                               /* steps of the previous walk */
+  struct memo_step steps[MEMO_STEPS];  /* the previous walk */
+  struct memo_step fresh[MEMO_STEPS];  /* this walk's own steps, put together at its end */
+};
+
+void lt_unwind_memo_start(struct lt_thread *t) {
+  if (t->memo_tried) return;
+  t->memo_tried = 1;
+  t->unwind_memo = lt_map(sizeof(struct lt_unwind_memo));
+}
+
+void lt_unwind_memo_end(struct lt_thread *t) {
+  struct lt_unwind_memo *m = t->unwind_memo;
+  t->unwind_memo = NULL; /* memo_tried stays set: not mapped again on this thread */
+  if (m) munmap(m, sizeof *m);
+}
+
+static inline int in_bounds(const struct bounds *b, uintptr_t addr);
+
+/* Once the walk records frames (recording) and reaches a kept state, the rest of the
+ * previous walk is checked in one tight loop (replay_run): step by step, the words it
+ * read must hold the same values and each kept step must start where the one before
+ * it ended; every such step's return address is appended as the walk would.  It
+ * returns the kept steps used; the walk goes on normally after them. */
+LT_NO_SANITIZE static inline int replay_run(const struct memo_step *o, int avail,
+                                            const struct bounds *b, uintptr_t *bp,
+                                            uintptr_t *out, int *n, int max, int *truncated,
+                                            int *steps_left, int *stop) {
+  int k = 0;
+  uintptr_t cur_bp = *bp;
+  while (k < avail && *steps_left > 0) {
+    const struct memo_step *e = &o[k];
+    if (e->kind == MEMO_END) {
+      k++;
+      *stop = 1;
+      break;
+    }
+    uintptr_t v;
+    if (!in_bounds(b, e->ra_at)) break;
+    __builtin_memcpy(&v, (const void *)e->ra_at, 8);
+    if (v != e->nip) break;
+    if (e->bp_at) { /* the saved rbp: whatever it holds now is the next rbp */
+      if (!in_bounds(b, e->bp_at)) break;
+      __builtin_memcpy(&cur_bp, (const void *)e->bp_at, 8);
+    }
+    k++;
+    (*steps_left)--;
+    if (e->nip < 4096) {
+      *stop = 1;
+      break;
+    }
+    if (*n == max) {
+      *truncated = 1;
+      *stop = 1;
+      break;
+    }
+    out[(*n)++] = e->nip;
+    if (k < avail) { /* the next kept step must start from this one's end */
+      const struct memo_step *f = &o[k];
+      if (f->sp != e->nsp || f->ip != e->nip || f->exact || (f->uses_bp && f->bp != cur_bp))
+        break;
+    }
+  }
+  *bp = cur_bp;
+  return k;
 }
 
 LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
@@ -505,10 +602,76 @@ LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
   int exact = 1; /* ip is not a return address (first frame, after a signal frame) */
   int recording = caller_ra == 0, n = 0, skipped = 0;
   *truncated = 0;
+  /* The memo (above): this walk's steps go to memo->fresh, except the first `same`
+   * ones, replayed kept steps at their own place (left where they are), and a run
+   * replayed from the previous walk (kept steps [run_at, run_at + run_len), after the
+   * first run_pos steps); put together at the end. */
+  struct lt_unwind_memo *memo = t->unwind_memo;
+  int old_n = memo ? memo->n : 0, oi = 0, fresh_n = 0, same = 0;
+  int run_at = 0, run_len = 0, run_pos = 0, use_memo = memo != NULL;
   for (int step = 0; step < max + 64; step++) {
-    struct rule r;
-    if (!get_rule(exact ? ip : ip - 1, &r) || r.kind == RULE_END) break;
     uintptr_t nip, nsp, nbp = bp;
+    if (use_memo) {
+      const struct memo_step *old = memo->steps;
+      while (oi < old_n && old[oi].sp < sp) oi++;
+      const struct memo_step *o = &old[oi];
+      if (oi < old_n && o->sp == sp && o->ip == ip && o->exact == (uint32_t)exact &&
+          (!o->uses_bp || o->bp == bp)) {
+        if (recording) { /* the rest of the previous walk, in one go */
+          int left = max + 64 - step, stop = 0;
+          uintptr_t nb = bp;
+          int used = replay_run(o, old_n - oi, &b, &nb, out, &n, max, truncated, &left, &stop);
+          if (used) {
+            run_at = oi;
+            run_len = used;
+            run_pos = fresh_n;
+            use_memo = 0; /* one run a walk */
+            if (stop) break;
+            const struct memo_step *e = &old[oi + used - 1];
+            sp = e->nsp;
+            ip = e->nip;
+            bp = nb;
+            exact = 0;
+            step = max + 64 - left - 1; /* the loop's ++ makes it the next step */
+            continue;
+          }
+        } else if (o->kind == MEMO_END) { /* the end: a matter of ip alone */
+          if (fresh_n < MEMO_STEPS) memo->fresh[fresh_n++] = *o;
+          break;
+        } else {
+          uintptr_t v;
+          if (in_bounds(&b, o->ra_at) &&
+              (__builtin_memcpy(&v, (const void *)o->ra_at, 8), v == o->nip) &&
+              (!o->bp_at || in_bounds(&b, o->bp_at))) {
+            /* the same step as last time: the rule would give o's next state (the
+             * saved rbp, if any, read again: only a step that uses rbp needs it equal) */
+            if (o->bp_at) __builtin_memcpy(&nbp, (const void *)o->bp_at, 8);
+            if (fresh_n == same && oi == same) { /* in place: stays as it is */
+              fresh_n = ++same;
+            } else if (fresh_n < MEMO_STEPS) {
+              memo->fresh[fresh_n] = *o;
+              memo->fresh[fresh_n].bp = bp;
+              memo->fresh[fresh_n++].nbp = nbp;
+            }
+            oi++;
+            nip = o->nip;
+            nsp = o->nsp;
+            exact = 0;
+            goto next;
+          }
+        }
+      }
+    }
+    struct rule r;
+    int have = get_rule(exact ? ip : ip - 1, &r);
+    if (!have || r.kind == RULE_END) {
+      /* the end of the stack is kept (the rule cache keeps it too); a failed rule
+       * lookup is not (the rule cache computes it again each time) */
+      if (have && memo && fresh_n < MEMO_STEPS)
+        memo->fresh[fresh_n++] = (struct memo_step){.ip = ip, .sp = sp, .bp = bp,
+                                                    .exact = (uint32_t)exact, .kind = MEMO_END};
+      break;
+    }
     if (r.kind == RULE_SIGNAL) {
       uintptr_t uc = sp; /* __restore_rt runs with rsp at the ucontext */
       if (!rd(&b, uc + offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]), &nip) ||
@@ -529,8 +692,21 @@ LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
       }
       nsp = cfa;
       if (nsp <= sp) break; /* the stack only grows towards the callers */
+      if (memo && !r.cfa_deref && fresh_n < MEMO_STEPS) {
+        uintptr_t ra_at = cfa + (uintptr_t)r.ra_off, bp_at = 0;
+        if (r.rbp_how == HOW_OFFSET)
+          bp_at = cfa + (uintptr_t)r.rbp_off;
+        else if (r.rbp_how == HOW_ADDR_EXPR)
+          bp_at = (r.rbp_reg == R_RBP ? bp : sp) + (uintptr_t)r.rbp_off;
+        if (in_bounds(&b, ra_at) && (!bp_at || in_bounds(&b, bp_at)))
+          memo->fresh[fresh_n++] = (struct memo_step){
+              .ip = ip, .sp = sp, .bp = bp, .ra_at = ra_at, .bp_at = bp_at, .nip = nip,
+              .nsp = nsp, .nbp = nbp, .exact = (uint32_t)exact, .kind = MEMO_STEP,
+              .uses_bp = r.cfa_reg == R_RBP || (r.rbp_how == HOW_ADDR_EXPR && r.rbp_reg == R_RBP)};
+      }
       exact = 0;
     }
+  next:
     sp = nsp;
     bp = nbp;
     ip = nip;
@@ -539,7 +715,7 @@ LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
       if (ip == caller_ra) {
         recording = 1;
       } else if (++skipped > 16) {
-        return 0; /* our own frames did not lead to the hook's caller */
+        return 0; /* our own frames did not lead to the hook's caller (memo unchanged) */
       } else {
         continue;
       }
@@ -549,6 +725,21 @@ LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
       break;
     }
     out[n++] = ip;
+  }
+  if (memo) { /* the kept walk: steps[0, same) as they are, fresh[same, run_pos), the
+                * run, fresh[run_pos, fresh_n) */
+    if (!run_len) run_pos = fresh_n;
+    int after = fresh_n - run_pos;
+    if (run_len + fresh_n > MEMO_STEPS) run_len = MEMO_STEPS - fresh_n;
+    if (run_len < 0) run_len = 0;
+    if (run_len && run_at != run_pos)
+      memmove(&memo->steps[run_pos], &memo->steps[run_at], sizeof(struct memo_step) * (size_t)run_len);
+    if (run_pos > same)
+      memcpy(&memo->steps[same], &memo->fresh[same], sizeof(struct memo_step) * (size_t)(run_pos - same));
+    if (after)
+      memcpy(&memo->steps[run_pos + run_len], &memo->fresh[run_pos],
+             sizeof(struct memo_step) * (size_t)after);
+    memo->n = run_pos + run_len + after;
   }
   return n;
 }
@@ -579,6 +770,7 @@ LT_NOINLINE static int capture_buffer(uintptr_t *out, int max, uintptr_t caller_
 
 static int ready; /* set by lt_unwind_init (constructor); before it only builtin runs */
 static _Atomic uint64_t check_total, check_differ, check_frames, check_frames_differ;
+static _Atomic uint64_t memo_checked, memo_differ;
 
 /* LIFETIME_UNWINDER=check: record the builtin stack, and compare it frame by frame
  * with glibc's backtrace() of the same allocation (a correctness check on real
@@ -588,6 +780,17 @@ static int capture_check(uintptr_t *out, int max, uintptr_t caller_ra, int *trun
   uintptr_t other[LT_MAX_FRAMES];
   int other_trunc = 0;
   int n = capture_builtin(out, max, caller_ra, truncated, t);
+  if (t && t->unwind_memo) { /* the memo's walk against a walk without it */
+    struct lt_unwind_memo *memo = t->unwind_memo;
+    int plain_trunc = 0;
+    t->unwind_memo = NULL;
+    int p = capture_builtin(other, max, caller_ra, &plain_trunc, t);
+    t->unwind_memo = memo;
+    int differ = p != n || plain_trunc != *truncated;
+    for (int i = 0; !differ && i < n; i++) differ = other[i] != out[i];
+    atomic_fetch_add(&memo_checked, 1);
+    if (differ) atomic_fetch_add(&memo_differ, 1);
+  }
   int m = capture_buffer(other, max, caller_ra, &other_trunc);
   int k = n > m ? n : m, bad = 0;
   for (int i = 0; i < k; i++) bad += i >= n || i >= m || out[i] != other[i];
@@ -600,7 +803,7 @@ static int capture_check(uintptr_t *out, int max, uintptr_t caller_ra, int *trun
 
 void lt_unwind_report(void) {
   if (unwinder != LT_UNWIND_CHECK) return;
-  char a[24], b[24], c[24], d[24], line[200];
+  char a[24], b[24], c[24], d[24], line[300];
   size_t n = lt_strlcpy(line, "unwinder check: ", sizeof line);
   n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_differ), a), sizeof line - n);
   n += lt_strlcpy(line + n, " of ", sizeof line - n);
@@ -609,7 +812,14 @@ void lt_unwind_report(void) {
   n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_frames_differ), c), sizeof line - n);
   n += lt_strlcpy(line + n, " of ", sizeof line - n);
   n += lt_strlcpy(line + n, lt_utoa(atomic_load(&check_frames), d), sizeof line - n);
-  lt_strlcpy(line + n, " frames", sizeof line - n);
+  n += lt_strlcpy(line + n, " frames", sizeof line - n);
+  if (atomic_load(&memo_checked)) { /* full trace: the walks replayed from the memo */
+    n += lt_strlcpy(line + n, "; memo: ", sizeof line - n);
+    n += lt_strlcpy(line + n, lt_utoa(atomic_load(&memo_differ), a), sizeof line - n);
+    n += lt_strlcpy(line + n, " of ", sizeof line - n);
+    n += lt_strlcpy(line + n, lt_utoa(atomic_load(&memo_checked), b), sizeof line - n);
+    lt_strlcpy(line + n, " walks differ from a walk without it", sizeof line - n);
+  }
   lt_log(line, NULL, NULL);
 }
 
