@@ -1,8 +1,14 @@
-"""The dataset job on a real Apache Flink session cluster (runners/flink/cluster.sh: a
-JobManager and two TaskManagers, each its own JVM, on loopback) writes the same dataset
-as on DirectRunner, byte for byte, and ran there: the cluster's REST API lists the job
-as finished, with subtasks on both TaskManagers.  The SDK workers run in Beam's PROCESS
-environment (runners/flink/sdk-worker): LOOPBACK fails on more than one TaskManager
+"""A real Apache Flink session cluster (runners/flink/cluster.sh: a JobManager and two
+TaskManagers, each its own JVM, on loopback) starts, reports both TaskManagers, starts
+idempotently and stops leaving no JVM behind.
+
+With LIFETIME_TEST_FLINK_CLUSTER=1 the dataset job also runs on it and writes the same
+dataset as on DirectRunner, byte for byte, and ran there: the cluster's REST API lists
+the job as finished, with subtasks on both TaskManagers.  That part is opt-in: it adds
+about 75 s (job server, 150 MB of jars shipped to the cluster, an SDK worker process per
+stage) to the ~20 s of the cluster; runners/flink/compare_runners.py runs the same
+comparison on the demo's profiles.  The SDK workers run in Beam's PROCESS environment
+(runners/flink/sdk-worker): LOOPBACK fails on more than one TaskManager
 (runners/flink/README.md)."""
 
 import filecmp
@@ -52,8 +58,11 @@ def job_server_jar():
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, job_server_jar):
+def cluster(tmp_path_factory):
     """(master host:port, state dir) of a session cluster of our own, stopped after."""
+    if not shutil.which("java") or not shutil.which("mvn"):
+        pytest.fail("the Flink cluster test needs java and mvn "
+                    "(scripts/system-deps.txt installs them)")
     state = tmp_path_factory.mktemp("flink-cluster")
     env = {**os.environ, "FLINK_CLUSTER_DIR": str(state), "FLINK_REST_PORT": str(_free_port())}
     script = str(FLINK / "cluster.sh")
@@ -82,6 +91,9 @@ def test_cluster_status_and_idempotent_start(cluster):
     assert sorted(tm["id"] for tm in tms) == ["taskmanager1", "taskmanager2"]
 
 
+@pytest.mark.skipif(os.environ.get("LIFETIME_TEST_FLINK_CLUSTER") != "1",
+                    reason="opt-in (~75 s): LIFETIME_TEST_FLINK_CLUSTER=1; "
+                           "or runners/flink/compare_runners.py")
 def test_session_cluster_writes_the_same_dataset_as_direct_runner(tmp_path, cluster,
                                                                   job_server_jar):
     master, _ = cluster

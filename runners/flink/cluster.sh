@@ -76,10 +76,12 @@ pid_files() { compgen -G "$run/*.pid" || true; }
 rest_port() { cat "$run/rest-port" 2>/dev/null; }
 
 registered_taskmanagers() {  # number the REST API reports, or nothing if it does not answer
-  local port="$1" body
-  body="$(curl -sf --max-time 2 "http://localhost:$port/taskmanagers" 2>/dev/null)" || return 0
-  "$py" -c 'import json, sys; print(len(json.load(sys.stdin)["taskmanagers"]))' <<< "$body" \
-    2>/dev/null || true
+  "$py" -c 'import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(f"http://localhost:{sys.argv[1]}/taskmanagers", timeout=2) as r:
+        print(len(json.load(r)["taskmanagers"]))
+except Exception:
+    pass' "$1"
 }
 
 running() {  # every JVM of ours is alive and the REST API answers
