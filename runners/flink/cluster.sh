@@ -141,6 +141,13 @@ taskmanager.bind-host: localhost
 taskmanager.host: localhost
 taskmanager.memory.process.size: ${FLINK_TM_MEMORY:-1280m}
 taskmanager.memory.managed.fraction: 0.25
+# A Beam batch job runs many stages at once in a slot, each blocking result partition
+# taking taskmanager.network.sort-shuffle.min-buffers (default 512 x 32 KiB) up front:
+# with the default network share (~80 MB) one TaskManager failed the demo's job with
+# "Insufficient number of network buffers".
+taskmanager.memory.network.min: 160m
+taskmanager.memory.network.max: 160m
+taskmanager.network.sort-shuffle.min-buffers: 128
 taskmanager.numberOfTaskSlots: ${FLINK_SLOTS:-2}
 cluster.evenly-spread-out-slots: true
 parallelism.default: 1

