@@ -3,16 +3,19 @@
 cache hit, ≤ 1 point accuracy loss against the unoptimized model).
 
     .venv/bin/python benchmarks/export_latency.py --model out/demo/model \
-        --dataset out/demo/datasets/v2 [--rounds 20] [--out out/bench/export_latency]
+        --dataset out/demo/datasets/v2 [--rounds 20] [--runs 3] [--out out/bench/export_latency]
 
-It exports MODEL_DIR three ways (VARIANTS: the default folded graph on XLA's classic CPU
-runtime; the plain Keras graph through keras.export.ExportArchive on the same runtime;
-and that Keras graph on XLA's default thunk runtime, the unoptimized baseline), builds
+It exports MODEL_DIR several ways (VARIANTS: the default folded graph on XLA's classic
+CPU runtime, for this CPU's x86-64 level and for generic x86-64; the plain Keras graph
+through keras.export.ExportArchive on the same runtime; and that Keras graph on XLA's
+default thunk runtime, the unoptimized baseline), builds
 the C++ harness
 (tests/native/export_consumer) against each with CMake find_package, and measures on
 the dataset's stacks:
   - compiled latency per uncached prediction, from frame strings (tokenizer included)
-    and from token ids: p50, p99 (one core, after a warm-up round);
+    and from token ids: p50, p99 (one core, after a warm-up round), and from frame
+    strings in the warm-up round itself (a fresh predictor, its frame memo cold);
+    --runs fresh harness processes, median and range;
   - the prediction cache's hit cost (C++ and C API);
   - TensorFlow's own latency for one prediction in Python (eager Keras call and a
     tf.function), for scale;
@@ -40,12 +43,20 @@ import numpy as np  # noqa: E402
 from benchmarks.export_harness_files import read_results, write_stacks  # noqa: E402
 
 
-# name -> (export graph, XLA_FLAGS or None for the exporter's default, description)
+# name -> (export graph, XLA_FLAGS or None for the exporter's default, target CPU,
+#          description)
 VARIANTS = {
-    "folded": ("folded", None, "the default export"),
-    "keras": ("keras", None, "the Keras graph as is, classic XLA runtime"),
-    "keras-thunk": ("keras", "", "the Keras graph, XLA's default thunk runtime: unoptimized"),
+    "folded": ("folded", None, "host", "the default export (x86-64-v3 where the CPU has it)"),
+    "folded-generic": ("folded", None, "", "the same graph for generic x86-64 (SSE2)"),
+    "keras": ("keras", None, "host", "the Keras graph as is, classic XLA runtime"),
+    "keras-thunk": ("keras", "", "host",
+                    "the Keras graph, XLA's default thunk runtime: unoptimized"),
 }
+# Latency fields of the harness's `bench` that are summarized over --runs.
+LATENCY_FIELDS = ("frames_p50_us", "frames_p99_us", "ids_p50_us", "ids_p99_us",
+                  "frames_first_sight_p50_us", "frames_first_sight_p99_us", "cache_hit_ns",
+                  "cache_hit_with_key_ns", "cache_hit_c_api_ns",
+                  "cache_c_api_revalidate_1000_ns")
 
 
 def log(msg: str) -> None:
@@ -90,9 +101,12 @@ def main(argv=None) -> int:
     ap.add_argument("--model", required=True, help="model directory from `lifetime train`")
     ap.add_argument("--dataset", required=True, help="dataset whose stacks are predicted")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds over the stacks")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="harness runs per variant (fresh processes); each latency is "
+                         "reported as the median over runs with the min and max")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="comma-separated subset of: " + ", ".join(
-                        f"{k} ({v[2]})" for k, v in VARIANTS.items()))
+                        f"{k} ({v[3]})" for k, v in VARIANTS.items()))
     ap.add_argument("--out", default="out/bench/export_latency")
     args = ap.parse_args(argv)
     unknown = [v for v in args.variants.split(",") if v and v not in VARIANTS]
@@ -129,19 +143,26 @@ def main(argv=None) -> int:
     log(f"{len(frames)} stacks; Keras accuracy {result['keras_accuracy']}; "
         f"TF in Python {result['python']}")
     for route in [r for r in args.variants.split(",") if r]:
-        graph, flags, _ = VARIANTS[route]
+        graph, flags, cpu, _ = VARIANTS[route]
         export_dir = out / f"export-{route}"
         log(f"exporting {route} -> {export_dir}")
-        manifest = export_model(args.model, export_dir, graph=graph,
+        manifest = export_model(args.model, export_dir, graph=graph, target_cpu=cpu,
                                 **({} if flags is None else {"xla_flags": flags}))
         harness = build_harness(export_dir, out / f"harness-{route}")
         subprocess.run([str(harness), "predict-frames", str(stacks), str(out / "pred.bin")],
                        check=True)
         compiled, _ = read_results(out / "pred.bin", len(config["class_names"]))
-        log(f"timing {route}: {args.rounds} rounds over {len(frames)} stacks")
-        bench = json.loads(subprocess.run(
+        log(f"timing {route}: {args.runs} runs of {args.rounds} rounds over {len(frames)} "
+            "stacks")
+        runs = [json.loads(subprocess.run(
             ["taskset", "-c", "0", str(harness), "bench", str(stacks), str(args.rounds)],
-            check=True, capture_output=True, text=True).stdout)
+            check=True, capture_output=True, text=True).stdout) for _ in range(args.runs)]
+        bench = {"examples": runs[0]["examples"], "rounds": args.rounds, "runs": args.runs,
+                 "misses_in_hit_loops": max(r["misses_in_hit_loops"] for r in runs)}
+        for k in LATENCY_FIELDS:
+            vals = sorted(r[k] for r in runs)
+            bench[k] = round(float(np.median(vals)), 2)
+            bench[k + "_range"] = [vals[0], vals[-1]]
         acc = accuracy(compiled, ex.label, ex.weight)
         result["compiled"][route] = {
             **bench, "accuracy": acc,
@@ -149,6 +170,7 @@ def main(argv=None) -> int:
                                                  - acc["weighted_exact"]), 2),
             "argmax_agreement": round(float(np.mean(compiled == keras_pred)), 4),
             "graph": manifest["graph"], "xla_flags": manifest["xla_flags"],
+            "target_cpu": manifest["target_cpu"],
             "library_mb": round(manifest["library_bytes"] / 1e6, 1),
             "export_seconds": manifest["seconds"],
         }

@@ -19,9 +19,10 @@ def add_parser(sub) -> None:
                    help="folded: the LSTM rewritten for one prediction, checked against the "
                         "model (fast); keras: the Keras model as is; auto: folded when it "
                         "applies (default)")
-    p.add_argument("--target-cpu", default="", metavar="CPU",
-                   help="LLVM CPU for the compiled code, e.g. haswell (default: generic "
-                        "x86-64, runs anywhere)")
+    p.add_argument("--target-cpu", default="host", metavar="CPU",
+                   help="LLVM CPU for the compiled code: host (default: x86-64-v3 when "
+                        "this CPU has AVX2 and FMA, else generic), '' for generic x86-64 "
+                        "(runs anywhere, about 2x slower), or a name such as x86-64-v3")
     p.add_argument("--xla-flags", default=None, metavar="FLAGS",
                    help="XLA_FLAGS for the compilation (default: "
                         "%s, XLA's classic runtime: faster for small models; '' for "

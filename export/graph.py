@@ -7,9 +7,9 @@ Two routes:
   become constants of a graph written for a single prediction.  The embedding and the
   LSTM input projection are folded into one table, P = E @ W_x (the mean of projected
   rows equals the projection of the mean), so a step's input is a gather and a sum;
-  the recurrence is unrolled over the architecture's steps (model/architectures/:
-  max_frames steps of a frame's slots, or one step per token slot).  The result is
-  checked against the Keras model before it is used (`verify`).
+  one loop runs the recurrence over the architecture's present steps
+  (model/architectures/: max_frames steps of a frame's slots, or one step per token
+  slot).  The result is checked against the Keras model before it is used (`verify`).
 - "keras": the Keras model itself through keras.export.ExportArchive (any model; slower).
 """
 
@@ -91,7 +91,20 @@ def extract_weights(model) -> LstmWeights:
 
 def folded_function(w: LstmWeights, architecture: str, max_frames: int,
                     tokens_per_frame: int):
-    """A tf.function(token_ids [1, max_tokens]) -> {"probabilities": [1, C]} on constants."""
+    """A tf.function(token_ids [1, max_tokens]) -> {"probabilities": [1, C]} on constants.
+
+    Written for one prediction on one core (issue 23: p50 12 -> 4 us on Redis stacks,
+    benchmarks/export_latency.py); each choice was measured against the plain unrolled
+    graph:
+      * one loop over the steps (an XLA While), not 16 unrolled copies: the copies were
+        85 KiB of code, more than the L1 instruction cache;
+      * the loop runs from the first present step to the last one only (absent steps
+        keep h = c = 0 or leave them unchanged, as Keras's mask does), and a step
+        gathers and averages its own frame's rows, so padding costs nothing;
+      * the four gates go through one tanh: sigmoid(x) = 0.5 + 0.5 tanh(x / 2), with the
+        1/2 folded into the i, f, o columns of the weights (exact: a power of two),
+        instead of three sigmoids (an exp and a division each) and a tanh.
+    """
     import tensorflow as tf
 
     units = w.recurrent.shape[0]
@@ -99,6 +112,10 @@ def folded_function(w: LstmWeights, architecture: str, max_frames: int,
     # padding adds nothing to a frame's sum.
     table = (w.embedding.astype(np.float64) @ w.kernel.astype(np.float64)).astype(np.float32)
     table[0] = 0.0
+    # Gate order i, f, g, o: the sigmoid gates take x / 2, the cell input g takes x.
+    half = np.full(4 * units, 0.5, np.float32)
+    half[2 * units:3 * units] = 1.0
+    table, recurrent, bias = table * half, w.recurrent * half, w.bias * half
     if architecture not in architectures.names():
         raise UnsupportedModel(f"unknown architecture {architecture!r}")
     # The architecture says how its LSTM steps map onto the token slots (model/architectures/).
@@ -107,28 +124,34 @@ def folded_function(w: LstmWeights, architecture: str, max_frames: int,
     @tf.function(input_signature=[tf.TensorSpec([1, steps * width], tf.int32, name=FEED)],
                  jit_compile=False, autograph=False)
     def serve(token_ids):
-        p = tf.constant(table)
-        wh = tf.constant(w.recurrent)                      # [U, 4U]
-        b = tf.constant(w.bias)
+        p = tf.constant(table)                                         # [V, 4U]
+        wh = tf.constant(recurrent)                                    # [U, 4U]
+        b = tf.constant(bias)
         ids = tf.reshape(token_ids, [steps, width])
-        present = tf.cast(tf.not_equal(ids, 0), tf.float32)
-        count = tf.reduce_sum(present, axis=1, keepdims=True)          # [S, 1]
-        rows = tf.gather(p, ids)                                       # [S, W, 4U]
-        xs = tf.reduce_sum(rows, axis=1) / tf.maximum(count, 1.0) + b  # [S, 4U]
-        valid = tf.greater(count, 0.0)                                 # [S, 1]
-        h = tf.zeros([1, units])
-        c = tf.zeros([1, units])
-        for t in (reversed(range(steps)) if w.go_backwards else range(steps)):
-            z = xs[t:t + 1] + tf.matmul(h, wh)
-            i = tf.sigmoid(z[:, :units])
-            f = tf.sigmoid(z[:, units:2 * units])
-            g = tf.tanh(z[:, 2 * units:3 * units])
-            o = tf.sigmoid(z[:, 3 * units:])
+        if w.go_backwards:                                             # processing order
+            ids = tf.reverse(ids, [0])
+        count = tf.reduce_sum(tf.cast(tf.not_equal(ids, 0), tf.float32), axis=1)  # [S]
+        order = tf.range(steps)
+        present = count > 0.0
+        first = tf.reduce_min(tf.where(present, order, steps))
+        last = tf.reduce_max(tf.where(present, order, -1))
+
+        def step(t, h, c):
+            rows = tf.gather(p, tf.gather(ids, t))                     # [W, 4U]
+            n = tf.gather(count, t)
+            x = tf.reduce_sum(rows, axis=0) / tf.maximum(n, 1.0) + b   # frame mean
+            z = tf.tanh(tf.reshape(x, [1, 4 * units]) + tf.matmul(h, wh))
+            i = 0.5 * z[:, :units] + 0.5
+            f = 0.5 * z[:, units:2 * units] + 0.5
+            g = z[:, 2 * units:3 * units]
+            o = 0.5 * z[:, 3 * units:] + 0.5
             c_new = f * c + i * g
             h_new = o * tf.tanh(c_new)
-            keep = valid[t:t + 1]
-            h = tf.where(keep, h_new, h)
-            c = tf.where(keep, c_new, c)
+            keep = n > 0.0                                             # absent frame: skip
+            return t + 1, tf.where(keep, h_new, h), tf.where(keep, c_new, c)
+
+        _, h, _ = tf.while_loop(lambda t, h, c: t <= last, step,
+                                [first, tf.zeros([1, units]), tf.zeros([1, units])])
         logits = tf.matmul(h, tf.constant(w.dense_kernel)) + tf.constant(w.dense_bias)
         return {FETCH: tf.nn.softmax(logits)}
 

@@ -100,6 +100,9 @@ def test_package_layout(exported_model):
         assert (out / rel).is_file(), rel
     assert manifest["graph"] == "folded" and manifest["num_classes"] == 8
     assert manifest["folded_max_abs_dp"] < 1e-5
+    from export.exporter import resolve_target_cpu
+
+    assert manifest["target_cpu"] == (resolve_target_cpu("host") or "generic")
     # The session model is what `lifetime train` writes with the default network shape;
     # its frame limit is its dataset's (the dataset job's default context definition).
     config = json.loads((model_dir / "config.json").read_text())
@@ -115,6 +118,22 @@ def test_package_layout(exported_model):
     assert manifest["vocab_size"] == hp["vocab_size"]
     assert (out / "share" / "lifetime_model" / "config.json").read_text() == \
         (model_dir / "config.json").read_text()
+
+
+def test_target_cpu_host_is_this_machines_x86_64_level(tmp_path):
+    """`--target-cpu host` compiles for x86-64-v3 only where the CPU has all of its
+    features (the library refuses to run elsewhere); otherwise generic x86-64."""
+    from export.exporter import HOST, X86_64_V3_FLAGS, resolve_target_cpu
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 " + " ".join(sorted(X86_64_V3_FLAGS))
+                       + "\n")
+    assert resolve_target_cpu(HOST, str(cpuinfo)) == "x86-64-v3"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")  # no bmi2 etc.
+    assert resolve_target_cpu(HOST, str(cpuinfo)) == ""
+    assert resolve_target_cpu(HOST, str(tmp_path / "missing")) == ""
+    assert resolve_target_cpu("", str(cpuinfo)) == ""
+    assert resolve_target_cpu("znver4", str(cpuinfo)) == "znver4"
 
 
 @pytest.mark.parametrize("route", ["predict-frames", "predict-ids"])

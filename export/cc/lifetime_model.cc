@@ -6,6 +6,7 @@
 #include "lifetime_model.h"
 
 #include <new>
+#include <type_traits>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +28,28 @@ constexpr DelimiterTable kDelimiters;
 
 inline bool IsDelimiter(char c) { return kDelimiters.is[static_cast<unsigned char>(c)]; }
 
-// FNV-1a, 64 bit; export/codegen.py builds the compiled-in table with the same function.
+// The vocabulary's hash: 8 bytes at a time (little-endian words, the last one zero-
+// padded, the length mixed in), a multiply and a shift per word, a final mix.  Byte-at-
+// a-time FNV-1a cost 4 cycles a byte in its multiply chain; clang frames hash about
+// 1.2 KB a stack.  export/codegen.py builds the compiled-in table with the same function
+// (`token_hash`); x86-64 only, like the compiled model.
 inline uint64_t HashBytes(const char* s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(s[i]);
-    h *= 0x100000001b3ull;
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  uint64_t h = n * kMul;
+  for (; n >= 8; s += 8, n -= 8) {
+    uint64_t w;
+    memcpy(&w, s, 8);
+    h = (h ^ w) * kMul;
+    h ^= h >> 29;
   }
-  return h;
+  if (n) {
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * kMul;
+    h ^= h >> 29;
+  }
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 32);
 }
 
 // Open addressing, linear probing; slots hold ids, -1 = empty.
@@ -53,23 +68,64 @@ inline size_t Length(const char* const* frames, const size_t* lengths, int i) {
   return lengths ? lengths[i] : (frames[i] ? strlen(frames[i]) : 0);
 }
 
-// Writes the frame-slot ids of a stack into ids[0, F*T).
+// Writes the token ids of one frame into slot[0, T).
+void FillFrame(const char* s, size_t n, int32_t* slot) {
+  size_t i = 0;
+  for (int t = 0; t < generated::kTokensPerFrame;) {
+    while (i < n && IsDelimiter(s[i])) ++i;
+    if (i == n) break;
+    size_t start = i;
+    while (i < n && !IsDelimiter(s[i])) ++i;
+    slot[t++] = TokenId(s + start, i - start);
+  }
+}
+
+// A predictor's memo of frame string -> token ids.  Frames recur across the stacks a
+// program predicts (the same functions in many contexts), and tokenizing a clang frame
+// costs about 60 cycles a token, mostly misses in the vocabulary table; the memo costs
+// one hash of the string.  Direct-mapped, keyed by the string's hash and length (a false
+// hit needs a 64-bit collision); allocated with the predictor, so the prediction path
+// still never allocates.  Frames over kMaxBytes are tokenized every time.
+struct FrameMemo {
+  static constexpr int kEntries = 4096;
+  static constexpr size_t kMaxBytes = 512;
+  // Ids fit 16 bits for vocabularies up to 65536 tokens: 40-byte entries.
+  using Id = typename std::conditional<(generated::kVocabSize <= 65536), uint16_t,
+                                       int32_t>::type;
+  struct Entry {
+    uint64_t key;  // 0: empty
+    Id ids[generated::kTokensPerFrame];
+  };
+  Entry entries[kEntries];
+
+  void Fill(const char* s, size_t n, int32_t* slot) {
+    if (n > kMaxBytes) return FillFrame(s, n, slot);
+    uint64_t key = HashBytes(s, n) | 1;
+    Entry& e = entries[(key >> 40) & (kEntries - 1)];
+    if (e.key == key) {
+      for (int t = 0; t < generated::kTokensPerFrame; ++t) slot[t] = e.ids[t];
+      return;
+    }
+    FillFrame(s, n, slot);
+    e.key = key;
+    for (int t = 0; t < generated::kTokensPerFrame; ++t) e.ids[t] = static_cast<Id>(slot[t]);
+  }
+};
+
+// Writes the frame-slot ids of a stack into ids[0, F*T), through `memo` when given.
 int FillSlots(const char* const* frames, const size_t* lengths, int num_frames,
-              int32_t* ids) {
+              int32_t* ids, FrameMemo* memo = nullptr) {
   const int f_max = generated::kMaxFrames, t_max = generated::kTokensPerFrame;
   memset(ids, 0, sizeof(int32_t) * f_max * t_max);
   int used = num_frames < f_max ? num_frames : f_max;
   for (int f = 0; f < used; ++f) {
     const char* s = frames[f];
     if (!s) continue;
-    size_t n = Length(frames, lengths, f), i = 0;
-    int32_t* slot = ids + f * t_max;
-    for (int t = 0; t < t_max;) {
-      while (i < n && IsDelimiter(s[i])) ++i;
-      if (i == n) break;
-      size_t start = i;
-      while (i < n && !IsDelimiter(s[i])) ++i;
-      slot[t++] = TokenId(s + start, i - start);
+    size_t n = Length(frames, lengths, f);
+    if (memo) {
+      memo->Fill(s, n, ids + f * t_max);
+    } else {
+      FillFrame(s, n, ids + f * t_max);
     }
   }
   return used;
@@ -147,6 +203,7 @@ int32_t Vocabulary::Id(const char* token, size_t length) const noexcept {
 struct Predictor::Impl {
   ::lifetime_model_aot::LifetimeModelXla fn;
   float probs[generated::kNumClasses];
+  FrameMemo memo{};
   Impl() : fn(::lifetime_model_aot::LifetimeModelXla::AllocMode::ARGS_VARIABLES_RESULTS_PROFILES_AND_TEMPS) {}
 
   int Run() {
@@ -161,7 +218,18 @@ struct Predictor::Impl {
   }
 };
 
-Predictor::Predictor() noexcept : impl_(new (std::nothrow) Impl()) {
+namespace {
+// The CPU can run code compiled for x86-64-v3 (what `lifetime export` targets by default).
+bool CpuRunsModel() {
+  if (!generated::kNeedsX86_64_V3) return true;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+}
+}  // namespace
+
+Predictor::Predictor() noexcept
+    : impl_(CpuRunsModel() ? new (std::nothrow) Impl() : nullptr) {
   if (impl_ && !impl_->fn.arg_feed_token_ids_data()) {
     delete impl_;
     impl_ = nullptr;
@@ -173,7 +241,7 @@ Predictor::~Predictor() { delete impl_; }
 int Predictor::PredictFrames(const char* const* frames, const size_t* lengths,
                              int num_frames) noexcept {
   if (!impl_ || num_frames < 0 || (num_frames > 0 && !frames)) return -1;
-  FillSlots(frames, lengths, num_frames, impl_->fn.arg_feed_token_ids_data());
+  FillSlots(frames, lengths, num_frames, impl_->fn.arg_feed_token_ids_data(), &impl_->memo);
   return impl_->Run();
 }
 

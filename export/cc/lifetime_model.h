@@ -59,13 +59,17 @@ typedef struct lifetime_model_info {
   const char* context_version;     // "lifetime-context-v2"
   int num_wrappers;
   const char* const* wrappers;     // sorted
+  // LLVM CPU the model code was compiled for: "generic" (any x86-64) or "x86-64-v3"
+  // (AVX2, FMA, BMI; lifetime_predictor_create checks the running CPU).
+  const char* target_cpu;
 } lifetime_model_info;
 
 const lifetime_model_info* lifetime_model_get_info(void);
 
 typedef struct lifetime_predictor lifetime_predictor;
 
-// Allocates a predictor and its buffers; NULL when out of memory.
+// Allocates a predictor and its buffers; NULL when out of memory or when this CPU lacks
+// the instructions the model was compiled for (info->target_cpu).
 lifetime_predictor* lifetime_predictor_create(void);
 void lifetime_predictor_destroy(lifetime_predictor* p);
 

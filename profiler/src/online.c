@@ -88,7 +88,10 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
   for (int i = 0; i < POOL; i++) {
     pool[i] = api.create();
-    if (!pool[i]) return refuse(why, why_cap, "cannot create a predictor", NULL, NULL);
+    if (!pool[i])
+      return refuse(why, why_cap, "cannot create a predictor (out of memory, or this CPU lacks ",
+                    "the instructions the model was compiled for: target_cpu in ",
+                    "export_manifest.json)");
   }
   if (!lt_symtab_refresh()) return refuse(why, why_cap, "cannot index symbols", NULL, NULL);
   const lifetime_model_info *info = api.info();

@@ -360,7 +360,10 @@ class ModelPredictor final : public Predictor {
                      " lifetime classes, the trace " + std::to_string(num_classes_) +
                      " (train the model on the dataset's label scheme)");
     predictor_ = api_.create();
-    if (!predictor_) throw SimError(plugin_ + ": cannot create a predictor (out of memory)");
+    if (!predictor_)
+      throw SimError(plugin_ + ": cannot create a predictor (out of memory, or this CPU lacks "
+                     "the instructions the model was compiled for: target_cpu in "
+                     "export_manifest.json)");
     cache_ = api_.cache_tl();
     api_.cache_clear(cache_);
     revalidate_every_ = lifetime_model::PredictionCache::kDefaultRevalidateEvery;
