@@ -24,8 +24,10 @@ if [[ ! -f "$jar" || "$(cat "$out/launcher-version" 2>/dev/null)" != "$launcher_
       | fold -w 70 | sed '2,$s/^/ /'
   } > manifest.txt
   # slf4j-simple's settings.  FlinkPipelineRunner logs every metric of the finished job
-  # at INFO (thousands of lines: 5,000 for build-dataset), which the Beam SDK relays line
-  # by line before it sees the job DONE (~35 s on the demo's job); WARN drops that.
+  # at INFO, which the Beam SDK relays to the console line by line: ~7,000 lines of JSON
+  # for the demo's build-dataset (the whole run's output is ~45 lines without them).
+  # WARN drops that.  Not a speed-up (0.8 s on a terminal or file); a slow reader of the
+  # output would hold the job's DONE back until it has read them all.
   cat > simplelogger.properties << 'PROPS'
 org.slf4j.simpleLogger.log.org.apache.beam.runners.flink.FlinkPipelineRunner=warn
 PROPS
