@@ -5,8 +5,8 @@ idempotently and stops leaving no JVM behind.
 With LIFETIME_TEST_FLINK_CLUSTER=1 the dataset job also runs on it and writes the same
 dataset as on DirectRunner, byte for byte, and ran there: the cluster's REST API lists
 the job as finished, with subtasks on both TaskManagers.  That part is opt-in: it adds
-about 75 s (job server, 150 MB of jars shipped to the cluster, an SDK worker process per
-stage) to the ~20 s of the cluster; runners/flink/compare_runners.py runs the same
+50-75 s (job server, 150 MB of jars shipped to the cluster, an SDK worker process per
+stage) to the 20-30 s of the cluster; runners/flink/compare_runners.py runs the same
 comparison on the demo's profiles.  The SDK workers run in Beam's PROCESS environment
 (runners/flink/sdk-worker): LOOPBACK fails on more than one TaskManager
 (runners/flink/README.md)."""
@@ -92,7 +92,7 @@ def test_cluster_status_and_idempotent_start(cluster):
 
 
 @pytest.mark.skipif(os.environ.get("LIFETIME_TEST_FLINK_CLUSTER") != "1",
-                    reason="opt-in (~75 s): LIFETIME_TEST_FLINK_CLUSTER=1; "
+                    reason="opt-in (50-75 s): LIFETIME_TEST_FLINK_CLUSTER=1; "
                            "or runners/flink/compare_runners.py")
 def test_session_cluster_writes_the_same_dataset_as_direct_runner(tmp_path, cluster,
                                                                   job_server_jar):

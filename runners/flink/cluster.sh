@@ -267,8 +267,19 @@ case "${1:-}" in
         echo "localhost:$port"
       fi
     else
-      [[ "$1" == status ]] && echo "not running"
+      if [[ "$1" == status ]]; then
+        alive=0 all=0
+        for f in $(pid_files); do
+          all=$((all + 1))
+          if live_pid "$f" > /dev/null; then alive=$((alive + 1)); fi
+        done
+        if (( alive > 0 )); then
+          echo "not running: $alive of $all JVMs alive (start restarts it, stop stops them); logs in $logs"
+        else
+          echo "not running"
+        fi
+      fi
       exit 3
     fi ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
