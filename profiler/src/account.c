@@ -120,7 +120,8 @@ LT_NOINLINE void lt_record_alloc(struct lt_thread *t, void *p, size_t size, size
   uintptr_t frames[LT_MAX_FRAMES];
   int truncated = 0;
   int depth = lt_capture(frames, lt_g.max_frames, ra, &truncated, t);
-  uint32_t sid = lt_stack_intern(frames, depth, truncated);
+  uint32_t sid = lt_g.full_trace ? lt_stack_intern_hinted(t->stack_hint, frames, depth, truncated)
+                                 : lt_stack_intern(frames, depth, truncated);
   if (sid == 0) {
     atomic_fetch_add_explicit(&lt_g.dropped_samples, 1, memory_order_relaxed);
   } else {

@@ -142,6 +142,10 @@ extern struct lt_global lt_g;
 /* ---- stacks.c ---- */
 LT_HIDDEN int lt_stacks_init(void); /* sized by lt_g.full_trace */
 LT_HIDDEN uint32_t lt_stack_intern(const uintptr_t *frames, int depth, int truncated);
+/* lt_stack_intern, first trying the ids in `hint` (16 slots, the thread's own: a
+ * stack the thread interned lately is found without hashing it or probing the index) */
+LT_HIDDEN uint32_t lt_stack_intern_hinted(uint32_t *hint, const uintptr_t *frames, int depth,
+                                          int truncated);
 LT_HIDDEN int lt_stack_get(uint32_t id, const uintptr_t **frames, int *depth, int *truncated,
                            uint32_t **emitted_gen);
 LT_HIDDEN extern lt_lock lt_stack_lock;

@@ -66,6 +66,7 @@ struct lt_thread {
   uint8_t stack_known;
   uint8_t memo_tried;      /* unwind_memo was asked for (once per thread) */
   struct lt_unwind_memo *unwind_memo; /* the last walk (unwind.c); NULL: none kept */
+  uint32_t stack_hint[16]; /* stack ids this thread interned lately (stacks.c) */
 };
 extern __thread struct lt_thread lt_tls __attribute__((tls_model("initial-exec")));
 /* unwind.c: keep each walk of this thread, so that the next one replays the frames it

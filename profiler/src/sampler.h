@@ -75,7 +75,12 @@
  * sampler lock then), except in a vfork child or with the in-process symbolizer or a
  * model loaded (a flush may take the loader lock there), where the record is
  * dropped and counted.  Flushes stay inline and bounded as in sampled mode (every
- * LT_FLUSH_PENDING completed records, ~4096 * 70 bytes).
+ * LT_FLUSH_PENDING completed records).  Completed records are written as
+ * ProfileChunk.compact_samples rows (flush.c; ~20-25 bytes each instead of ~62 as a
+ * Sample message; censored ones, and all with a model loaded, stay Sample messages).
+ * Each thread keeps its last stack walk and replays the part the next one shares with
+ * it, word by word checked (unwind.c: the walk's memo), and the ids of the stacks it
+ * interned lately (stacks.c: lt_stack_intern_hinted).
  *
  * The real allocator is glibc's, called through its exported __libc_* entry points
  * (no dlsym bootstrap).  posix_memalign, aligned_alloc (an alias of memalign in glibc

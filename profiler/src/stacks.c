@@ -105,6 +105,26 @@ uint32_t lt_stack_intern(const uintptr_t *f, int depth, int truncated) {
   return id;
 }
 
+uint32_t lt_stack_intern_hinted(uint32_t *hint, const uintptr_t *f, int depth, int truncated) {
+  if (depth <= 0) return lt_stack_intern(f, depth, truncated);
+  uint32_t slot = (uint32_t)((f[0] >> 4) ^ (f[0] >> 13) ^ (uintptr_t)depth) & 15u;
+  uint32_t id = hint[slot];
+  /* An id this thread got from lt_stack_intern names a record it has seen published,
+   * and records never change: compare it with the frames in full. */
+  if (id && id <= stack_cap) {
+    const struct stack_rec *r = &recs[id - 1];
+    if (r->depth == depth && r->truncated == truncated) {
+      const uintptr_t *g = &frames[r->off];
+      int i = 0;
+      while (i < depth && g[i] == f[i]) i++;
+      if (i == depth) return id;
+    }
+  }
+  id = lt_stack_intern(f, depth, truncated);
+  if (id) hint[slot] = id;
+  return id;
+}
+
 int lt_stack_get(uint32_t id, const uintptr_t **f, int *depth, int *truncated,
                  uint32_t **emitted_gen) {
   if (id == 0 || id > stack_cap) return 0;
