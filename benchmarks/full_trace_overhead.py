@@ -22,7 +22,13 @@ free recorded with its stack), issue 13 item 1.
     inspect` (streaming reader) on the file.
 
     .venv/bin/python benchmarks/full_trace_overhead.py [--runs 5] [--allocs 2000000] \\
-        [--threads 1 2] [--redis-seconds 60] [--redis-runs 2] [--json FILE]
+        [--threads 1 2] [--redis-seconds 60] [--redis-runs 2] [--json FILE] \\
+        [--compare-lib OLD.so]
+
+--compare-lib: another build of liblifetime_sampler.so (e.g. the commit before a
+change, copied aside) run as one more configuration, "full_ref" (full trace with that
+library), interleaved with the others in every round (micro and redis), so a before /
+after comparison sees the same machine load.
 
 Output: tables on stdout and JSON (default out/bench/full_trace_overhead.json).
 """
@@ -45,6 +51,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from profiler import launch  # noqa: E402
+from profiler_proto.container import last_chunk  # noqa: E402
 
 
 def _mean_sd(xs):
@@ -83,7 +90,7 @@ def _trailer_totals(out_dir):
     for path in glob.glob(os.path.join(out_dir, "*.ltprof")):
         totals["files"] += 1
         totals["bytes"] += os.path.getsize(path)
-        chunk = launch._last_chunk(path)
+        chunk = last_chunk(path)
         if chunk is not None and chunk.HasField("trailer"):
             t = chunk.trailer
             totals["total_allocations"] += t.total_allocations
@@ -111,13 +118,32 @@ def build_churn(work):
     return exe
 
 
+COMPARE_LIB = None  # --compare-lib: the library of the "full_ref" configuration
+
+
+def _profiled_env(config, out, **kwargs):
+    """launch.profiled_env for config "sampled", "full" or "full_ref" (full trace with
+    COMPARE_LIB)."""
+    if config != "full_ref":
+        return launch.profiled_env(out, full_trace=config == "full", **kwargs)
+    saved = os.environ.get(launch.LIBRARY_ENV)
+    os.environ[launch.LIBRARY_ENV] = COMPARE_LIB
+    try:
+        return launch.profiled_env(out, full_trace=True, **kwargs)
+    finally:
+        if saved is None:
+            del os.environ[launch.LIBRARY_ENV]
+        else:
+            os.environ[launch.LIBRARY_ENV] = saved
+
+
 def run_churn(exe, allocs, threads, config, work):
     out = tempfile.mkdtemp(prefix="ft-", dir=work)
     if config == "baseline":
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("LIFETIME_") and k != "LD_PRELOAD"}
     else:
-        env = launch.profiled_env(out, full_trace=config == "full")
+        env = _profiled_env(config, out)
     cmd, rss = _timed([exe, "churn", str(allocs), str(threads)])
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -135,12 +161,12 @@ def run_churn(exe, allocs, threads, config, work):
 
 def micro(args, work):
     exe = build_churn(work)
-    configs = ["baseline", "sampled", "full"]
+    configs = ["baseline", "sampled", "full"] + (["full_ref"] if COMPARE_LIB else [])
     results = []
     for threads in args.threads:
         runs = {c: [] for c in configs}
         for r in range(args.runs):
-            order = configs[r % 3:] + configs[:r % 3]
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
             for c in order:
                 runs[c].append(run_churn(exe, args.allocs, threads, c, work))
         base_loop = statistics.fmean(x["loop_s"] for x in runs["baseline"])
@@ -152,10 +178,14 @@ def micro(args, work):
                    "allocs_per_s": _mean_sd([x["allocs"] / x["loop_s"] for x in rs]),
                    "slowdown_loop": _mean_sd([x["loop_s"] / base_loop for x in rs]),
                    "slowdown_wall": _mean_sd([x["wall_s"] / base_wall for x in rs]),
+                   "slowdown_loop_median_range": _median_range(
+                       [x["loop_s"] / base_loop for x in rs]),
                    "peak_rss_mib": _mean_sd([x["peak_rss_mib"] for x in rs])}
             if c != "baseline":
                 row["file_bytes"] = _mean_sd([x["bytes"] for x in rs])
                 row["bytes_per_alloc"] = _mean_sd(
+                    [x["bytes"] / max(1, x["total_allocations"]) for x in rs])
+                row["bytes_per_alloc_median_range"] = _median_range(
                     [x["bytes"] / max(1, x["total_allocations"]) for x in rs])
                 row["samples"] = _mean_sd([x["samples"] for x in rs])
                 row["dropped"] = sum(x["dropped_samples"] for x in rs)
@@ -169,6 +199,9 @@ def micro(args, work):
               f"{_fmt_ratio(row['slowdown_loop']):>16} "
               f"{_fmt_ratio(row['slowdown_wall']):>16} {_fmt_pair(row['peak_rss_mib'], 1):>14} "
               f"{_fmt_pair(row.get('bytes_per_alloc'), 1):>13} {row.get('dropped', '-'):>7}")
+    print("slowdown (loop) median [min, max]: " + "; ".join(
+        f"{row['threads']} thr {row['config']} {row['slowdown_loop_median_range']}"
+        for row in results if row["config"] != "baseline"))
     return results
 
 
@@ -212,8 +245,8 @@ def redis_run(config, seconds, seed, work, keep_dir):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("LIFETIME_") and k != "LD_PRELOAD"}
     else:
-        env = launch.profiled_env(out, version_label="redis-6.0.16", full_trace=True,
-                                  extra_env={"LIFETIME_SEED": str(seed)})
+        env = _profiled_env(config, out, version_label="redis-6.0.16",
+                            extra_env={"LIFETIME_SEED": str(seed)})
     workdir = tempfile.mkdtemp(prefix="ft-redis-", dir=work)
     t0 = time.monotonic()
     proc, port = R.start_server(build.server, workdir, env)
@@ -253,11 +286,23 @@ def redis_run(config, seconds, seed, work, keep_dir):
 def redis(args, work):
     print(f"\n(b) redis 6.0.16, load plan seed {args.seed}, {args.redis_seconds} s per run",
           flush=True)
-    runs = {"baseline": [], "full": []}
+    configs = ["baseline", "full"] + (["full_ref"] if COMPARE_LIB else [])
+    runs = {c: [] for c in configs}
     for r in range(args.redis_runs):
-        for c in (["baseline", "full"] if r % 2 == 0 else ["full", "baseline"]):
+        for c in (configs if r % 2 == 0 else configs[::-1]):
             runs[c].append(redis_run(c, args.redis_seconds, args.seed, work, work))
-    b, f = runs["baseline"], runs["full"]
+    summaries = {c: _redis_summary(runs["baseline"], runs[c]) for c in configs[1:]}
+    for c, summary in summaries.items():
+        print(f"  summary, {c} (mean +- sd over runs; median and range of the ratios):")
+        for k, v in summary.items():
+            if isinstance(v, tuple):
+                print(f"    {k:<30} {v[0]:,.3f} +- {v[1]:,.3f}")
+            else:
+                print(f"    {k:<30} {v}")
+    return {"runs": runs, "summary": summaries["full"], "summaries": summaries}
+
+
+def _redis_summary(b, f):
     base_req = statistics.fmean(x["requests_completed"] for x in b)
     base_rss = statistics.fmean(x["peak_rss_mib"] for x in b)
     base_cpu_per_req = statistics.fmean(x["server_cpu_s"] / x["requests_completed"] for x in b)
@@ -283,14 +328,15 @@ def redis(args, work):
             [x["rss_mib"] - x["used_memory_mib"] for x in f]),
         "inspect_s": _mean_sd([x["inspect"]["seconds"] for x in f]),
         "inspect_peak_rss_mib": _mean_sd([x["inspect"]["peak_rss_mib"] for x in f]),
+        "throughput_ratio_median_min_max": _median_range(
+            [x["requests_completed"] / base_req for x in f]),
+        "bytes_per_alloc_median_min_max": _median_range([x["bytes_per_alloc"] for x in f]),
     }
-    print("  summary (mean +- sd over runs):")
-    for k, v in summary.items():
-        if isinstance(v, tuple):
-            print(f"    {k:<30} {v[0]:,.3f} +- {v[1]:,.3f}")
-        else:
-            print(f"    {k:<30} {v}")
-    return {"runs": runs, "summary": summary}
+    return summary
+
+
+def _median_range(xs):
+    return (f"{statistics.median(xs):.3f} [{min(xs):.3f}, {max(xs):.3f}]" if xs else "-")
 
 
 def main() -> int:
@@ -303,7 +349,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default=None, help="scratch directory (profiles; default: a temp dir)")
     ap.add_argument("--json", default=str(REPO / "out" / "bench" / "full_trace_overhead.json"))
+    ap.add_argument("--compare-lib", default=None,
+                    help="another liblifetime_sampler.so, run as configuration full_ref")
     args = ap.parse_args()
+    global COMPARE_LIB
+    if args.compare_lib:
+        COMPARE_LIB = os.path.abspath(args.compare_lib)
+        if not os.path.isfile(COMPARE_LIB):
+            ap.error(f"--compare-lib {args.compare_lib}: no such file")
     launch.sampler_library_path()
     work = args.work or tempfile.mkdtemp(prefix="full-trace-bench-")
     os.makedirs(work, exist_ok=True)
