@@ -65,6 +65,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from core import export_dir  # noqa: E402
+
 LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
 MIB = 1024 * 1024
 
@@ -946,7 +948,7 @@ def redis_mode(args) -> int:
                 if any(REDIS_CONFIGS[n][0] == "llama" and "{model}" in REDIS_CONFIGS[n][1]
                        for n in args.allocators):
                     exp = ROOT / EXPORTS[wl].format(seed=s)
-                    if not (exp / "export_manifest.json").exists():
+                    if not export_dir.is_export(str(exp)):
                         raise SystemExit(f"{exp}: no exported model for load seed {s}")
         args.llama_lib = snapshot_llama_lib(args.llama_lib, out)
         log(f"llama library: {args.llama_lib['path']} (sha256 {args.llama_lib['sha256'][:12]}, "

@@ -44,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import real_programs  # noqa: E402
 
+from core import export_dir as export_dirs  # noqa: E402
 from core.context import ContextDefinition  # noqa: E402
 from pipeline.dataset import DatasetConfig, build_dataset, dataset_context  # noqa: E402
 
@@ -133,7 +134,7 @@ def online_check(family: str, item: str, model_dir: str, train_ds: str, base: st
     if family not in SERVERS:
         raise SystemExit("--online needs a server family (redis, postgres)")
     export_dir = os.path.join(base, "export")
-    if not os.path.exists(os.path.join(export_dir, "export_manifest.json")):
+    if not export_dirs.is_export(export_dir):
         export_model(model_dir, export_dir)
     plugin = launch.model_plugin(export_dir)
     version, _, run = item.partition("/")

@@ -58,6 +58,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import table3  # noqa: E402
+from core import export_dir  # noqa: E402
 from benchmarks.servers import postgres, postgres_mixed  # noqa: E402
 
 LIFETIME = table3.LIFETIME
@@ -501,7 +502,7 @@ def main() -> int:
         m, e = os.path.join(out, f"model-seed{s}"), os.path.join(out, f"export-seed{s}")
         if not os.path.exists(os.path.join(m, "config.json")):
             LOG.sh([LIFETIME, "train", "--dataset", ds, "--out", m, "--seed", str(s), "--refit"])
-        if not os.path.exists(os.path.join(e, "export_manifest.json")):
+        if not export_dir.is_export(e):
             LOG.sh([LIFETIME, "export", m, "--out", e])
         exports[s] = e
 

@@ -67,6 +67,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
+from core import export_dir  # noqa: E402
 from benchmarks.table3 import (check_stamp, loaded, machine_rows, policy_tag, spread,  # noqa: E402
                                write_combined)
 
@@ -185,7 +186,7 @@ def run_load_seed(args, out: str) -> int:
         m, e = os.path.join(out, f"model-seed{s}"), os.path.join(out, f"export-seed{s}")
         if not os.path.exists(os.path.join(m, "config.json")):
             sh([LIFETIME, "train", "--dataset", ds, "--out", m, "--seed", str(s), "--refit"])
-        if not os.path.exists(os.path.join(e, "export_manifest.json")):
+        if not export_dir.is_export(e):
             sh([LIFETIME, "export", m, "--out", e])
         exports[s] = e
 

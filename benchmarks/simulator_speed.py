@@ -41,6 +41,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core import export_dir as export_dirs  # noqa: E402
 from simulator import engine_path  # noqa: E402
 from simulator import trace as tr  # noqa: E402
 
@@ -100,18 +101,18 @@ def run_once(trace: str, args: list[str], report: str | None = None) -> float:
 def model_contexts(export_dir: str, path: str, dataset: str | None = None, stacks: int = 5000) -> str:
     """The model predictor's contexts file for stack ids 0..stacks-1 (simulator/model_input.py)."""
     from model.data import load_dataset
-    from core.context import ContextDefinition
     from profiler import launch
     from simulator.model_input import write_contexts
 
-    manifest = json.loads(pathlib.Path(export_dir, "export_manifest.json").read_text())
+    export = export_dirs.read(export_dir)
+    manifest = export.manifest
     if dataset is None:
         config = json.loads(pathlib.Path(manifest["model_dir"], "config.json").read_text())
         dataset = config["training_datasets"][0]["path"]
     frames = [tuple(f) for f in load_dataset(dataset).all().frames]
     return write_contexts(path, plugin=launch.model_plugin(export_dir),
                           model_id=manifest["model_id"],
-                          definition=ContextDefinition.load(os.path.join(export_dir, "export_manifest.json")),
+                          definition=export.context(),
                           stack_context={i: frames[i % len(frames)] for i in range(stacks)})
 
 

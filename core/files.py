@@ -88,6 +88,22 @@ def read_json(path: str):
     return json.loads(read_text(path))
 
 
+def read_json_object(path: str, error: type[Exception], missing: str) -> dict:
+    """A JSON object file; `error` naming the file if it is absent (`missing` says what
+    that means), unreadable, not JSON or not a JSON object."""
+    if not os.path.lexists(path):
+        raise error(f"{path}: {missing}")
+    try:  # a fifo or device is refused, not waited on
+        value = read_json(path)
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror})") from None
+    except ValueError as e:  # bad JSON or bad UTF-8
+        raise error(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise error(f"{path}: not a JSON object (a JSON {type(value).__name__})")
+    return value
+
+
 def write_json(path: str, value) -> str:
     """Writes `value` as indented, key-sorted JSON (deterministic bytes) through Beam's
     FileSystems, so an output can be a local path or any filesystem Beam knows

@@ -1,5 +1,3 @@
-"""XLA ahead-of-time export of a trained model into a C++ library with the prediction cache."""
+"""XLA ahead-of-time export of a trained model into a C++ library with the prediction cache.
 
-#: What `lifetime export` writes beside the library: the model id, its context definition
-#: and the files (read by the sampler launcher, evaluate-online and the simulator).
-EXPORT_MANIFEST = "export_manifest.json"
+The export directory's format (manifest, layout) is core/export_dir.py's."""

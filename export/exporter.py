@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from export import EXPORT_MANIFEST, codegen, graph as graphs, runtime_build
+from core import export_dir
+from export import codegen, graph as graphs, runtime_build
 from core.errors import LifetimeError
-from core.files import write_json
 from model import io
 from model.io import ModelDir
 
@@ -34,7 +34,7 @@ CPP_CLASS = "lifetime_model_aot::LifetimeModelXla"
 AOT_PREFIX = "aot/lifetime_model_xla"
 AOT_OBJECTS = ("lifetime_model_xla.o", "lifetime_model_xla_constants.o",
                "lifetime_model_xla_metadata.o")
-LIBRARY = "liblifetime_model.a"
+LIBRARY = os.path.basename(export_dir.LIBRARY)
 # XLA's classic CPU runtime compiles the graph into one function; the default thunk
 # runtime dispatches each fused op separately, which dominates a model this small
 # (folded default model: about 12 us against 21 us per prediction, measured by
@@ -178,10 +178,7 @@ def aot_compile(saved_model: pathlib.Path, work: pathlib.Path, target_cpu: str =
 # The C++ library.
 
 def _run(cmd: list[str], **kw) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if res.returncode != 0:
-        raise ExportError(f"{' '.join(map(str, cmd[:3]))} ... failed ({res.returncode}):\n"
-                          + "\n".join((res.stdout + res.stderr).strip().splitlines()[-20:]))
+    runtime_build.run_command(cmd, ExportError, capture=True, **kw)
 
 
 def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: pathlib.Path,
@@ -262,7 +259,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     md = io.read_model_dir(str(model_dir))
     hp = md.hparams
     out = pathlib.Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not (out / EXPORT_MANIFEST).exists():
+    if out.exists() and any(out.iterdir()) and not export_dir.is_export(str(out)):
         raise ExportError(f"{out}: exists and is not an earlier export; refusing to overwrite")
     runtime = runtime_build.ensure_runtime()
     model_id = model_id_of(md)
@@ -284,7 +281,6 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
                             target_cpu)
         _write_package(md, out, aot, model_id)
     manifest = {
-        "format": "lifetime-export-v1",
         "model_dir": str(pathlib.Path(md.path).resolve()),
         "model_id": model_id,
         "graph": info["graph"],
@@ -304,5 +300,5 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         "parts_sha256": parts,
         "seconds": round(time.monotonic() - start, 1),
     }
-    write_json(str(out / EXPORT_MANIFEST), manifest)
-    return manifest
+    export_dir.write_manifest(str(out), manifest)
+    return {"format": export_dir.FORMAT, **manifest}

@@ -92,14 +92,20 @@ def runtime_key() -> str:
     return f"tf{tensorflow_version()}-{h.hexdigest()[:16]}"
 
 
-def _run(cmd: list[str], **kw) -> None:
+def run_command(cmd: list[str], error: type[LifetimeError] = RuntimeBuildError,
+                capture: bool = False, **kw) -> None:
+    """Runs a build tool; a missing tool or a failure raises `error` in one message (with
+    the last lines of the tool's output when `capture`).  The exporter's steps capture;
+    the runtime build lets its long compile print."""
     log.info("$ %s", " ".join(str(c) for c in cmd))
     try:
-        subprocess.run(cmd, check=True, **kw)
+        res = subprocess.run(cmd, capture_output=capture, text=capture or None, **kw)
     except FileNotFoundError as e:
-        raise RuntimeBuildError(f"{cmd[0]}: not found (install it: scripts/system-deps.txt)") from e
-    except subprocess.CalledProcessError as e:
-        raise RuntimeBuildError(f"command failed ({e.returncode}): {' '.join(map(str, cmd))}") from e
+        raise error(f"{cmd[0]}: not found (install it: scripts/system-deps.txt)") from e
+    if res.returncode != 0:
+        tail = ("\n" + "\n".join((res.stdout + res.stderr).strip().splitlines()[-20:])
+                if capture else "")
+        raise error(f"command failed ({res.returncode}): {' '.join(map(str, cmd))}{tail}")
 
 
 def _abseil_source(work: pathlib.Path) -> pathlib.Path:
@@ -111,7 +117,7 @@ def _abseil_source(work: pathlib.Path) -> pathlib.Path:
     if not sdist.exists():
         log.info("fetching the %s source distribution (bundles Abseil %s)",
                  GRPCIO_SDIST, ABSL_NAMESPACE)
-        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
+        run_command([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
               "--no-deps", GRPCIO_SDIST, "-d", str(downloads)])
     if not sdist.exists():
         raise RuntimeBuildError(f"pip download did not produce {sdist}")
@@ -160,13 +166,13 @@ def ensure_runtime(build_dir: str | os.PathLike | None = None, jobs: int | None 
             shutil.rmtree(staging, ignore_errors=True)
             nice = ["nice", "-n", "10"] if shutil.which("nice") else []
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-            _run(["cmake", "-S", str(CMAKE_PROJECT), "-B", str(build), *gen,
+            run_command(["cmake", "-S", str(CMAKE_PROJECT), "-B", str(build), *gen,
                   "-DCMAKE_BUILD_TYPE=Release",
                   f"-DTF_RUNTIME_SRC={tf_dir / 'xla_aot_runtime_src'}",
                   f"-DTF_INCLUDE={tf_dir / 'include'}", f"-DABSL_SRC={absl}",
                   f"-DCMAKE_INSTALL_PREFIX={staging}"], stdout=subprocess.DEVNULL)
-            _run([*nice, "cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 2)])
-            _run(["cmake", "--install", str(build)], stdout=subprocess.DEVNULL)
+            run_command([*nice, "cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 2)])
+            run_command(["cmake", "--install", str(build)], stdout=subprocess.DEVNULL)
         (staging / "manifest.json").write_text(json.dumps({
             "key": key, "tensorflow": tensorflow_version(), "abseil": ABSL_NAMESPACE,
             "abseil_source": GRPCIO_SDIST, "compiler": _compiler_id(),

@@ -35,20 +35,7 @@ class ModelDirError(LifetimeError):
     a build whose tokenizer or context definition this one cannot reproduce."""
 
 
-def read_json(path: str, error: type[LifetimeError], missing: str) -> dict:
-    """A JSON object file; `error` naming the file if it is absent (`missing` says what
-    that means), unreadable, not JSON or not a JSON object."""
-    if not os.path.lexists(path):
-        raise error(f"{path}: {missing}")
-    try:  # a fifo or device is refused, not waited on
-        value = files.read_json(path)
-    except OSError as e:
-        raise error(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:  # bad JSON or bad UTF-8
-        raise error(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise error(f"{path}: not a JSON object (a JSON {type(value).__name__})")
-    return value
+read_json = files.read_json_object  # (path, error, missing): one JSON object file
 
 
 def read_vocab(directory: str, error: type[LifetimeError], what: str) -> Vocabulary:

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from export import EXPORT_MANIFEST
+from core import export_dir
 from model import io
 from model.metrics import classification_metrics, headline
 from core import context as context_def
@@ -52,14 +52,11 @@ def model_context(path: str) -> context_def.ContextDefinition:
     # its reader says what is wrong with it
     if os.path.lexists(os.path.join(path, io.CONFIG_FILE)):
         return io.read_model_dir(path).context
-    manifest_path = os.path.join(path, EXPORT_MANIFEST)
-    if not os.path.lexists(manifest_path):
+    if not export_dir.is_export(path):
         raise OnlineEvaluationError(f"{path}: neither a model directory ({io.CONFIG_FILE}) "
-                                    f"nor an export directory ({EXPORT_MANIFEST})")
-    manifest = io.read_json(manifest_path, OnlineEvaluationError, "missing")
+                                    f"nor an export directory ({export_dir.MANIFEST})")
     try:
-        return context_def.ContextDefinition.from_json(manifest.get("context"),
-                                                       where=manifest_path)
+        return export_dir.read(path, error=OnlineEvaluationError).context()
     except context_def.ContextDefinitionError as e:
         raise OnlineEvaluationError(str(e)) from e
 

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from core.plots import pyplot, save_png as _save
 
-
-def _save(fig, path: str) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+plt = pyplot()
 
 
 def confusion_png(matrix, class_names, title: str, path: str) -> str:

@@ -17,6 +17,7 @@ import os
 import apache_beam as beam
 
 from core.files import read_json, read_text, write_json
+from core.plots import pyplot, save_png
 from pipeline import sources
 from pipeline.context_stats import MergeContextStats
 from pipeline.dataset import (DEAD_LETTER, DEAD_LETTERS, DatasetConfig, ReadProfiles,
@@ -116,9 +117,7 @@ def dead_letters(out_dir: str) -> list[dict]:
 
 def write_report(workloads: dict, config: DatasetConfig, out_dir: str) -> str:
     """Draws the plots and writes report.md; returns its path."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = config.labels.class_names
     lines = ["# Allocation characterization", "",
@@ -157,10 +156,8 @@ def write_report(workloads: dict, config: DatasetConfig, out_dir: str) -> str:
         axes[2].bar(names, w["bytes_by_class"], color="tab:green")
         axes[2].set_title("Bytes allocated by lifetime class (weighted)")
         axes[2].tick_params(axis="x", rotation=45)
-        fig.tight_layout()
         png = f"{slug}.png"
-        fig.savefig(os.path.join(out_dir, png), dpi=90)
-        plt.close(fig)
+        save_png(fig, os.path.join(out_dir, png), dpi=90)
         censored_share = (sum(n for _, n in w["censored_by_age"]) / total) if total else 0
         lines += [f"## {workload}", "",
                   f"{w['contexts']} contexts, {w['samples']} samples; "

@@ -42,7 +42,7 @@ import sys
 import time
 from typing import Mapping, Sequence
 
-from export import EXPORT_MANIFEST
+from core import export_dir as export_dirs
 from core.errors import LifetimeError, UsageError
 from core.files import writable_dir
 
@@ -94,12 +94,12 @@ class ModelExportError(LifetimeError):
     """A --model directory that is not a usable `lifetime export` output."""
 
 
-def _check_context(root: pathlib.Path) -> None:
+def _check_context(export: export_dirs.ExportDir) -> None:
     """Refuses an export whose context definition the sampler cannot reproduce."""
-    from core.context import ContextDefinition, ContextDefinitionError
+    from core.context import ContextDefinitionError
 
     try:
-        ContextDefinition.load(str(root / EXPORT_MANIFEST))
+        export.context()
     except ContextDefinitionError as e:
         raise ModelExportError(f"{e}; the sampler would not give the model the contexts it "
                                "was trained on (re-train and re-export)") from e
@@ -110,14 +110,9 @@ def model_plugin(export_dir: str) -> str:
     predictions: profiler/model_plugin built against EXPORT_DIR with CMake
     find_package(LifetimeModel), once per library content (cached in build/)."""
     root = pathlib.Path(export_dir)
-    library = root / "lib" / "liblifetime_model.a"
-    config = root / "lib" / "cmake" / "LifetimeModel" / "LifetimeModelConfig.cmake"
-    if not root.is_dir():
-        raise ModelExportError(f"{export_dir}: no such model export directory")
-    if not library.is_file() or not config.is_file():
-        raise ModelExportError(f"{export_dir}: not a `lifetime export` output (missing "
-                               f"{library.name} or LifetimeModelConfig.cmake)")
-    _check_context(root)
+    export = export_dirs.read(export_dir, error=ModelExportError, library=True)
+    library = root / export_dirs.LIBRARY
+    _check_context(export)
     digest = hashlib.sha256(library.read_bytes()).hexdigest()[:16]
     build = PLUGIN_BUILDS / digest
     plugin = build / "liblifetime_model_plugin.so"

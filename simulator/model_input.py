@@ -22,11 +22,10 @@ import dataclasses
 import os
 from typing import Callable
 
-from export import EXPORT_MANIFEST
+from core import export_dir as export_dirs
 from core.errors import LifetimeError
 
 FORMAT = "lifetime-model-contexts-v1"
-EXPORT_FORMAT = "lifetime-export-v1"
 
 
 class ModelInputError(LifetimeError):
@@ -47,20 +46,12 @@ class ModelInput:
 
 def load_export(export_dir: str):
     """(manifest, ContextDefinition) of an export directory; ModelInputError, one line."""
-    from model.io import read_json
-    from core.context import ContextDefinition, ContextDefinitionError
+    from core.context import ContextDefinitionError
 
-    if not os.path.isdir(export_dir):
-        raise ModelInputError(f"--model {export_dir}: no such model export directory")
-    path = os.path.join(export_dir, EXPORT_MANIFEST)
-    if not os.path.isfile(path):
-        raise ModelInputError(f"--model {export_dir}: not a `lifetime export` output "
-                              "(no export_manifest.json)")
-    manifest = read_json(path, ModelInputError, "missing")
-    if manifest.get("format") != EXPORT_FORMAT:
-        raise ModelInputError(f"{path}: not a {EXPORT_FORMAT} manifest")
+    export = export_dirs.read(export_dir, error=ModelInputError, label=f"--model {export_dir}")
+    manifest = export.manifest
     try:
-        definition = ContextDefinition.from_json(manifest.get("context"), where=path)
+        definition = export.context()
     except ContextDefinitionError as e:
         raise ModelInputError(f"--model {export_dir}: {e}; the simulator cannot give the model "
                               "the contexts it was trained on (re-train and re-export)") from None

@@ -20,6 +20,8 @@ import json
 import os
 import re
 
+from core.plots import pyplot, save_png
+
 MB = 1 << 20
 FORMAT = "lifetime-simulate-report-v1"
 
@@ -160,11 +162,7 @@ def _gaps(rows: list) -> dict:
 
 def figure8_png(sim: dict, path: str, title: str) -> str:
     """Huge-page-backed memory over time per allocator, and live bytes (Figure 8)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     s = sim["series"]
     t0 = sim["trace"]["start_ns"]
     t = [(x - t0) / 1e9 for x in s["t_ns"]]
@@ -183,20 +181,14 @@ def figure8_png(sim: dict, path: str, title: str) -> str:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def memory_bars_png(rep: dict, path: str) -> str:
     """Steady-state and peak memory per allocator, with live, as bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    plt = pyplot()
     names, steady, peak = [], [], []
     if rep["baseline"]:
         names.append("baseline")
@@ -218,10 +210,7 @@ def memory_bars_png(rep: dict, path: str) -> str:
     ax.set_title(f"{rep['workload']}: memory per allocator", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def markdown_report(rep: dict, figs: dict) -> str:

@@ -32,15 +32,12 @@ NOT_CODE = {"tests", "build", "out", "o", "docs"}  # tests/ may import anything,
 # Arrows between middle folders (an import of the right folder in the left one).
 ARROWS = {
     ("export", "model"),            # the exporter compiles a trained model directory
-    ("model", "export"),            # see ALLOWED_CYCLES
     ("model", "pipeline"),          # evaluate-online aggregates profiles like the dataset job
     ("model", "profiler_proto"),
     ("pipeline", "interop"),        # build-dataset --format: other profilers' recordings
     ("pipeline", "profiler_proto"),
     ("interop", "profiler_proto"),
-    ("profiler", "export"),         # profile --model: the export directory's manifest
     ("profiler", "profiler_proto"),
-    ("simulator", "export"),        # simulate --model: the export directory's manifest
     ("simulator", "model"),
     ("simulator", "pipeline"),
     ("simulator", "profiler"),      # the model plugin's build
@@ -48,12 +45,7 @@ ARROWS = {
 }
 
 # Folder cycles still there.  Remove an entry once its cycle is gone (the test says so).
-ALLOWED_CYCLES = {
-    # model/online_eval.py and export/exporter.py: evaluate-online finds an export
-    # directory by export.EXPORT_MANIFEST.  Goes when the export directory's format has
-    # one owner with a reader and a writer (issue 24, item 2).
-    frozenset({"export", "model"}),
-}
+ALLOWED_CYCLES: set = set()
 
 
 def folders() -> list[str]:
