@@ -20,7 +20,6 @@ import argparse
 import collections
 import filecmp
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -91,7 +90,7 @@ def main() -> int:
         env = (["--environment_type=LOOPBACK"] if args.environment == "loopback" else
                ["--environment_type=PROCESS",
                 "--environment_config=" + json.dumps({"command": str(HERE / "sdk-worker")})])
-        flink = [f"--runner=FlinkRunner", f"--flink_master={master}", "--flink_version=1.19",
+        flink = ["--runner=FlinkRunner", f"--flink_master={master}", "--flink_version=1.19",
                  f"--flink_job_server_jar={jar}", f"--parallelism={args.parallelism}", *env]
         summary["flink_command"] = " ".join([lifetime, *job, "--out", str(out / "flink"),
                                              *flink])

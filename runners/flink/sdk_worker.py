@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 
 def main(argv: list[str]) -> None:
@@ -58,9 +57,9 @@ def main(argv: list[str]) -> None:
         "WORKER_ID": args.id,
         "PIPELINE_OPTIONS": json_format.MessageToJson(info.pipeline_options),
         "RUNNER_CAPABILITIES": " ".join(info.runner_capabilities),
-        "SEMI_PERSISTENT_DIRECTORY": args.semi_persist_dir
-        or tempfile.mkdtemp(prefix=f"beam-sdk-worker-{args.id}-"),
     }
+    if args.semi_persist_dir:  # only where staged files would be (we install none)
+        env["SEMI_PERSISTENT_DIRECTORY"] = args.semi_persist_dir
     for name, field, url in (("CONTROL_API_SERVICE_DESCRIPTOR", "control_endpoint",
                               args.control_endpoint),
                              ("LOGGING_API_SERVICE_DESCRIPTOR", "logging_endpoint",
