@@ -16,7 +16,7 @@
 namespace lifetime_model {
 namespace {
 
-// pipeline/tokenizer.py: DELIMITERS plus ASCII whitespace " \t\n\r\f\v".
+// core/tokenizer.py: DELIMITERS plus ASCII whitespace " \t\n\r\f\v".
 struct DelimiterTable {
   bool is[256];
   constexpr DelimiterTable() : is() {

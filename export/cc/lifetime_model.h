@@ -14,7 +14,7 @@
 // Input.  A stack is a list of symbolized frames, top of stack (the allocation site)
 // first.  Frame i < max_frames fills token slots [i*T, i*T+T) (T = tokens_per_frame)
 // with the ids of its first T tokens; the other slots are 0 (<pad>); frames past
-// max_frames are dropped.  Tokens and ids follow pipeline/tokenizer.py exactly
+// max_frames are dropped.  Tokens and ids follow core/tokenizer.py exactly
 // (lifetime-tokenizer-v2): a token is a maximal run of bytes that are neither ASCII
 // whitespace nor one of  :()<>[]{},*&.;=+-~!%^|/\'"`?@#  ; unknown tokens get id 1.
 //
@@ -53,7 +53,7 @@ typedef struct lifetime_model_info {
   const char* const* class_names;  // C names, e.g. "10 ms", ..., "inf"
   const char* model_id;            // sha256 of the exported model's graph and vocabulary
   const char* graph;               // "folded" or "keras": how the network was compiled
-  // The context definition the model was trained with (pipeline/context.py): frames
+  // The context definition the model was trained with (core/context.py): frames
   // are cut below the deepest of these allocation wrappers (qualified names), then
   // max_frames are kept.  A caller that cannot apply it must not run the model.
   const char* context_version;     // "lifetime-context-v2"
@@ -139,7 +139,7 @@ struct TokenView {
   size_t size;
 };
 
-// Splits one frame into tokens (pipeline.tokenizer.frame_tokens).  Writes at most
+// Splits one frame into tokens (core.tokenizer.frame_tokens).  Writes at most
 // max_out tokens; returns the total number of tokens in the frame.
 size_t FrameTokens(const char* frame, size_t length, TokenView* out, size_t max_out) noexcept;
 
