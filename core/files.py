@@ -137,3 +137,26 @@ def refuse_irregular_output(path: str) -> None:
         return
     if not stat.S_ISDIR(st.st_mode):
         _refuse_irregular(st, path)
+
+
+def under_sysroot(path: str, sysroot: str | None) -> str:
+    """The file a recorded absolute path names under `sysroot` if it is there (absolute
+    symlinks inside the sysroot are followed inside it), else the path itself.  The one
+    rule for the symbolizer and the importers; a symlink whose target is only on this
+    machine (a test's sysroot, say) is followed as the filesystem follows it."""
+    if sysroot and path.startswith("/"):
+        inside = path
+        for _ in range(40):  # an absolute symlink in the sysroot points into it
+            candidate = os.path.join(sysroot, inside.lstrip("/"))
+            if not os.path.islink(candidate):
+                break
+            target = os.readlink(candidate)
+            if not target.startswith("/"):
+                break
+            inside = target
+        if os.path.exists(candidate):
+            return candidate
+        direct = os.path.join(sysroot, path.lstrip("/"))
+        if os.path.exists(direct):
+            return direct
+    return path

@@ -105,6 +105,7 @@ import numpy as np
 
 from interop import ImportSummary, module_file
 from core.errors import InputError
+from core.files import under_sysroot
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
 
@@ -292,11 +293,7 @@ class _Modules:
     def _read(self, path: str) -> tuple:
         if path in self.files:
             return self.files[path]
-        local = path
-        if self.sysroot and path.startswith("/"):
-            candidate = os.path.join(self.sysroot, path.lstrip("/"))
-            if os.path.exists(candidate):
-                local = candidate
+        local = under_sysroot(path, self.sysroot)
         result = self.files[path] = module_file(local)  # never raises
         return result
 

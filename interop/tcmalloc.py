@@ -89,6 +89,7 @@ from google.protobuf.message import DecodeError
 
 from interop import ImportSummary, module_file
 from core.errors import InputError
+from core.files import under_sysroot
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
 
@@ -227,12 +228,7 @@ def _module_status(path: str, build_id: bytes, sysroot: str | None) -> str:
     """ok, missing (no such file), build_id_differs (another build) or not_a_file."""
     if not path.startswith("/"):
         return "not_a_file"  # [vdso], linux-vdso.so.1: nothing to symbolize from
-    local = path
-    if sysroot:
-        candidate = os.path.join(sysroot, path.lstrip("/"))
-        if os.path.exists(candidate):
-            local = candidate
-    status, _, found = module_file(local)
+    status, _, found = module_file(under_sysroot(path, sysroot))
     if status != "ok":  # missing, unreadable, not ELF: counted, never raised
         return "missing"
     return "ok" if not build_id or found == build_id else "build_id_differs"

@@ -9,6 +9,7 @@ import threading
 from typing import Sequence
 
 from core.errors import UsageError
+from core.files import under_sysroot
 from core.symbolize.debug_files import DEFAULT_DEBUG_DIRS
 from core.symbolize.elf_file import file_identity
 from core.symbolize.elf_module import ElfModule
@@ -81,20 +82,7 @@ class ModuleCache:
     def resolve(self, path: str) -> str:
         """The local file for a recorded mapping path: without a " (deleted)" suffix,
         under the sysroot if the file is there, else the path itself."""
-        path = strip_deleted(path)
-        if self.sysroot and path.startswith("/"):
-            inside = path
-            for _ in range(40):  # an absolute symlink in the sysroot points into it
-                candidate = os.path.join(self.sysroot, inside.lstrip("/"))
-                if not os.path.islink(candidate):
-                    break
-                target = os.readlink(candidate)
-                if not target.startswith("/"):
-                    break
-                inside = target
-            if os.path.exists(candidate):
-                return candidate
-        return path
+        return under_sysroot(strip_deleted(path), self.sysroot)
 
     def get(self, path: str) -> ElfModule | tuple[str, str]:
         """The module, or (status, detail) if it cannot be read."""
