@@ -1,16 +1,29 @@
-"""`lifetime train`, `lifetime evaluate`, `lifetime report` (registered by lifetime/cli.py)."""
+"""`lifetime evaluate-online`, `lifetime train`, `lifetime evaluate`, `lifetime report`
+(registered by lifetime/cli.py through `add_parser`).
+
+TensorFlow (model.train), matplotlib (model.report) and Apache Beam (model.online_eval)
+are imported inside functions: `lifetime --help` must not pay for them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 
 from core import options
 from core.errors import UsageError, printable
+from core.files import writable_dir, writable_parent, write_json
+from core.label_options import add_boundaries, label_scheme
+from core.symbol_options import add_symbol_options, symbol_options
 from model import architectures
+from model.card import metrics_table
+from model.compare import SCOPES, display_rows
+from model.evaluate import SPLIT_CHOICES, evaluate
 from model.hparams import OPEN_ABOVE, OPEN_BELOW, RANGES, HParams, range_text
+from model.io import read_model_dir
 
 # hyperparameter -> help; the defaults and ranges come from HParams, the one place they live.
 _HP_FLAGS = {
@@ -42,7 +55,6 @@ def parse_hparams(values: dict, **overrides) -> HParams:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from core.files import writable_dir
     from model.train import train
 
     values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
@@ -60,10 +72,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _print_table(result: dict) -> None:
-    from model.card import metrics_table
-
-    from model.compare import SCOPES, display_rows
-
     for part in SCOPES:
         rows = display_rows(result[part])
         print(f"\n{part}: {rows['model']['contexts']} contexts, {rows['model']['samples']:.0f} samples")
@@ -72,10 +80,6 @@ def _print_table(result: dict) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from core.files import writable_parent, write_json
-    from model.evaluate import evaluate
-    from model.io import read_model_dir
-
     if not args.out:
         read_model_dir(args.model)  # the default output goes inside it: check it first
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
@@ -89,7 +93,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from core.files import writable_dir
     from model.report import write_report
 
     writable_dir(args.out)
@@ -97,6 +100,48 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(f"report: {printable(os.path.join(args.out, 'report.md'))} "
           "(also report.html, report.json)")
     return 0
+
+
+def _cmd_evaluate_online(args: argparse.Namespace) -> int:
+    from model.online_eval import evaluate_online, model_context
+
+    if args.json:
+        writable_parent(args.json, "--json")  # before the work
+    result = evaluate_online(args.profiles, model_context(args.model), label_scheme(args),
+                             **symbol_options(args))
+    _print_online(result)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1, sort_keys=True)
+        print(f"wrote {printable(args.json)}")
+    return 0
+
+
+def _print_online(result: dict) -> None:
+    """evaluate-online's figures (model/online_eval.py), a few lines."""
+    h, cache, cost = result["headline"], result["cache"], result["cost_ns_per_sampled_allocation"]
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    print(f"{result['profiles']} profiles, {result['contexts']} contexts, "
+          f"{result['predicted_samples']} predicted samples")
+    skipped, problems = result["skipped_files"], result["problems"]
+    if skipped or problems:
+        print(f"skipped      {len(skipped)} unusable files; {len(problems)} problems in the "
+              "files used (--json lists them all)")
+        for d in (skipped + problems)[:5]:
+            print(f"  {printable(d['file'])}: {printable(d['reason'])}")
+    print(f"per context  weighted exact {pct(h['weighted_exact'])}, off-by-one "
+          f"{pct(h['weighted_off_by_one'])}, under-prediction {pct(h['weighted_under_prediction'])}"
+          f"; unweighted exact {pct(h['unweighted_exact'])}, off-by-one "
+          f"{pct(h['unweighted_off_by_one'])}")
+    print(f"per sample   exact {pct(h['per_sample_exact'])}, off-by-one "
+          f"{pct(h['per_sample_off_by_one'])}, under-prediction "
+          f"{pct(h['per_sample_under_prediction'])}")
+    print(f"cache        hit rate {pct(cache['hit_rate'])} ({cache['cache_hits']} hits, "
+          f"{cache['cache_misses']} misses, {cache['revalidations']} revalidations, "
+          f"{cache['disagreements']} disagreements)")
+    print(f"added cost   per sampled allocation: mean {cost['mean'] / 1e3:.2f} us, p50 "
+          f"{cost['p50'] / 1e3:.2f} us (hits {(cost['hit_p50'] or 0) / 1e3:.2f} us, misses "
+          f"{(cost['miss_p50'] or 0) / 1e3:.2f} us), p99 {cost['p99'] / 1e3:.2f} us")
 
 
 def _hp_type(name: str):
@@ -107,9 +152,19 @@ def _hp_type(name: str):
     return options.finite_float(lo, hi, lo_open=name in OPEN_BELOW, hi_open=name in OPEN_ABOVE)
 
 
-def add_subcommands(sub) -> None:
-    """Adds train, evaluate and report to the `lifetime` subparsers."""
-    from model.evaluate import SPLIT_CHOICES
+def add_parser(sub) -> None:
+    """Adds evaluate-online, train, evaluate and report to the `lifetime` subparsers."""
+    p = sub.add_parser("evaluate-online",
+                       help="online predictions in profiles against the actual lifetimes")
+    p.add_argument("profiles", nargs="+", metavar="PROFILE")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="the model (or its export) the profiles were taken with: its context "
+                        "definition cuts the stacks into contexts")
+    p.add_argument("--clock", choices=("wall", "bytes"), default="wall")
+    add_boundaries(p)
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    add_symbol_options(p)
+    p.set_defaults(func=_cmd_evaluate_online)
 
     p = sub.add_parser("train", help="train the LSTM lifetime model on datasets",
                        description="Hyperparameter defaults: " + ", ".join(
