@@ -20,15 +20,25 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
+import dataclasses
 import os
+import subprocess
 import sys
 import time
 
+import simulator
 from core import options
 from core.errors import LifetimeError
+from core.files import (check_regular, open_regular, read_json, refuse_irregular_output,
+                        writable_dir)
+from core.lifetimes import LabelScheme
 from core.symbol_options import add_symbol_options, symbol_options
 from pipeline.manifest import MANIFEST
+from simulator import convert, model_input, report, tables
+from simulator.trace import MAGIC
+
+# Apache Beam (pipeline.dataset) is imported inside _label_scheme: `lifetime --help`
+# must not pay for it.
 
 
 class SimulateError(LifetimeError):
@@ -82,9 +92,6 @@ def _say(msg: str) -> None:
 
 
 def _is_trace(path: str) -> bool:
-    from core.files import open_regular
-    from simulator.trace import MAGIC
-
     try:
         f, _ = open_regular(path)  # a fifo or device is refused, never waited on
         with f:
@@ -100,9 +107,6 @@ def _is_trace(path: str) -> bool:
 def _label_scheme(dataset: str):
     """The training dataset's label scheme, from its manifest (no TensorFlow needed)."""
     from pipeline.dataset import dataset_context
-    from core.lifetimes import LabelScheme
-
-    from core.files import check_regular, read_json
 
     if not os.path.isdir(dataset):
         raise SimulateError(f"--train {dataset}: no such dataset directory")
@@ -135,8 +139,6 @@ _OUTPUTS = ("trace.lttrace", "trace.stacks.json", "simulation.json", "report.md"
 
 def _refuse_irregular_outputs(out: str) -> None:
     """A fifo or device already at an output's path would block (or swallow) the write."""
-    from core.files import refuse_irregular_output
-
     for name in _OUTPUTS:
         path = os.path.join(out, name)
         try:
@@ -146,8 +148,6 @@ def _refuse_irregular_outputs(out: str) -> None:
 
 
 def _engine() -> str:
-    import simulator
-
     try:
         return str(simulator.engine_path())
     except FileNotFoundError as e:
@@ -163,27 +163,35 @@ def _check_policy(engine: str, policy: str) -> None:
         raise SimulateError(err[-1].removeprefix("lifetime_simulate: error: "))
 
 
-def run(args: argparse.Namespace) -> int:
-    import simulator
-    from core.files import writable_dir
-    from simulator import convert, report, tables
+@dataclasses.dataclass
+class _Checked:
+    """What `simulate` checks before any work."""
+    engine: str
+    is_trace: bool
+    scheme: LabelScheme
+    debug_dirs: tuple
+    sysroot: str | None
 
-    from simulator import model_input
 
+def _check_before_work(args: argparse.Namespace) -> _Checked:
+    """Every option and input, cheapest first: a bad one fails before any work."""
     if args.model:
-        model_input.load_export(args.model)  # a bad --model fails before any work
+        model_input.load_export(args.model)
     symbols = symbol_options(args)  # checked before any work, like the other commands
-    debug_dirs, sysroot = symbols["debug_dirs"], symbols["sysroot"] or None
     engine = _engine()
     if args.policy is not None:
-        _check_policy(engine, args.policy)  # a bad name fails before any work
+        _check_policy(engine, args.policy)
     is_trace = _is_trace(args.input)  # the input first: a fifo or a missing file fails at once
     scheme = _label_scheme(args.train)
     writable_dir(args.out)
     _refuse_irregular_outputs(args.out)
-    started = time.monotonic()
+    return _Checked(engine=engine, is_trace=is_trace, scheme=scheme,
+                    debug_dirs=symbols["debug_dirs"], sysroot=symbols["sysroot"] or None)
 
-    if is_trace:
+
+def _trace(args: argparse.Namespace, checked: _Checked) -> tuple[str, dict]:
+    """Step 1: the trace and its stack side file (a profile is converted into OUT)."""
+    if checked.is_trace:
         trace_path = args.input
         side = convert.load_stacks(convert.stacks_path(trace_path))
         _say(f"trace {trace_path}: {side['counts']['records']:,} objects (side file "
@@ -191,36 +199,55 @@ def run(args: argparse.Namespace) -> int:
     else:
         trace_path = os.path.join(args.out, "trace.lttrace")
         kwargs = {"run_records": args.run_records} if args.run_records else {}
-        result = convert.convert_profile(args.input, trace_path, scheme, progress=_say, **kwargs)
+        result = convert.convert_profile(args.input, trace_path, checked.scheme, progress=_say,
+                                         **kwargs)
         side = convert.load_stacks(result.stacks)
     if side["source"].get("sampled"):
         _say(f"warning: {side['source']['profile']} was Poisson-sampled (interval "
              f"{side['source']['sampling_interval_bytes']:,} bytes): the simulation is of the "
              "sampled objects only and underestimates the heap (nothing is scaled up)")
+    return trace_path, side
 
-    tbl = tables.build_tables(args.train, side, os.path.join(args.out, "tables"), trace_path,
-                              deadline_k=args.deadline_k, debug_dirs=debug_dirs,
-                              sysroot=sysroot, progress=_say)
+
+def _fit_tables(args: argparse.Namespace, checked: _Checked, side: dict, trace_path: str):
+    """Step 2: the class tables (exact, site, context oracles) under OUT/tables."""
+    return tables.build_tables(args.train, side, os.path.join(args.out, "tables"), trace_path,
+                               deadline_k=args.deadline_k, debug_dirs=checked.debug_dirs,
+                               sysroot=checked.sysroot, progress=_say)
+
+
+def _prepare_model(args: argparse.Namespace, checked: _Checked, side: dict, tbl):
+    """Step 3: with --model, the plugin and OUT/model/contexts.txt (None without)."""
+    if not args.model:
+        return None
+    try:
+        return model_input.prepare(args.model, side, os.path.join(args.out, "model"),
+                                   class_names=tbl.class_names,
+                                   reuse=(tbl.context, tbl.stack_context),
+                                   debug_dirs=checked.debug_dirs, sysroot=checked.sysroot,
+                                   progress=_say)
+    except model_input.ModelInputError as e:
+        raise SimulateError(str(e)) from None
+
+
+def _predictor_specs(tbl, mi) -> list[str]:
+    """The engine's LLAMA rows, in report order."""
     specs = ["oracle", f"context_t95=table:{tbl.files['context_t95']}",
              f"context_cost=table:{tbl.files['context_cost']}",
              f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
              f"one_class=constant:{tbl.majority}"]
-    mi, served_path = None, None
-    if args.model:
-        try:
-            mi = model_input.prepare(args.model, side, os.path.join(args.out, "model"),
-                                     class_names=tbl.class_names,
-                                     reuse=(tbl.context, tbl.stack_context),
-                                     debug_dirs=debug_dirs, sysroot=sysroot, progress=_say)
-        except model_input.ModelInputError as e:
-            raise SimulateError(str(e)) from None
+    if mi is not None:
         specs.append(f"model=model:{mi.contexts_file}")
-        served_path = os.path.join(args.out, "model", "served.txt")
-    sim_json = os.path.join(args.out, "simulation.json")
+    return specs
+
+
+def _simulate(args: argparse.Namespace, trace_path: str, side: dict, tbl, specs: list[str],
+              served_path: str | None, sim_json: str) -> dict:
+    """Step 4: one engine run, every row; its JSON into OUT/simulation.json."""
     n = side["counts"]["records"]
     _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, context oracle (T95), "
          "context oracle (cost rule), exact, site, one class"
-         + (", model" if mi else "") + "}"
+         + (", model" if served_path else "") + "}"
          + (" with invariant checks" if args.check_invariants else ""))
     t0 = time.monotonic()
     try:
@@ -237,32 +264,46 @@ def run(args: argparse.Namespace) -> int:
             raise SimulateError(str(e).removeprefix("lifetime_simulate: error: ")) from None
         raise  # an invariant violation or a crash is a bug: keep the traceback
     _say(f"simulated in {time.monotonic() - t0:.1f} s")
-    if mi is not None:
-        served = model_input.read_served(served_path).get("model", {})
-        labels = (tbl.context_t95 if mi.stack_context is tbl.stack_context else
-                  tables.context_t95_classes(trace_path, mi.stack_context, scheme))
-        tbl.per_context["model"] = model_input.per_context_accuracy(served, mi.stack_context,
-                                                                    side, labels)
+    return sim
+
+
+def _model_accuracy(mi, served_path: str, side: dict, tbl, trace_path: str, scheme) -> None:
+    """The model row's per-context accuracy, from what the engine served it."""
+    served = model_input.read_served(served_path).get("model", {})
+    labels = (tbl.context_t95 if mi.stack_context is tbl.stack_context else
+              tables.context_t95_classes(trace_path, mi.stack_context, scheme))
+    tbl.per_context["model"] = model_input.per_context_accuracy(served, mi.stack_context,
+                                                                side, labels)
+
+
+def _write_report(args: argparse.Namespace, checked: _Checked, sim: dict, side: dict, tbl,
+                  specs: list[str], mi, served_path: str | None, sim_json: str) -> dict:
+    """Step 5: OUT/report.{md,html,json} and the PNGs."""
     workload = side["source"]["program"] + (f" ({side['source']['version_label']})"
                                             if side["source"].get("version_label") else "")
-    settings = {"engine": engine, "predictor_specs": specs, "policy": args.policy or "paper",
-                "check_invariants": args.check_invariants}
+    settings = {"engine": checked.engine, "predictor_specs": specs,
+                "policy": args.policy or "paper", "check_invariants": args.check_invariants}
     if mi is not None:
         settings["model"] = {"export_dir": mi.export_dir, "plugin": mi.plugin,
                              "contexts_file": mi.contexts_file, "served_file": served_path,
                              "model_id": mi.model_id, "graph": mi.manifest.get("graph"),
                              "context": mi.context.to_json()}
-    rep = report.write_report(sim, side, tbl, args.out, workload=workload, simulation_json=sim_json,
-                              settings=settings)
-    print(f"report: {os.path.join(args.out, 'report.md')} (.html, .json, memory_over_time.png); "
-          f"{time.monotonic() - started:.1f} s")
+    return report.write_report(sim, side, tbl, args.out, workload=workload,
+                               simulation_json=sim_json, settings=settings)
+
+
+def _print_results(out: str, rep: dict, seconds: float) -> None:
+    """What `simulate` prints on stdout: where the report is, the Table-3 rows, the model's
+    cache and timing."""
+    print(f"report: {os.path.join(out, 'report.md')} (.html, .json, memory_over_time.png); "
+          f"{seconds:.1f} s")
     if rep["sampled"]:
         print("note: sampled profile: the simulated heap holds the sampled objects only")
     print(f"{'predictor':<26} {'acc(alloc)':>10} {'acc(bytes)':>10} {'baseline MiB':>12} "
           f"{'LLAMA MiB':>10} {'live MiB':>9} {'frag. red.':>10}")
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    mib = lambda x: "n/a" if x is None else f"{x / report.MB:.1f}"  # noqa: E731
     for r in rep["table3"]:
-        pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-        mib = lambda x: "n/a" if x is None else f"{x / report.MB:.1f}"  # noqa: E731
         print(f"{r['predictor']:<26} {pct(r['accuracy_by_allocations']):>10} "
               f"{pct(r['accuracy_by_bytes']):>10} {mib(r['baseline_steady_state_bytes']):>12} "
               f"{mib(r['llama_steady_state_bytes']):>10} {mib(r['live_steady_state_bytes']):>9} "
@@ -273,4 +314,21 @@ def run(args: argparse.Namespace) -> int:
               f"{m['model_runs']:,} model runs; per call: hit {m['timing_ns']['cache_hit']['mean']:.0f} ns "
               f"mean, model call {m['timing_ns']['model_call']['mean']:.0f} ns mean "
               f"(p50 {m['timing_ns']['model_call']['p50']:.0f}, p99 {m['timing_ns']['model_call']['p99']:.0f})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The five steps of the module docstring, after every check."""
+    checked = _check_before_work(args)
+    started = time.monotonic()
+    trace_path, side = _trace(args, checked)
+    tbl = _fit_tables(args, checked, side, trace_path)
+    mi = _prepare_model(args, checked, side, tbl)
+    specs = _predictor_specs(tbl, mi)
+    served_path = os.path.join(args.out, "model", "served.txt") if mi is not None else None
+    sim_json = os.path.join(args.out, "simulation.json")
+    sim = _simulate(args, trace_path, side, tbl, specs, served_path, sim_json)
+    if mi is not None:
+        _model_accuracy(mi, served_path, side, tbl, trace_path, checked.scheme)
+    rep = _write_report(args, checked, sim, side, tbl, specs, mi, served_path, sim_json)
+    _print_results(args.out, rep, time.monotonic() - started)
     return 0
