@@ -521,8 +521,10 @@ struct memo_step {
   uintptr_t nip, nsp, nbp; /* the next state (nbp: when bp_at) */
   uint32_t exact, kind;
   uint32_t uses_bp;        /* the rule reads rbp: bp is part of the state */
-  uint32_t pad;
+  uint32_t rel;            /* REL_SP / REL_BP: every address of the step is that
+                            * register plus a constant (the rule's), else REL_NONE */
 };
+enum { REL_NONE = 0, REL_SP = 1, REL_BP = 2 };
 struct lt_unwind_memo {
   int n;                               /* steps of the previous walk */
   struct memo_step steps[MEMO_STEPS];  /* the previous walk */
@@ -661,6 +663,31 @@ LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
           }
         }
       }
+      /* Not the same state, but the same ip at the same step of the walk as last time
+       * (typically our own frames and the allocating function's, at another stack
+       * depth): a rule that does not read rbp moves sp by constants and reads at
+       * constant offsets from it, so the kept step gives them without a rule lookup.
+       * The words are read, not compared: this is the rule's own computation. */
+      if (step < old_n) {
+        const struct memo_step *q = &old[step];
+        if (q->kind == MEMO_STEP && q->rel && q->ip == ip && q->exact == (uint32_t)exact) {
+          uintptr_t from = q->rel == REL_SP ? q->sp : q->bp, base = q->rel == REL_SP ? sp : bp;
+          uintptr_t ra_at = base + (q->ra_at - from), bp_at = q->bp_at ? base + (q->bp_at - from) : 0;
+          if (in_bounds(&b, ra_at) && (!bp_at || in_bounds(&b, bp_at))) {
+            nsp = base + (q->nsp - from);
+            if (nsp <= sp) break; /* as the rule's step: the stack only grows upwards */
+            __builtin_memcpy(&nip, (const void *)ra_at, 8);
+            if (bp_at) __builtin_memcpy(&nbp, (const void *)bp_at, 8);
+            if (fresh_n < MEMO_STEPS)
+              memo->fresh[fresh_n++] = (struct memo_step){
+                  .ip = ip, .sp = sp, .bp = bp, .ra_at = ra_at, .bp_at = bp_at, .nip = nip,
+                  .nsp = nsp, .nbp = nbp, .exact = (uint32_t)exact, .kind = MEMO_STEP,
+                  .uses_bp = q->uses_bp, .rel = q->rel};
+            exact = 0;
+            goto next;
+          }
+        }
+      }
     }
     struct rule r;
     int have = get_rule(exact ? ip : ip - 1, &r);
@@ -702,7 +729,9 @@ LT_NOINLINE LT_NO_SANITIZE static int capture_builtin(uintptr_t *out, int max,
           memo->fresh[fresh_n++] = (struct memo_step){
               .ip = ip, .sp = sp, .bp = bp, .ra_at = ra_at, .bp_at = bp_at, .nip = nip,
               .nsp = nsp, .nbp = nbp, .exact = (uint32_t)exact, .kind = MEMO_STEP,
-              .uses_bp = r.cfa_reg == R_RBP || (r.rbp_how == HOW_ADDR_EXPR && r.rbp_reg == R_RBP)};
+              .uses_bp = r.cfa_reg == R_RBP || (r.rbp_how == HOW_ADDR_EXPR && r.rbp_reg == R_RBP),
+              .rel = r.rbp_how == HOW_ADDR_EXPR && r.rbp_reg != r.cfa_reg ? REL_NONE
+                     : r.cfa_reg == R_RSP ? REL_SP : REL_BP};
       }
       exact = 0;
     }
