@@ -109,7 +109,7 @@ Counters SegregatedHeap::counters() const {
   Counters out;
   for (const auto& h : heaps_) {  // summed by name, in first-seen order
     for (const auto& [k, v] : h->counters()) {
-      auto it = std::find_if(out.begin(), out.end(), [&](const auto& o) { return o.first == k; });
+      auto it = std::find_if(out.begin(), out.end(), [&k = k](const auto& o) { return o.first == k; });
       if (it == out.end()) out.push_back({k, v});
       else it->second += v;
     }
