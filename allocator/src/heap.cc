@@ -22,6 +22,8 @@
 
 namespace lalloc {
 
+Mutex heap_lock{PTHREAD_MUTEX_INITIALIZER};
+
 namespace {
 
 constexpr uint64_t kSmallAlign = 16;
@@ -30,12 +32,12 @@ constexpr uint64_t kMaxRequest = uint64_t(1) << 46;  // the trace format's limit
 constexpr unsigned kDeadlineK = 2;                    // the engine's default
 constexpr uint64_t kMs = 1000000;
 
-pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 // initial-exec: reading them never calls __tls_get_addr (which may malloc).
-// t_inside: from before this thread takes the lock until after it lets it go; t_locked:
-// while it holds it; t_arena: while it is inside the metadata arena.  A request that finds
-// t_inside set is either the policy's own containers (t_locked, the arena idle) or a
-// signal handler that interrupted this thread (reentry.h says how each case is served).
+// t_inside: from before this thread takes the lock (heap_lock) until after it lets it go;
+// t_locked: while it holds it (heap_lock.assert_held() where the code relies on that);
+// t_arena: while it is inside the metadata arena.  A request that finds t_inside set is
+// either the policy's own containers (t_locked, the arena idle) or a signal handler that
+// interrupted this thread (reentry.h says how each case is served).
 __thread bool t_inside __attribute__((tls_model("initial-exec"))) = false;
 __thread bool t_locked __attribute__((tls_model("initial-exec"))) = false;
 __thread bool t_arena __attribute__((tls_model("initial-exec"))) = false;
@@ -45,7 +47,7 @@ __thread uint32_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
 inline void sig_fence() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 
 alignas(State) char g_mem[sizeof(State)];
-State* S = nullptr;
+State* S GUARDED_BY(heap_lock) = nullptr;
 // S once built (release, after init): read without the lock by the prediction, which
 // runs before the lock is taken.
 std::atomic<State*> g_built{nullptr};
@@ -66,8 +68,9 @@ uint64_t policy_clock_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-void on_taken(uint64_t first, uint64_t n) { S->backing.taken(first, n); }
-void on_released(uint64_t first, uint64_t n) { S->backing.released(first, n); }
+// The policy calls these (sim::huge_page_hooks, sim::span_hooks) under the lock.
+void on_taken(uint64_t first, uint64_t n) REQUIRES(heap_lock) { S->backing.taken(first, n); }
+void on_released(uint64_t first, uint64_t n) REQUIRES(heap_lock) { S->backing.released(first, n); }
 
 // ---------------------------------------------------------------- thread caches (state)
 //
@@ -101,7 +104,8 @@ struct Cache {
   // Written by the owner thread only (load + store, no atomic read-modify-write), read by
   // the stats under the lock.
   std::atomic<uint64_t> objects{0}, bytes{0}, hits{0}, misses{0};
-  Cache *prev = nullptr, *next = nullptr;  // every live thread's cache, under the lock
+  Cache* prev GUARDED_BY(heap_lock) = nullptr;  // every live thread's cache
+  Cache* next GUARDED_BY(heap_lock) = nullptr;
   List* lists = nullptr;                   // [group * kClasses + class]
 };
 inline void bump(std::atomic<uint64_t>& a, int64_t d) {
@@ -110,7 +114,8 @@ inline void bump(std::atomic<uint64_t>& a, int64_t d) {
 Cache* const kDead = reinterpret_cast<Cache*>(uintptr_t(1));  // the thread's cache is gone (exit)
 
 // Zero-initialized (no constructor: the first malloc may come before the library's
-// static initializers run); filled by setup() under the lock at init.
+// static initializers run); filled by setup() under the lock at init, before g_built's
+// release, and read-only after (but the fields guarded by the lock).
 struct Global {
   bool on;                          // written in init, before g_built's release
   std::atomic<bool> segregating;    // segregate-above: the live bytes reached it
@@ -122,10 +127,12 @@ struct Global {
   uint64_t magic[kClasses];  // (offset * magic) >> 36 == offset / size for a multiple
   std::atomic<uint32_t>* map;
   uintptr_t base;
+  uint64_t reserved;  // the reservation's bytes from base (Backing::reserved_bytes)
   pthread_key_t key;
-  Cache* all;
-  uint64_t exited, dead_hits, dead_misses;
-  uint64_t refills, refill_objects, flushes, flushed_objects;
+  Cache* all GUARDED_BY(heap_lock);
+  uint64_t exited GUARDED_BY(heap_lock), dead_hits GUARDED_BY(heap_lock), dead_misses GUARDED_BY(heap_lock);
+  uint64_t refills GUARDED_BY(heap_lock), refill_objects GUARDED_BY(heap_lock), flushes GUARDED_BY(heap_lock),
+      flushed_objects GUARDED_BY(heap_lock);
 };
 Global G;
 __thread Cache* t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
@@ -133,7 +140,7 @@ __thread Cache* t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
 // that interrupts it takes the locked path (the lists are mid-update).
 __thread bool t_busy __attribute__((tls_model("initial-exec"))) = false;
 
-void on_span_created(uint64_t addr, uint32_t npages, uint32_t cls) {
+void on_span_created(uint64_t addr, uint32_t npages, uint32_t cls) REQUIRES(heap_lock) {
   const uintptr_t p = S->backing.real(addr);
   if (!p || cls >= kClasses) return;  // past the reservation: the allocation fails
   const unsigned g = unsigned((addr / Backing::kHuge) >> sim::SegregatedHeap::kIdShift);
@@ -141,18 +148,18 @@ void on_span_created(uint64_t addr, uint32_t npages, uint32_t cls) {
   for (uint32_t i = 0; i < npages; ++i)
     G.map[first + i].store(cls | g << 8 | i << 16, std::memory_order_relaxed);
 }
-void on_span_released(uint64_t addr, uint32_t npages) {
+void on_span_released(uint64_t addr, uint32_t npages) REQUIRES(heap_lock) {
   const uintptr_t p = S->backing.real(addr);
   if (!p) return;
   const uint64_t first = (p - G.base) >> kPageShift;
   for (uint32_t i = 0; i < npages; ++i) G.map[first + i].store(0, std::memory_order_relaxed);
 }
 
-void thread_exit(void* v);
+void thread_exit(void* v) EXCLUDES(heap_lock);
 
 // At init, under the lock: on for a policy of size-class heaps only (LLAMA's lines must
 // see every free), with the checker off (its shadow heap must see every free).
-void setup(bool slot_mapped) {
+void setup(bool slot_mapped) REQUIRES(heap_lock) {
   G.groups = 1;
   if (!S->cfg.thread_cache || S->cfg.check_every || !slot_mapped) return;
   const sim::TcmallocBaseline* b = dynamic_cast<const sim::TcmallocBaseline*>(S->policy.get());
@@ -191,6 +198,7 @@ void setup(bool slot_mapped) {
   }
   G.map = static_cast<std::atomic<uint32_t>*>(m);
   G.base = S->backing.base();
+  G.reserved = S->backing.reserved_bytes();
   sim::span_hooks = {on_span_created, on_span_released};
   G.on = true;
 }
@@ -198,18 +206,19 @@ void setup(bool slot_mapped) {
 }  // namespace tc
 
 // The slot of the live object starting at p (inside the reservation), or kNoSlot.
-uint32_t slot_of(uintptr_t p) {
+uint32_t slot_of(uintptr_t p) REQUIRES(heap_lock) {
   if (S->backing.has_table()) return S->backing.slot_at(p);
   return p % 16 ? Backing::kNoSlot : S->policy->slot_at(S->backing.abstract(p));
 }
-void set_slot(uintptr_t p, uint32_t slot) {
+void set_slot(uintptr_t p, uint32_t slot) REQUIRES(heap_lock) {
   if (S->backing.has_table()) S->backing.set_slot(p, slot);
 }
 
 // Runs f; any exception out of the policy or the checker is fatal with its message (the
-// heap may be half-updated: no way to go on).
+// heap may be half-updated: no way to go on).  Under the lock, as f is (the analysis
+// checks a lambda's body apart: each says REQUIRES(heap_lock)).
 template <class F>
-void guarded(const char* what, F f) {
+void guarded(const char* what, F f) REQUIRES(heap_lock) {
   try {
     f();
   } catch (const std::exception& e) {
@@ -224,7 +233,7 @@ bool grouped(const sim::LlamaPolicy& p) {
   return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
 }
 
-void init() {
+void init() REQUIRES(heap_lock) {
   S = new (g_mem) State();
   S->cfg = read_config();
   // The project's default lifetime classes (simulator/trace.py): 10 ms .. 1000 s, then inf.
@@ -242,7 +251,7 @@ void init() {
   S->backing.init(!baseline && grouped(pol) ? sim::SegregatedHeap::kMaxGroups : 1, S->cfg.reserve_bytes);
   S->backing.set_release_delay(S->cfg.release_keep_pages, S->cfg.release_delay_ns);
   sim::huge_page_hooks = {on_taken, on_released};
-  guarded("policy: ", [&] {
+  guarded("policy: ", [&]() REQUIRES(heap_lock) {
     if (baseline) S->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else S->policy = sim::make_policy_heap("llama", S->classes, pol, kDeadlineK, false);
   });
@@ -258,10 +267,10 @@ void init() {
   g_built.store(S, std::memory_order_release);
 }
 
-void free_locked(void* p);
+void free_locked(void* p) REQUIRES(heap_lock);
 
 // Frees a signal handler deferred (reentry.h), under the lock.
-void drain_deferred() {
+void drain_deferred() REQUIRES(heap_lock) {
   for (void* p = reentry::take_deferred(); p;) {
     void* next = *static_cast<void**>(p);
     free_locked(p);
@@ -271,23 +280,23 @@ void drain_deferred() {
 
 // The lock, and "inside" for this thread: malloc from here on goes to the arena (or, from
 // a signal handler that interrupts the lock's taking or the arena, to reentry.h's).
-class Inside {
+class SCOPED_CAPABILITY Inside {
  public:
-  Inside() {
+  Inside() ACQUIRE(heap_lock) {
     t_inside = true;
     sig_fence();
-    pthread_mutex_lock(&g_lock);
+    heap_lock.lock();
     t_locked = true;
     sig_fence();
     if (!S) init();
     ++S->c.lock_acquisitions;
     if (__builtin_expect(reentry::deferred_pending(), 0)) drain_deferred();
   }
-  ~Inside() {
+  ~Inside() RELEASE() {
     sig_fence();
     t_locked = false;
     sig_fence();
-    pthread_mutex_unlock(&g_lock);
+    heap_lock.unlock();
     sig_fence();
     t_inside = false;
   }
@@ -298,26 +307,26 @@ class Inside {
 // Time for the policy (deadlines): monotone across threads, since it is read under the
 // lock.  The policy is advanced only when the coarse clock has moved: every deadline it
 // set since was set after the last advance, at that time plus >= 10 ms, so none is due.
-uint64_t tick() {
+uint64_t tick() REQUIRES(heap_lock) {
   const uint64_t now = policy_clock_ns();
   if (__builtin_expect(now <= S->last_now, 1)) return S->last_now;
   S->last_now = now;
   S->backing.set_now(now);  // held pages whose delay is over go back
-  guarded("policy: ", [&] { S->policy->advance(now); });
+  guarded("policy: ", [&]() REQUIRES(heap_lock) { S->policy->advance(now); });
   return now;
 }
 
-uint32_t thread_id() {
+uint32_t thread_id() REQUIRES(heap_lock) {
   if (!t_thread) t_thread = uint32_t(++S->c.threads);
   return t_thread;
 }
 
 // ---------------------------------------------------------------- the checker
 
-void check_pages(uint64_t addr, uint64_t size) {
+void check_pages(uint64_t addr, uint64_t size) REQUIRES(heap_lock) {
   // As the engine does: an object's middle pages are its own, alike; check the ends.
   uint64_t first = addr / Backing::kHuge, last = (addr + size - 1) / Backing::kHuge;
-  guarded("LIFETIME_ALLOC_CHECK: ", [&] {
+  guarded("LIFETIME_ALLOC_CHECK: ", [&]() REQUIRES(heap_lock) {
     for (uint64_t hp = first; hp <= last; ++hp) {
       if (hp == first + 2 && last - first > 4) hp = last - 1;
       S->policy->check_page(hp, S->shadow);
@@ -325,9 +334,9 @@ void check_pages(uint64_t addr, uint64_t size) {
   });
 }
 
-void full_check() {
+void full_check() REQUIRES(heap_lock) {
   ++S->c.checks;
-  guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->policy->check_all(S->shadow); });
+  guarded("LIFETIME_ALLOC_CHECK: ", [&]() REQUIRES(heap_lock) { S->policy->check_all(S->shadow); });
   // The translation: every live object's policy address maps to its real one.
   uint64_t live = 0;
   for (uint64_t slot = 0; slot < S->slots.capacity(); ++slot) {
@@ -342,9 +351,9 @@ void full_check() {
     fatal("LIFETIME_ALLOC_CHECK: slot ids and shadow heap disagree in size");
 }
 
-void collect_tc_stats();
+void collect_tc_stats() REQUIRES(heap_lock);
 
-void after_op(uint64_t now) {
+void after_op(uint64_t now) REQUIRES(heap_lock) {
   if (tc::G.seg_above) tc::G.segregating.store(S->c.live_requested >= tc::G.seg_above, std::memory_order_relaxed);
   S->c.peak_huge_pages = std::max(S->c.peak_huge_pages, S->policy->live_huge_pages());
   if (S->cfg.check_every && ++S->ops_since_check >= S->cfg.check_every) {
@@ -361,7 +370,7 @@ void after_op(uint64_t now) {
 
 // ---------------------------------------------------------------- objects
 
-void* direct_alloc(size_t size, size_t align) {
+void* direct_alloc(size_t size, size_t align) EXCLUDES(heap_lock) {
   // Beyond a huge page: the policy's multi-huge-page objects take fresh ids that are never
   // reused (HugePageIds::take_fresh), which a long-running program would run past any
   // reservation; until the policy reuses them, such objects get their own mapping.
@@ -382,7 +391,7 @@ void* direct_alloc(size_t size, size_t align) {
   return reinterpret_cast<void*>(p);
 }
 
-uint32_t take_slot() {
+uint32_t take_slot() REQUIRES(heap_lock) {
   if (S->slots.count() >= UINT32_MAX - 1) fatal("more than 2^32-2 live objects");
   return S->slots.take();
 }
@@ -392,7 +401,7 @@ uint32_t take_slot() {
 // highest live objects take the lowest free ids (the policy's move_slot, our object
 // table's entry), a few per free on average; then the policy's per-slot records give
 // back their tail (trim).  The objects stay where they are.
-void compact_slots() {
+void compact_slots() REQUIRES(heap_lock) {
   constexpr uint64_t kEvery = 1024, kMoves = 1024;
   if (++S->frees_since_trim < kEvery) return;
   S->frees_since_trim = 0;
@@ -405,20 +414,20 @@ void compact_slots() {
       break;
     }
     const auto [a, usable] = S->policy->where(from);
-    guarded("policy: ", [&] { S->policy->move_slot(from, to); });
+    guarded("policy: ", [&]() REQUIRES(heap_lock) { S->policy->move_slot(from, to); });
     set_slot(S->backing.real(a), to);
     if (S->cfg.check_every)
-      guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a] {
+      guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a]() REQUIRES(heap_lock) {
         S->shadow.on_free("lifetime_alloc", a, from);
         S->shadow.on_alloc("lifetime_alloc", a, S->policy->asked_size(to), to);
       });
     S->slots.release(from);
     end = S->slots.end();
   }
-  guarded("policy: ", [&] { S->policy->trim(uint32_t(end)); });
+  guarded("policy: ", [&]() REQUIRES(heap_lock) { S->policy->trim(uint32_t(end)); });
 }
 
-State* built() {
+State* built() EXCLUDES(heap_lock) {
   State* s = g_built.load(std::memory_order_acquire);
   if (__builtin_expect(!s, 0)) {
     Inside in;  // builds it
@@ -430,7 +439,8 @@ State* built() {
 // Under the lock: one object from the policy (nullptr: past the reservation).  size: the
 // program's request (0 for the extra objects of a thread cache's batch), usable: asked of
 // the policy.
-void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, const Prediction& pred, uint64_t now) {
+void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, const Prediction& pred, uint64_t now)
+    REQUIRES(heap_lock) {
   const uint32_t slot = take_slot();
   const int cls = pred.cls;
   ++S->c.by_source[size_t(pred.source)];
@@ -438,11 +448,11 @@ void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, con
   const sim::AllocRequest q{slot, usable, uint32_t(align), thread_id(), cls, now, ra};
   uint64_t a = 0;
   S->backing.clear_overflow();
-  guarded("policy: ", [&] { a = S->policy->alloc(q); });
+  guarded("policy: ", [&]() REQUIRES(heap_lock) { a = S->policy->alloc(q); });
   const uintptr_t p = S->backing.real(a);
   if (S->backing.overflowed() || !p || !S->backing.real(a + usable - 1)) {
     // Past the reservation: give the object back and fail (ENOMEM).
-    guarded("policy: ", [&] { S->policy->free(slot, now); });
+    guarded("policy: ", [&]() REQUIRES(heap_lock) { S->policy->free(slot, now); });
     S->slots.release(slot);
     ++S->c.failed_allocs;
     return nullptr;
@@ -458,14 +468,15 @@ void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, con
   c.total_requested += size;
   c.live_usable += placed;
   if (S->cfg.check_every) {
-    guarded("LIFETIME_ALLOC_CHECK: ", [&] { S->shadow.on_alloc("lifetime_alloc", a, usable, slot); });
+    guarded("LIFETIME_ALLOC_CHECK: ",
+            [&]() REQUIRES(heap_lock) { S->shadow.on_alloc("lifetime_alloc", a, usable, slot); });
     if (S->cfg.check_every == 1) check_pages(a, usable);  // per page: costs the page's objects
   }
   after_op(now);
   return reinterpret_cast<void*>(p);
 }
 
-void* policy_alloc(size_t size, size_t align, uintptr_t ra) {
+void* policy_alloc(size_t size, size_t align, uintptr_t ra) EXCLUDES(heap_lock) {
   const uint64_t usable = asked(size);
   // Predict first, then lock: the model (a miss: stack, symbols, the network) runs
   // while other threads allocate.
@@ -484,6 +495,7 @@ bool fits_policy(size_t size, size_t align) {
 // policy: the arena is idle), else the signal handler's lock-free arena (reentry.h).
 void* nested_alloc(size_t size, size_t align) {
   if (t_locked && !t_arena) {
+    heap_lock.assert_held();  // t_locked: this thread holds it (a nested request)
     t_arena = true;
     sig_fence();
     void* p = arena::alloc(size, align);
@@ -494,7 +506,7 @@ void* nested_alloc(size_t size, size_t align) {
   return reentry::alloc(size, align);
 }
 
-void arena_free(void* p) {
+void arena_free(void* p) REQUIRES(heap_lock) {
   t_arena = true;
   sig_fence();
   arena::free(p);
@@ -507,7 +519,7 @@ void arena_free(void* p) {
 namespace tc {
 
 // This thread's cache, made under the lock (nullptr: none, kDead: the thread is exiting).
-Cache* cache_locked() {
+Cache* cache_locked() REQUIRES(heap_lock) {
   if (t_cache) return t_cache;
   const size_t n = size_t(G.groups) * kClasses;
   void* m = nested_alloc(sizeof(Cache) + n * sizeof(List), 64);
@@ -528,7 +540,7 @@ Cache* cache_locked() {
 // ours): the locked path decides.
 inline uint32_t class_at(const void* p, unsigned& g) {
   const uintptr_t off = uintptr_t(p) - G.base;
-  if (off >= S->backing.reserved_bytes()) return 0;
+  if (off >= G.reserved) return 0;
   const uint32_t e = G.map[off >> kPageShift].load(std::memory_order_relaxed);
   if (!e) return 0;
   const uint32_t cls = e & 0xff;
@@ -559,7 +571,7 @@ inline void* pop(Cache* c, List& l, uint32_t cls) {
 }
 
 // Under the lock: the policy frees n objects of the list.
-void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) {
+void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap_lock) {
   for (; n; --n) {
     void* p = pop(c, l, cls);
     if (!p) break;
@@ -570,7 +582,7 @@ void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) {
 
 // A list past its bound: back to half of it; all of the thread's past kThreadBytes: half
 // of every list.  One lock acquisition.
-void flush(Cache* c, List& l, uint32_t cls) {
+void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
   Inside in;
   ++G.flushes;
   if (l.count > G.max[cls]) give_back(c, l, cls, l.count - G.max[cls] / 2);
@@ -598,7 +610,7 @@ void thread_exit(void* v) {
 }
 
 // A miss: under the lock, the object asked for and a batch of the class for the list.
-void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) {
+void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) EXCLUDES(heap_lock) {
   Inside in;
   Cache* c = cache_locked();
   const uint64_t now = tick();
@@ -621,7 +633,7 @@ void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred,
   return first;
 }
 
-void* cached_alloc(State* s, size_t size, uintptr_t ra) {
+void* cached_alloc(State* s, size_t size, uintptr_t ra) EXCLUDES(heap_lock) {
   const uint64_t usable = asked(size);
   const uint32_t cls = G.class_by_16[usable / 16];
   const Prediction pred = s->predictor->predict({usable, uint32_t(kSmallAlign), ra});
@@ -643,7 +655,7 @@ void* cached_alloc(State* s, size_t size, uintptr_t ra) {
 }
 
 // true: p is in this thread's cache now.
-bool cached_free(void* p) {
+bool cached_free(void* p) EXCLUDES(heap_lock) {
   unsigned g = 0;
   const uint32_t cls = class_at(p, g);
   if (!cls) return false;
@@ -719,7 +731,10 @@ void deallocate(void* p) {
     // The policy never frees a program's pointer: this is a signal handler's free that
     // interrupted this thread inside the allocator.  The arena's own blocks are freed now
     // when that is safe; anything else is freed by the next thread to take the lock.
-    if (arena::owns(p) && t_locked && !t_arena) return arena_free(p);
+    if (arena::owns(p) && t_locked && !t_arena) {
+      heap_lock.assert_held();  // t_locked: this thread holds it
+      return arena_free(p);
+    }
     return reentry::defer(p);
   }
   if (!tc::t_busy && tc::on() && tc::cached_free(p)) return;
@@ -741,8 +756,8 @@ void free_locked(void* p) {
     const auto [a, placed] = S->policy->where(slot);
     const uint64_t requested = S->policy->asked_size(slot);
     if (S->cfg.check_every)
-      guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a] { S->shadow.on_free("lifetime_alloc", a, slot); });
-    guarded("policy: ", [&] { S->policy->free(slot, now); });
+      guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a]() REQUIRES(heap_lock) { S->shadow.on_free("lifetime_alloc", a, slot); });
+    guarded("policy: ", [&]() REQUIRES(heap_lock) { S->policy->free(slot, now); });
     if (S->cfg.check_every == 1) check_pages(a, requested);
     ++c.frees;
     --c.live_objects;
@@ -791,7 +806,7 @@ namespace {
 
 bool fits_direct_growth(size_t size) { return size <= kMaxRequest && !fits_policy(size, kSmallAlign); }
 
-void shrink_direct(void* p, size_t size) {
+void shrink_direct(void* p, size_t size) EXCLUDES(heap_lock) {
   if (arena::owns(p) || reentry::owns(p)) return;
   Inside in;
   auto d = S->direct.find(reinterpret_cast<uintptr_t>(p));
@@ -809,7 +824,7 @@ void shrink_direct(void* p, size_t size) {
 // A direct mapping that grows (past a huge page still) moves with mremap, no copy, as
 // glibc's mmapped chunks do (a buffer grown 1 MiB at a time, Redis's sds, would otherwise
 // copy its whole length each time).  nullptr: not one (the caller copies).
-void* grow_direct(void* p, size_t size) {
+void* grow_direct(void* p, size_t size) EXCLUDES(heap_lock) {
   if (arena::owns(p) || reentry::owns(p) || !fits_direct_growth(size)) return nullptr;
   Inside in;
   auto d = S->direct.find(reinterpret_cast<uintptr_t>(p));
@@ -853,12 +868,12 @@ void* reallocate(void* p, size_t size, uintptr_t ra) {
 // Held across fork as Inside holds it (a handler that mallocs meanwhile is served nested).
 void fork_prepare() {
   t_inside = true;
-  pthread_mutex_lock(&g_lock);
+  heap_lock.lock();
   t_locked = true;
 }
 void fork_release() {
   t_locked = false;
-  pthread_mutex_unlock(&g_lock);
+  heap_lock.unlock();
   t_inside = false;
 }
 void fork_child() {
@@ -873,7 +888,8 @@ void start_predictor() {
 
 void write_final_stats() {
   // A process that never allocated still reports (an all-zero heap).
-  if (t_inside || (!S && !std::getenv("LIFETIME_ALLOC_STATS"))) return;
+  // (g_built, not S: S is the lock's, and this reads it before taking it)
+  if (t_inside || (!g_built.load(std::memory_order_acquire) && !std::getenv("LIFETIME_ALLOC_STATS"))) return;
   Inside in;
   if (S->cfg.stats_path.empty()) return;
   collect_tc_stats();

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lock.h"
+
 namespace lalloc {
 
 // nullptr on failure; errno is the caller's business (malloc_api.cc).
@@ -17,9 +19,9 @@ size_t usable_size(const void* p);  // 0: nullptr or not ours
 void* reallocate(void* p, size_t size, uintptr_t return_address);
 
 // pthread_atfork: the lock is held across fork, released on both sides.
-void fork_prepare();
-void fork_release();
-void fork_child();  // fork_release, and the predictor's own locks
+void fork_prepare() ACQUIRE(heap_lock);
+void fork_release() RELEASE(heap_lock);
+void fork_child() RELEASE(heap_lock);  // fork_release, and the predictor's own locks
 // The library constructor: the predictor loads what it needs (the model plugin).
 void start_predictor();
 // At exit: the final stats file (LIFETIME_ALLOC_STATS).

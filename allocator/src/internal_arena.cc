@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
+
 #include "fatal.h"
 
 namespace lalloc::arena {
@@ -36,17 +38,23 @@ struct Hdr { uintptr_t block; uint32_t cls; uint32_t size; };  // size: requeste
 struct FreeBlock { FreeBlock* next; };
 struct BigFree { char* block; size_t pages; };
 
-char* base_ = nullptr;
-size_t reserved_ = 0, bump_ = 0, top_ = 0;  // small blocks below bump_, big ones from top_ up
-size_t class_size_[kClasses];
-FreeBlock* free_[kClasses];
-BigFree big_free_[kBigFree];
-unsigned nbig_ = 0;
-size_t returned_ = 0;  // pages given back in free blocks (small and big)
+char* base_ GUARDED_BY(heap_lock) = nullptr;
+size_t bump_ GUARDED_BY(heap_lock) = 0, top_ GUARDED_BY(heap_lock) = 0;  // small blocks below bump_, big ones from top_ up
+FreeBlock* free_[kClasses] GUARDED_BY(heap_lock);
+BigFree big_free_[kBigFree] GUARDED_BY(heap_lock);
+unsigned nbig_ GUARDED_BY(heap_lock) = 0;
+size_t returned_ GUARDED_BY(heap_lock) = 0;  // pages given back in free blocks (small and big)
 // census: by class (small), by huge pages (big, kClasses + pages - 1)
-uint64_t carved_[kClasses + kBigCensus], nfree_[kClasses + kBigCensus], live_req_[kClasses + kBigCensus];
+uint64_t carved_[kClasses + kBigCensus] GUARDED_BY(heap_lock), nfree_[kClasses + kBigCensus] GUARDED_BY(heap_lock),
+    live_req_[kClasses + kBigCensus] GUARDED_BY(heap_lock);
+// Read without the lock (owns, usable: a free or malloc_usable_size from any thread):
+// the range's size and the class sizes, written once by reserve() (under the lock)
+// before the range's base is published here (release); owns() reads it (acquire) first.
+size_t reserved_ = 0;
+size_t class_size_[kClasses];
+std::atomic<char*> published_base_{nullptr};
 
-void reserve() {
+void reserve() REQUIRES(heap_lock) {
   // Address space only (MAP_NORESERVE): pages are backed as they are touched.
   for (size_t sz = size_t(64) << 30; sz >= (size_t(1) << 30); sz /= 2) {
     void* p = mmap(nullptr, sz + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -63,6 +71,7 @@ void reserve() {
         const size_t k = size_t(64) << ((c - 2) / 4);
         class_size_[c] = k + k / 4 * ((c - 2) % 4) + kHdr;
       }
+      published_base_.store(base_, std::memory_order_release);
       return;
     }
   }
@@ -96,7 +105,7 @@ size_t returnable(char* block, size_t bytes) {
 }
 
 // fresh: carved now (not a kept free block).
-char* big_alloc(size_t& pages, bool& fresh) {
+char* big_alloc(size_t& pages, bool& fresh) REQUIRES(heap_lock) {
   // The smallest kept free block that fits (its pages are unfaulted; a bigger one's
   // excess is address space only, and the block keeps its size).
   unsigned best = kBigFree;
@@ -189,7 +198,8 @@ size_t usable(const void* p) {
 }
 
 bool owns(const void* p) {
-  return base_ && static_cast<const char*>(p) >= base_ && static_cast<const char*>(p) < base_ + reserved_;
+  const char* b = published_base_.load(std::memory_order_acquire);
+  return b && static_cast<const char*>(p) >= b && static_cast<const char*>(p) < b + reserved_;
 }
 
 uint64_t used_bytes() { return bump_ + (reserved_ - top_); }
@@ -200,7 +210,7 @@ uint64_t resident_bytes() {
   // mincore over what was carved: the truth (huge pages count whole once touched).
   static unsigned char vec[4096];
   uint64_t n = 0;
-  auto count = [&](size_t lo, size_t hi) {
+  auto count = [&](size_t lo, size_t hi) REQUIRES(heap_lock) {
     for (size_t at = lo; at < hi;) {
       const size_t len = hi - at < sizeof vec * kPage ? hi - at : sizeof vec * kPage;
       if (mincore(base_ + at, len, vec) != 0) return;

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "lock.h"
+
 namespace lalloc::reentry {
 
 namespace {
@@ -22,11 +24,8 @@ std::atomic<uint64_t> g_allocs{0}, g_frees{0}, g_reused{0}, g_leaked{0}, g_defer
 // Freed blocks by power of two, behind a try-lock: a request that finds it taken (by the
 // code its handler interrupted, or another thread) bumps instead, a free leaks its block
 // (counted): nothing here ever waits.
-std::atomic_flag g_lists_lock = ATOMIC_FLAG_INIT;
-FreeBlock* g_free[kMaxShift + 1];
-
-bool try_lock() { return !g_lists_lock.test_and_set(std::memory_order_acquire); }
-void unlock() { g_lists_lock.clear(std::memory_order_release); }
+TryLock g_lists_lock{ATOMIC_FLAG_INIT};
+FreeBlock* g_free[kMaxShift + 1] GUARDED_BY(g_lists_lock);
 
 char* base() {
   char* b = g_base.load(std::memory_order_acquire);
@@ -54,12 +53,12 @@ void* alloc(size_t size, size_t align) {
   while ((size_t(1) << s) < need) ++s;
   if (s > kMaxShift) return nullptr;
   char* block = nullptr;
-  if (try_lock()) {
+  if (g_lists_lock.try_lock()) {
     if (FreeBlock* f = g_free[s]) {
       g_free[s] = f->next;
       block = reinterpret_cast<char*>(f);
     }
-    unlock();
+    g_lists_lock.unlock();
   }
   if (block) {
     g_reused.fetch_add(1, std::memory_order_relaxed);
@@ -86,13 +85,13 @@ void free(void* p) {
   if (h->magic != kMagic || h->shift < kMinShift || h->shift > kMaxShift) return;  // not ours: leave it
   const unsigned s = h->shift;
   auto* f = reinterpret_cast<FreeBlock*>(h->block);
-  if (!try_lock()) {
+  if (!g_lists_lock.try_lock()) {
     g_leaked.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   f->next = g_free[s];
   g_free[s] = f;
-  unlock();
+  g_lists_lock.unlock();
 }
 
 size_t usable(const void* p) {

@@ -1,5 +1,6 @@
 // The allocator's state: the policy heap, its real memory, the object table and the
-// counters.  One instance, built at the first allocation, touched only under the lock.
+// counters.  One instance, built at the first allocation, touched only under the lock
+// (heap_lock, lock.h; Clang's -Wthread-safety checks it), but for the predictor.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "allocator.h"
 #include "backing.h"
 #include "config.h"
+#include "lock.h"
 #include "predictor.h"
 #include "slot_ids.h"
 #include "trace.h"
@@ -43,28 +45,32 @@ struct ThreadCacheStats {
 };
 
 struct State {
-  Config cfg;
-  sim::ClassScheme classes;
-  std::string policy_name;  // "baseline" or the LLAMA policy's names ("paper", ...)
-  std::unique_ptr<sim::HeapAllocator> policy;
+  Config cfg GUARDED_BY(heap_lock);
+  sim::ClassScheme classes GUARDED_BY(heap_lock);
+  std::string policy_name GUARDED_BY(heap_lock);  // "baseline" or the LLAMA policy's names ("paper", ...)
+  std::unique_ptr<sim::HeapAllocator> policy GUARDED_BY(heap_lock);
+  // Set once, while the State is built (under the lock, before heap.cc's g_built is
+  // published); then used without the lock: predict() runs before the lock is taken and
+  // is thread-safe itself (predictor.h).
   std::unique_ptr<Predictor> predictor;
-  Backing backing;
+  Backing backing GUARDED_BY(heap_lock);
   // The engine-style slot ids the policy knows objects by, lowest-first: no record of our
   // own per object (the real address -> slot table is Backing's; address and usable size
   // are the policy's where(), the size asked of it its asked_size()), and the policy's
   // per-slot records follow the live ids down (trim).
-  sim::SlotIds slots;
-  uint64_t frees_since_trim = 0;
+  sim::SlotIds slots GUARDED_BY(heap_lock);
+  uint64_t frees_since_trim GUARDED_BY(heap_lock) = 0;
   // Objects beyond a huge page: their own mapping (README.md says why).
   struct Direct { uintptr_t map; uint64_t len, usable, requested; };
-  std::unordered_map<uintptr_t, Direct> direct;
-  sim::ShadowHeap shadow;  // LIFETIME_ALLOC_CHECK only
-  uint64_t ops_since_check = 0, last_now = 0, next_stats_ns = 0, start_ns = 0;
-  Counters c;
-  ThreadCacheStats tc;  // filled before each write_stats
+  std::unordered_map<uintptr_t, Direct> direct GUARDED_BY(heap_lock);
+  sim::ShadowHeap shadow GUARDED_BY(heap_lock);  // LIFETIME_ALLOC_CHECK only
+  uint64_t ops_since_check GUARDED_BY(heap_lock) = 0, last_now GUARDED_BY(heap_lock) = 0,
+      next_stats_ns GUARDED_BY(heap_lock) = 0, start_ns GUARDED_BY(heap_lock) = 0;
+  Counters c GUARDED_BY(heap_lock);
+  ThreadCacheStats tc GUARDED_BY(heap_lock);  // filled before each write_stats
 };
 
 // Writes the stats JSON to cfg.stats_path ("%p" -> pid), atomically (temp file + rename).
-void write_stats(const State& s, uint64_t now_ns);
+void write_stats(const State& s, uint64_t now_ns) REQUIRES(heap_lock);
 
 }  // namespace lalloc

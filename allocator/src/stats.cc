@@ -118,7 +118,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.end_object();
   j.key("prediction");
   j.begin_object();
-  const auto src = [&](Source x) { return c.by_source[size_t(x)]; };
+  const auto src = [&](Source x) REQUIRES(heap_lock) { return c.by_source[size_t(x)]; };
   j.kv("lookups", src(Source::kHit) + src(Source::kMiss) + src(Source::kRevalidation));
   for (size_t i = 0; i < size_t(Source::kCount); ++i) j.kv(source_name(Source(i)), c.by_source[i]);
   j.key("class_allocs");
