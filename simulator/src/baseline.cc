@@ -54,28 +54,14 @@ uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {
 }
 
 uint32_t TcmallocBaseline::new_span() {
-  uint32_t id;
-  if (!free_span_ids_.empty()) {
-    id = free_span_ids_.back();
-    free_span_ids_.pop_back();
-    spans_[id] = Span();
-  } else {
-    id = uint32_t(spans_.size());
-    spans_.emplace_back();
-  }
+  const uint32_t id = free_span_ids_.take(spans_);
+  spans_[id] = Span();  // (a reused entry's old span; a new one is this already)
   ++c_spans_created_;
   return id;
 }
 
 uint32_t TcmallocBaseline::new_huge_page(uint64_t id, uint64_t count) {
-  uint32_t hp;
-  if (!free_slots_.empty()) {
-    hp = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    hp = uint32_t(hps_.size());
-    hps_.emplace_back();
-  }
+  const uint32_t hp = free_slots_.take(hps_);
   HugePage& h = hps_[hp];
   h = HugePage();
   h.id = id;
@@ -103,7 +89,7 @@ void TcmallocBaseline::release_huge_page(uint32_t hp) {
   slot_by_id_.erase(h.id);
   if (slot_map_)
     for (uint64_t i = 0; i < h.count; ++i) hp_by_id_[h.id - first_id_ + i] = kNone;
-  free_slots_.push_back(hp);
+  free_slots_.release(hp);
 }
 
 uint32_t TcmallocBaseline::slot_of(uint64_t id) const {
@@ -301,7 +287,7 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
       hps_[s.hp].span_at[s.first_page] = kNone;
       pageheap_free(s.hp, s.first_page, n);
     }
-    free_span_ids_.push_back(hd.span);
+    free_span_ids_.release(hd.span);
     ++c_spans_released_;
     return;
   }
@@ -318,7 +304,7 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
     std::vector<uint16_t>().swap(s.free_slots);
     if (spare_map_[s.cls].empty()) spare_map_[s.cls].swap(s.obj_slot);
     std::vector<uint32_t>().swap(s.obj_slot);
-    free_span_ids_.push_back(hd.span);
+    free_span_ids_.release(hd.span);
     ++c_spans_released_;
   } else {
     central_link(hd.span);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "allocator.h"
+#include "slot_ids.h"
 
 namespace sim {
 
@@ -100,9 +101,9 @@ class TcmallocBaseline final : public HeapAllocator {
   std::vector<SizeClass> classes_;       // [0] unused
   std::vector<uint8_t> class_by_8_;      // (size+7)/8 -> smallest class
   std::vector<Span> spans_;
-  std::vector<uint32_t> free_span_ids_;
+  FreeIds free_span_ids_;  // spans_ entries to reuse
   std::vector<HugePage> hps_;
-  std::vector<uint32_t> free_slots_;
+  FreeIds free_slots_;     // hps_ entries to reuse
   std::map<uint64_t, uint32_t> slot_by_id_;  // live huge pages by id (checks, snapshots)
   HugePageIds ids_;
   std::vector<uint32_t> filler_head_;    // [(lfr-1)*256 + nused]

@@ -83,7 +83,7 @@ Results Engine::run(const std::string& trace_path) {
 
   // State.
   std::vector<uint64_t> slot_size;
-  std::vector<uint32_t> free_slots;
+  FreeIds free_slots;  // slot_size entries to reuse
   FreeQueue heap;
   std::vector<unsigned __int128> integral(A, 0);
   unsigned __int128 live_integral = 0;
@@ -162,7 +162,7 @@ Results Engine::run(const std::string& trace_path) {
       }
     }
     live -= size;
-    free_slots.push_back(f.slot);
+    free_slots.release(f.slot);
     ++R.frees;
     after_event(f.t, f.slot, size);
   };
@@ -171,16 +171,9 @@ Results Engine::run(const std::string& trace_path) {
     FreeQueue::Item f;
     while (heap.pop_le(rec->alloc_ns, f)) do_free(f);
     at_time(rec->alloc_ns);
-    uint32_t slot;
-    if (!free_slots.empty()) {
-      slot = free_slots.back();
-      free_slots.pop_back();
-    } else {
-      if (slot_size.size() >= UINT32_MAX)
-        throw SimError(trace_path + ": more than 2^32-1 objects live at once (the engine's limit)");
-      slot = uint32_t(slot_size.size());
-      slot_size.push_back(0);
-    }
+    if (free_slots.empty() && slot_size.size() >= UINT32_MAX)
+      throw SimError(trace_path + ": more than 2^32-1 objects live at once (the engine's limit)");
+    const uint32_t slot = free_slots.take(slot_size);
     slot_size[slot] = rec->size;
     live += rec->size;
     int true_cls = -1;

@@ -156,14 +156,7 @@ Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
 // ---------------------------------------------------------------- huge pages
 
 uint32_t Llama::new_page(uint64_t id, uint64_t count) {
-  uint32_t hp;
-  if (!free_slots_.empty()) {
-    hp = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    hp = uint32_t(pages_.size());
-    pages_.emplace_back();
-  }
+  const uint32_t hp = free_slots_.take(pages_);
   Page& p = pages_[hp];
   uint32_t gen = p.gen;
   p = Page();
@@ -188,7 +181,7 @@ void Llama::release_page(uint32_t hp) {
   c_released_ += p.count;
   ids_.release(p.id, p.count);
   slot_by_id_.erase(p.id);
-  free_slots_.push_back(hp);
+  free_slots_.release(hp);
 }
 
 uint32_t Llama::slot_of(uint64_t id) const {
@@ -426,14 +419,7 @@ void Llama::maybe_list_by_occupancy(uint32_t sid) {
 
 uint32_t Llama::open_fresh_span(int lc, int kind, uint64_t now) {
   auto [hp, block] = alloc_blocks(lc, kSpanBlocksOf[kind], now);
-  uint32_t sid;
-  if (!free_span_ids_.empty()) {
-    sid = free_span_ids_.back();
-    free_span_ids_.pop_back();
-  } else {
-    sid = uint32_t(spans_.size());
-    spans_.emplace_back();
-  }
+  const uint32_t sid = free_span_ids_.take(spans_);
   Span& s = spans_[sid];
   uint32_t gen = s.gen;
   s = Span();
@@ -568,7 +554,7 @@ void Llama::release_span(uint32_t sid, uint64_t now) {
   s.listed = false;
   s.open = false;
   pages_[s.hp].span_at[s.block] = kNone;
-  free_span_ids_.push_back(sid);
+  free_span_ids_.release(sid);
   ++c_spans_released_;
   free_blocks(s.hp, s.block, kSpanBlocksOf[s.kind], now);
 }

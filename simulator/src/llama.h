@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "allocator.h"
+#include "slot_ids.h"
 #include "trace.h"
 
 namespace sim {
@@ -208,7 +209,7 @@ class Llama final : public HeapAllocator {
   uint32_t occ_blocks_ = 0;  // occupancy policy: threshold in blocks
   int nclasses_;
   std::vector<Page> pages_;
-  std::vector<uint32_t> free_slots_;
+  FreeIds free_slots_;  // pages_ entries to reuse
   std::map<uint64_t, uint32_t> slot_by_id_;        // live pages by id (checks, snapshots)
   HugePageIds ids_;
   std::vector<int64_t> open_;                      // per class: its open page or -1
@@ -216,7 +217,7 @@ class Llama final : public HeapAllocator {
   std::vector<Bits256> bucket_mask_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> deadlines_;
   std::vector<Span> spans_;
-  std::vector<uint32_t> free_span_ids_;
+  FreeIds free_span_ids_;  // spans_ entries to reuse
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> recycle_;  // per kind x page class: (span, gen)
   uint64_t listed_ = 0;
   std::vector<std::deque<std::pair<uint32_t, uint32_t>>> occ_recycle_;  // per kind x span class

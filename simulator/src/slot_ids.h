@@ -51,6 +51,30 @@ class SlotIds {
   uint64_t count_ = 0;
 };
 
+// Ids of a table's entries given out again last-freed-first (a LIFO of the freed ones),
+// else one past the table's end, which grows by a default entry: the simulator's spans and
+// huge page records (baseline.cc, llama.cc) and the engine's object slots (engine.cc).
+// (SlotIds above is the lowest-first kind, for ids that must stay packed.)
+class FreeIds {
+ public:
+  template <class Table>
+  uint32_t take(Table& table) {
+    if (free_.empty()) {
+      table.emplace_back();
+      return uint32_t(table.size() - 1);
+    }
+    const uint32_t id = free_.back();
+    free_.pop_back();
+    return id;
+  }
+  void release(uint32_t id) { free_.push_back(id); }
+  bool empty() const { return free_.empty(); }  // take() appends
+  size_t size() const { return free_.size(); }  // ids freed and not taken again
+
+ private:
+  std::vector<uint32_t> free_;
+};
+
 // Per-slot arrays grow by a quarter, to the exact capacity (std::vector's resize would
 // double it, and the real allocator's metadata arena would hold the doubled block):
 // makes v.size() > slot, new entries `fill`.
