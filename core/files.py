@@ -9,6 +9,9 @@ from typing import BinaryIO
 
 from core.errors import UsageError
 
+# Apache Beam is imported inside write_json, for non-local paths only: `lifetime --help`
+# and the local commands must not pay for it.
+
 
 def writable_dir(path: str, option: str = "--out") -> str:
     """Creates an output directory (and its parents) and checks a file can be written

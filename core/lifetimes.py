@@ -19,6 +19,8 @@ import dataclasses
 import math
 from typing import Sequence
 
+import numpy as np
+
 from core.errors import UsageError
 
 INF = math.inf
@@ -162,8 +164,6 @@ def t95_sorted(values, censored, weights, q: float = PERCENTILE) -> float:
     summed one after another in that order, the at-risk weight decreased and the
     survival multiplied group by group (np.cumsum and np.cumprod are sequential).  Where
     `t95` would divide by a zero at-risk weight, it is `t95` that answers."""
-    import numpy as np
-
     n = len(values)
     if not n:
         raise ValueError("t95 of no samples")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from core import symbolize
+
 
 def add_symbol_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug-dir", action="append", metavar="DIR",
@@ -18,8 +20,6 @@ def add_symbol_options(p: argparse.ArgumentParser) -> None:
 
 def symbol_options(args: argparse.Namespace) -> dict:
     """debug_dirs and sysroot, checked (DatasetConfig fields, ModuleCache arguments)."""
-    from core import symbolize
-
     symbolize.check_search_paths(args.debug_dir, args.sysroot)
     return {"debug_dirs": tuple(args.debug_dir or symbolize.DEFAULT_DEBUG_DIRS),
             "sysroot": args.sysroot or ""}

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from core.errors import printable
+from core.files import writable_dir
+from export.exporter import export_model
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -31,10 +35,6 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from export.exporter import export_model
-    from core.errors import printable
-    from core.files import writable_dir
-
     flags = {} if args.xla_flags is None else {"xla_flags": args.xla_flags}
     writable_dir(args.out)
     m = export_model(args.model_dir, args.out, graph=args.graph,

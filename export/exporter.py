@@ -27,6 +27,8 @@ from core.errors import LifetimeError
 from model import io
 from model.io import ModelDir
 
+# TensorFlow and Keras are imported inside functions: `lifetime --help` must not pay for them.
+
 log = logging.getLogger("export")
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -23,6 +23,8 @@ import numpy as np
 from core.errors import LifetimeError
 from model import architectures
 
+# TensorFlow and Keras are imported inside functions: `lifetime --help` must not pay for them.
+
 log = logging.getLogger("export.graph")
 
 FEED = "token_ids"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from importlib.metadata import version
 
 from core.errors import LifetimeError
 
@@ -52,8 +54,6 @@ def cache_root() -> pathlib.Path:
 
 def tensorflow_dir() -> pathlib.Path:
     """The installed tensorflow package directory, found without importing it (slow)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("tensorflow")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeBuildError("tensorflow is not installed in this Python environment")
@@ -61,8 +61,6 @@ def tensorflow_dir() -> pathlib.Path:
 
 
 def tensorflow_version() -> str:
-    from importlib.metadata import version
-
     return version("tensorflow")
 
 

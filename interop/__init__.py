@@ -25,6 +25,11 @@ import functools
 import importlib
 import os
 
+from elftools.elf.elffile import ELFFile
+
+from core import symbolize
+from core.errors import UsageError
+from profiler_proto.container import open_regular
 
 @dataclasses.dataclass
 class ImportSummary:
@@ -60,10 +65,6 @@ def module_file(path: str, st: os.stat_result | None = None) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def _module_file(path: str, identity: tuple) -> tuple:
-    from elftools.elf.elffile import ELFFile
-
-    from core import symbolize
-    from profiler_proto.container import open_regular
     try:
         with open_regular(path)[0] as f:
             elf = ELFFile(f)
@@ -82,7 +83,6 @@ IMPORTERS = {
 
 def importer(name: str):
     """The importer module for a --format value."""
-    from core.errors import UsageError
     if name not in IMPORTERS:
         raise UsageError(f"unknown profile format {name!r} (known: {', '.join(sorted(IMPORTERS))})")
     return importlib.import_module(IMPORTERS[name])

@@ -102,6 +102,7 @@ import zlib
 from typing import BinaryIO, Iterator
 
 import numpy as np
+import zstandard  # a dependency of apache-beam
 
 from interop import ImportSummary, module_file
 from core.errors import InputError
@@ -182,7 +183,6 @@ def _chunks(f: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
     magic = f.read(4)
     f.seek(0)
     if magic.startswith(_ZSTD_MAGIC):
-        import zstandard  # a dependency of apache-beam
         dctx = zstandard.ZstdDecompressor()
         obj, started = dctx.decompressobj(), False
         # Small inputs bound each call's output (a bomb of RLE blocks: ~32 MiB per KiB).

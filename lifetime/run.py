@@ -33,6 +33,7 @@ import time
 
 from core.errors import LifetimeError, UsageError
 from core.files import writable_parent
+from profiler.launch import model_plugin  # the export's checks, and the build cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -153,8 +154,6 @@ def run(args: argparse.Namespace) -> int:
     lib = library(args.allocator)
     predictor = args.predictor
     if args.model is not None:
-        from profiler.launch import model_plugin  # the export's checks, and the build cache
-
         predictor = f"model:{model_plugin(args.model)}"
     launcher = _built("lifetime_run_measured", "LIFETIME_RUN_MEASURED")
     env = os.environ.copy()

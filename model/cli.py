@@ -1,8 +1,8 @@
 """`lifetime evaluate-online`, `lifetime train`, `lifetime evaluate`, `lifetime report`
 (registered by lifetime/cli.py through `add_parser`).
 
-TensorFlow (model.train), matplotlib (model.report) and Apache Beam (model.online_eval)
-are imported inside functions: `lifetime --help` must not pay for them.
+matplotlib (model.report) and Apache Beam (model.online_eval) are imported inside
+functions: `lifetime --help` must not pay for them (TensorFlow is deferred by model.train).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from model.compare import SCOPES, display_rows
 from model.evaluate import SPLIT_CHOICES, evaluate
 from model.hparams import OPEN_ABOVE, OPEN_BELOW, RANGES, HParams, range_text
 from model.io import read_model_dir
+from model.train import train
 
 # hyperparameter -> help; the defaults and ranges come from HParams, the one place they live.
 _HP_FLAGS = {
@@ -55,8 +56,6 @@ def parse_hparams(values: dict, **overrides) -> HParams:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from model.train import train
-
     values = {k: getattr(args, k) for k in _HP_FLAGS if getattr(args, k) is not None}
     if "site_last" in values:
         values["site_last"] = values["site_last"] == "true"

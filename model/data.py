@@ -13,11 +13,14 @@ import os
 
 import numpy as np
 
+from core.context import ContextDefinition, ContextDefinitionError
 from core.errors import LifetimeError
 from core.files import check_regular
 from model.io import read_json, read_vocab
 from pipeline.manifest import FORMAT, MANIFEST
-from core.tokenizer import Vocabulary
+from core.tokenizer import TOKENIZER_VERSION, Vocabulary
+
+# TensorFlow is imported inside _parse_files: `lifetime --help` must not pay for it.
 
 SPLITS = ("train", "eval")
 
@@ -76,8 +79,6 @@ class Dataset:
     @property
     def context(self):
         """The dataset's context definition (core/context.py)."""
-        from core.context import ContextDefinition, ContextDefinitionError
-
         try:
             return ContextDefinition.from_json(self.manifest.get("context"),
                                                where=f"dataset {self.path}")
@@ -146,8 +147,6 @@ def check_compatible(datasets: list[Dataset], vocab: Vocabulary | None = None,
     ref_vocab = vocab.tokens if vocab else datasets[0].vocab.tokens
     ref_labels = label_scheme or datasets[0].label_scheme
     ref_context = context or datasets[0].context
-    from core.tokenizer import TOKENIZER_VERSION
-
     for d in datasets:
         version = d.manifest.get("tokenizer_version")
         if version != TOKENIZER_VERSION:

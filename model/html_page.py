@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import html
 
+import markdown
+
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto}"
          "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}")
 
 
 def markdown_page(md: str, title: str) -> str:
-    import markdown
-
     converter = markdown.Markdown(extensions=["tables"])
     converter.preprocessors.deregister("html_block")
     converter.inlinePatterns.deregister("html")

@@ -21,9 +21,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from core import files
+from core import files, tokenizer
+from core.context import ContextDefinition, ContextDefinitionError
 from core.errors import LifetimeError
 from core.tokenizer import Vocabulary
+from model.hparams import HParams
+
+# Keras is imported inside load_keras: `lifetime --help` must not pay for TensorFlow.
 
 FORMAT = "lifetime-model-v1"
 MODEL_FILE, VOCAB_FILE, CONFIG_FILE = "model.keras", "vocab.txt", "config.json"
@@ -103,8 +107,6 @@ def load_config(path: str) -> dict:
 def read_model_dir(path: str) -> ModelDir:
     """Every check short of loading the Keras model: config.json, the vocabulary, the
     hyperparameters, the tokenizer version and the context definition."""
-    from core import tokenizer
-
     config = load_config(path)
     config_path = os.path.join(path, CONFIG_FILE)
     version = config.get("tokenizer_version", tokenizer.TOKENIZER_VERSION)
@@ -137,8 +139,6 @@ def load_model_dir(path: str):
 
 def context_of(config: dict, path: str = ""):
     """The model's context definition (how its training stacks were cut)."""
-    from core.context import ContextDefinition, ContextDefinitionError
-
     try:
         return ContextDefinition.from_json(config.get("context"), where=f"model {path}".strip())
     except ContextDefinitionError as e:
@@ -148,8 +148,6 @@ def context_of(config: dict, path: str = ""):
 
 def hparams_of(config: dict, where: str = "config.json"):
     """The recorded hyperparameters; ModelDirError if they are incomplete or invalid."""
-    from model.hparams import HParams
-
     hp = config.get("hyperparameters")
     if not isinstance(hp, dict) or not hp.get("max_frames") or not hp.get("tokens_per_frame"):
         raise ModelDirError(f"{where}: hyperparameters without max_frames and tokens_per_frame")

@@ -27,6 +27,7 @@ from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.evaluate import select_split, training_data
 from model.html_page import markdown_page
 from model.metrics import headline
+from model.train import Fitter, predict_classes
 from core import tokenizer
 
 DEPTHS = (1, 2, 4, 8, 16, 32)
@@ -86,8 +87,6 @@ def _fraction_run(fitter, hp, train_sets, test: Examples, fraction: float, class
     train + eval splits for the saved model's epoch count (`refit_epochs`, its
     metrics.json best_epoch), not a second early-stopped fit per point to pick the
     count again; a model without refit is early-stopped on the thinned eval split."""
-    from model.train import predict_classes  # TensorFlow: imported only when needed
-
     rng = np.random.default_rng(hp.seed)
     tr = thin(Examples.concat([d.splits["train"] for d in train_sets]), fraction, rng)
     ev = thin(Examples.concat([d.splits["eval"] for d in train_sets]), fraction, rng)
@@ -111,8 +110,6 @@ def _by_version(ex: Examples) -> dict:
 
 def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], out_dir: str,
                  fractions=(0.1, 0.3, 1.0), depths=DEPTHS) -> dict:
-    from model.train import Fitter, predict_classes
-
     mdir = io.read_model_dir(model_dir)
     model, config, vocab, hp = mdir.load_keras(), mdir.config, mdir.vocab, mdir.hparams
     class_names = mdir.class_names

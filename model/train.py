@@ -26,6 +26,8 @@ from model.hparams import HParams
 from model.metrics import classification_metrics
 from core.tokenizer import TOKENIZER_VERSION
 
+# TensorFlow and Keras are imported inside functions: `lifetime --help` must not pay for them.
+
 LOG = logging.getLogger(__name__)
 MIN_STEPS_PER_EPOCH = 20  # tiny datasets are repeated so an epoch is a real amount of training
 

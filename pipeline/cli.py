@@ -16,6 +16,7 @@ from core.errors import LifetimeError, UsageError, printable
 from core.files import writable_dir
 from core.label_options import add_boundaries, label_scheme
 from core.symbol_options import add_symbol_options, symbol_options
+from pipeline.manifest import dataset_context
 
 
 def add_parser(sub) -> None:
@@ -95,8 +96,6 @@ def _profile_inputs(groups: list[list[str]], labels: list[str] | None) -> list[t
 
 def _context_options(args: argparse.Namespace) -> dict:
     """DatasetConfig fields for the context definition (core/context.py)."""
-    from pipeline.dataset import dataset_context
-
     if getattr(args, "like", None):
         if args.wrapper or args.no_builtin_wrappers or args.max_frames is not None:
             raise UsageError("--like takes the context definition from the dataset; "

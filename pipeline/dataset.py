@@ -37,12 +37,13 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from core.files import write_json
+from core.files import refuse_irregular_output, write_json
 from core.errors import InputError
 from core import context as context_def
 from core import lifetimes, symbolize, tokenizer
 from pipeline import context_stats, examples, sources
-from pipeline.manifest import DEAD_LETTERS, MANIFEST, VOCAB, make_manifest, summarize_contexts
+from pipeline.manifest import (DEAD_LETTERS, MANIFEST, VOCAB, dataset_context,  # noqa: F401
+                               make_manifest, summarize_contexts)
 from pipeline.context_stats import MergeContextStats
 from pipeline.runner import make_pipeline
 from profiler_proto import profile_pb2
@@ -287,8 +288,6 @@ def _neg(token: str) -> tuple:
 
 def write_lines(path: str, lines: Iterable[str]) -> str:
     """A text file of lines, through FileSystems (like core.files.write_json)."""
-    from core.files import refuse_irregular_output
-
     refuse_irregular_output(path)
     with FileSystems.create(path) as f:
         f.write("".join(line + "\n" for line in lines).encode("utf-8"))
@@ -303,11 +302,6 @@ class SortedDeadLetters(beam.PTransform):
                 | "Lines" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
                 | "All" >> beam.combiners.ToList()
                 | "Sort" >> beam.Map(sorted))
-
-
-def dataset_context(dataset_dir: str) -> context_def.ContextDefinition:
-    """The context definition recorded in a dataset's manifest."""
-    return context_def.ContextDefinition.load(os.path.join(dataset_dir, MANIFEST))
 
 
 def match_inputs(inputs: list[tuple[str, str]],
@@ -466,7 +460,5 @@ def no_usable_samples(files: int, problems: int, bad_files: int, details: str) -
 def refuse_irregular_outputs(out_dir: str, names) -> None:
     """Before a job: an OSError if an output it will write is already a fifo, device or
     socket (writing one would block or go elsewhere), rather than a failure inside it."""
-    from core.files import refuse_irregular_output
-
     for name in names:
         refuse_irregular_output(FileSystems.join(out_dir, name))

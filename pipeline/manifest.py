@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 
+from core import context as context_def
 from core import tokenizer
 
 FORMAT = "lifetime-dataset-v1"
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
 DEAD_LETTERS = "dead_letters.jsonl"
+
+
+def dataset_context(dataset_dir: str) -> context_def.ContextDefinition:
+    """The context definition recorded in a dataset's manifest."""
+    return context_def.ContextDefinition.load(os.path.join(dataset_dir, MANIFEST))
 
 
 def summarize_contexts(labeled: list[dict], num_classes: int) -> dict:

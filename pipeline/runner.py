@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from core.errors import UsageError
 
@@ -39,7 +40,5 @@ def make_pipeline(beam_args: list[str] | None) -> beam.Pipeline:
     """A Pipeline on the runner the options name, or locally on the FnApiRunner."""
     options = pipeline_options(beam_args)
     if options.view_as(StandardOptions).runner in _LOCAL:
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
         return beam.Pipeline(runner=FnApiRunner(), options=options)
     return beam.Pipeline(options=options)

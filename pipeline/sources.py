@@ -24,7 +24,8 @@ import struct
 import tempfile
 from typing import Callable, ContextManager, Iterator
 
-from core.errors import UsageError
+import interop
+from core.errors import LifetimeError, UsageError
 from profiler_proto import ProfileReader
 from profiler_proto import container
 
@@ -153,8 +154,6 @@ class _Importer:
         self._load = load
 
     def module(self):
-        import interop
-
         try:
             return self._load() if self._load else interop.importer(self.name)
         except ImportError as e:
@@ -176,8 +175,6 @@ def importer_source(name: str, load: Callable | None = None) -> Source:
 
     @contextlib.contextmanager
     def open_imported(path: str) -> Iterator[ProfileReader]:
-        from core.errors import LifetimeError
-
         module = sniff.module()
         with tempfile.TemporaryDirectory(prefix=f"lifetime-{name}-") as tmp:
             out = os.path.join(tmp, os.path.basename(path) + container.SUFFIX)
@@ -200,8 +197,6 @@ def importer_source(name: str, load: Callable | None = None) -> Source:
 
 
 def _register_importers() -> None:
-    import interop
-
     for name in interop.IMPORTERS:
         register(importer_source(name))
 

@@ -43,8 +43,10 @@ import time
 from typing import Mapping, Sequence
 
 from core import export_dir as export_dirs
+from core.context import ContextDefinitionError
 from core.errors import LifetimeError, UsageError
 from core.files import writable_dir
+from profiler_proto.container import last_chunk
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_ENV = "LIFETIME_SAMPLER_LIB"
@@ -96,8 +98,6 @@ class ModelExportError(LifetimeError):
 
 def _check_context(export: export_dirs.ExportDir) -> None:
     """Refuses an export whose context definition the sampler cannot reproduce."""
-    from core.context import ContextDefinitionError
-
     try:
         export.context()
     except ContextDefinitionError as e:
@@ -268,8 +268,6 @@ def report_unprofiled_execs(out_dir: str, since_ns: int) -> list[str]:
     """Warns (stderr, one line each) about the programs that profiled processes
     exec'd into and that could not be profiled; looks at the files written since
     `since_ns` (time.time_ns()).  Returns the lines."""
-    from profiler_proto.container import last_chunk
-
     lines, seen = [], set()
     try:
         entries = sorted(os.scandir(out_dir), key=lambda e: e.name)
@@ -341,8 +339,6 @@ def check_profile_written(out_dir: str, pid: int, since_ns: int, code: int) -> s
     must have written a profile whose last image ends with a trailer.  Otherwise the
     sampler refused its settings or could not write (its one `lifetime-sampler:` line
     on stderr says why) and ProfileNotWrittenError says so.  Returns the last file."""
-    from profiler_proto.container import last_chunk
-
     files = profiles_of(out_dir, pid, since_ns)
     if not files:
         raise ProfileNotWrittenError(

@@ -33,12 +33,9 @@ from core.files import (check_regular, open_regular, read_json, refuse_irregular
                         writable_dir)
 from core.lifetimes import LabelScheme
 from core.symbol_options import add_symbol_options, symbol_options
-from pipeline.manifest import MANIFEST
+from pipeline.manifest import MANIFEST, dataset_context
 from simulator import convert, model_input, report, tables
 from simulator.trace import MAGIC
-
-# Apache Beam (pipeline.dataset) is imported inside _label_scheme: `lifetime --help`
-# must not pay for it.
 
 
 class SimulateError(LifetimeError):
@@ -106,8 +103,6 @@ def _is_trace(path: str) -> bool:
 
 def _label_scheme(dataset: str):
     """The training dataset's label scheme, from its manifest (no TensorFlow needed)."""
-    from pipeline.dataset import dataset_context
-
     if not os.path.isdir(dataset):
         raise SimulateError(f"--train {dataset}: no such dataset directory")
     manifest = os.path.join(dataset, MANIFEST)

@@ -46,7 +46,9 @@ from typing import Callable
 import numpy as np
 
 from core.errors import LifetimeError
+from core.files import read_json
 from core.lifetimes import LabelScheme
+from profiler_proto.container import ProfileReader
 from simulator import trace as tr
 
 STACKS_FORMAT = "lifetime-trace-stacks-v1"
@@ -182,8 +184,6 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
     Raises ConvertError when the profile has no header or no usable sample; problems
     in a usable profile (a truncated tail, dropped samples) are kept in the side file's
     `counts.problems`."""
-    from profiler_proto.container import ProfileReader
-
     path = os.fspath(profile)
     trace_path = os.fspath(trace_path)
     scheme = scheme or LabelScheme()
@@ -348,8 +348,6 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
 
 def load_stacks(path: str | os.PathLike) -> dict:
     """Reads a trace's side file (checked for its format)."""
-    from core.files import read_json
-
     p = os.fspath(path)
     try:
         doc = read_json(p)  # a fifo is refused, never waited on

@@ -22,8 +22,13 @@ import dataclasses
 import os
 from typing import Callable
 
+import numpy as np
+
 from core import export_dir as export_dirs
+from core.context import ContextDefinitionError
 from core.errors import LifetimeError
+from profiler import launch
+from simulator.tables import context_accuracy, symbolize_stacks
 
 FORMAT = "lifetime-model-contexts-v1"
 
@@ -46,8 +51,6 @@ class ModelInput:
 
 def load_export(export_dir: str):
     """(manifest, ContextDefinition) of an export directory; ModelInputError, one line."""
-    from core.context import ContextDefinitionError
-
     export = export_dirs.read(export_dir, error=ModelInputError, label=f"--model {export_dir}")
     manifest = export.manifest
     try:
@@ -88,9 +91,6 @@ def prepare(export_dir: str, side: dict, out_dir: str, *, class_names: list,
     """Checks the export, builds (or finds) its plugin, symbolizes the trace's stacks with
     the model's context definition (or reuses `reuse` = (definition, stack -> frames)
     when that definition is the model's) and writes OUT_DIR/contexts.txt."""
-    from profiler import launch
-    from simulator.tables import symbolize_stacks
-
     say = progress or (lambda _m: None)
     manifest, definition = load_export(export_dir)
     names = manifest.get("class_names")
@@ -133,10 +133,6 @@ def per_context_accuracy(served: dict, stack_context: dict, side: dict, labels: 
     """Table 3's per-context accuracy of the model: a context (the model's frames) is
     right when the class it was given most is its label, the T95 class of its objects in
     the trace (labels: simulator.tables.context_t95_classes over stack_context)."""
-    import numpy as np
-
-    from simulator.tables import context_accuracy
-
     per_stack = {int(s["id"]): s for s in side["stacks"]}
     objects: dict = {}
     given: dict = {}

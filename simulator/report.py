@@ -20,7 +20,11 @@ import json
 import os
 import re
 
+import numpy as np
+
+from core.errors import printable
 from core.plots import pyplot, save_png
+from model.html_page import markdown_page
 
 MB = 1 << 20
 FORMAT = "lifetime-simulate-report-v1"
@@ -186,8 +190,6 @@ def figure8_png(sim: dict, path: str, title: str) -> str:
 
 def memory_bars_png(rep: dict, path: str) -> str:
     """Steady-state and peak memory per allocator, with live, as bars."""
-    import numpy as np
-
     plt = pyplot()
     names, steady, peak = [], [], []
     if rep["baseline"]:
@@ -359,8 +361,6 @@ def markdown_report(rep: dict, figs: dict) -> str:
 def write_report(sim: dict, side: dict, tables, out_dir: str, *, workload: str,
                  simulation_json: str, settings: dict) -> dict:
     """Writes report.json, report.md, report.html and the PNGs into out_dir."""
-    from model.html_page import markdown_page
-
     rep = build_report(sim, side, tables, workload=workload, simulation_json=simulation_json,
                        settings=settings)
     figs = {"figure8": os.path.basename(figure8_png(
@@ -384,7 +384,5 @@ def _md(s) -> str:
     """Text from a profile or a path, safe in Markdown and in the HTML made from it:
     control characters escaped (core.errors.printable), HTML's <, >, & as entities,
     Markdown's punctuation backslash-escaped."""
-    from core.errors import printable
-
     s = printable(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return re.sub(r"([\\`*_\[\]|#!])", r"\\\1", s)

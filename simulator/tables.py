@@ -40,9 +40,20 @@ from typing import Callable
 
 import numpy as np
 
+from core import context as context_def
+from core import symbolize
 from core.errors import LifetimeError
-from simulator.convert import MappingRecord
-from simulator.trace import write_class_table
+from core.files import open_regular
+from core.lifetimes import (DEADLINE_K, NS_PER_MS, UNDER_WEIGHT, LabelScheme, cost_horizon,
+                            cost_rule)
+from model import baselines
+from model.data import load_dataset
+from pipeline.manifest import dataset_context
+from simulator.convert import MappingRecord, boundaries_ns
+from simulator.trace import FIXED, NEVER, RECORD, read_header, write_class_table
+
+# Apache Beam (pipeline.context_stats) is imported inside context_t95_classes:
+# `lifetime --help` must not pay for it.
 
 
 class TableError(LifetimeError):
@@ -69,10 +80,6 @@ class Tables:
 def training_examples(dataset_dir: str):
     """(Dataset, Examples of both splits, ContextDefinition, LabelScheme) of a training
     dataset directory; clear errors for one that lacks a context definition."""
-    from model.data import load_dataset
-    from pipeline.dataset import dataset_context
-    from core.lifetimes import LabelScheme
-
     if not os.path.isdir(dataset_dir):
         raise TableError(f"--train {dataset_dir}: no such dataset directory")
     try:
@@ -110,9 +117,6 @@ TRACE_RECORD = np.dtype([("alloc", "<u8"), ("free", "<u8"), ("size", "<u8"), ("s
 
 def _trace_records(trace_path: str):
     """(header, records as a read-only numpy memmap) of a trace, its header checked."""
-    from core.files import open_regular
-    from simulator.trace import FIXED, NEVER, RECORD, read_header
-
     assert TRACE_RECORD.itemsize == RECORD.size and NEVER == np.iinfo(np.uint64).max
     f, _ = open_regular(trace_path)
     with f:
@@ -134,7 +138,6 @@ def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
     end is the profile's).  Weights are 1 (the trace is objects, not weighted samples).
     Keys without objects in the trace get no class."""
     from pipeline.context_stats import ContextStats
-    from core.lifetimes import NS_PER_MS
 
     if scheme.clock != "wall":
         raise TableError(f"the trace replays wall-clock time; labels on the {scheme.clock!r} "
@@ -186,8 +189,6 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
     (core.lifetimes.cost_rule) on the context's bytes per true class in the trace,
     with the run's deadline factor and the rule's default horizon (the one the model's
     predictions get; not the trace's length, see lifetimes.cost_horizon)."""
-    from core.lifetimes import DEADLINE_K, UNDER_WEIGHT, cost_horizon, cost_rule
-
     k = DEADLINE_K if deadline_k is None else deadline_k
     labels = context_t95_classes(trace_path, stack_context, scheme)
     horizon = cost_horizon(scheme.boundaries, k)
@@ -227,9 +228,6 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
 def symbolize_stacks(side: dict, definition, *, debug_dirs=None, sysroot: str | None = None,
                      progress: Callable[[str], None] | None = None) -> dict:
     """stack id -> context frames, every stack of the trace symbolized once."""
-    from core import context as context_def
-    from core import symbolize
-
     cache = symbolize.ModuleCache(debug_dirs=tuple(debug_dirs or symbolize.DEFAULT_DEBUG_DIRS),
                                   sysroot=sysroot)
     sym = context_def.make_symbolizer([MappingRecord(m) for m in side["mappings"]], cache=cache)
@@ -249,12 +247,8 @@ def build_tables(dataset_dir: str, side: dict, out_dir: str, trace_path: str, *,
     the trace (`trace_path`, described by `side`, its stacks side file; deadline_k: the
     run's LLAMA deadline factor, for the cost rule) and writes the engine's class tables
     for the trace into out_dir."""
-    from model import baselines
-
     say = progress or (lambda _m: None)
     ds, ex, definition, scheme = training_examples(dataset_dir)
-    from simulator.convert import boundaries_ns
-
     bounds = boundaries_ns(scheme)
     if tuple(side["boundaries_ns"]) != bounds:
         raise TableError(

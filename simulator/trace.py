@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import io
 import os
 import struct
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from core.errors import LifetimeError
+from core.files import open_regular
 
 MAGIC = b"LTTRACE\0"
 VERSION = 1
@@ -230,8 +232,6 @@ def _check_records(f: BinaryIO, header: TraceHeader, name: str) -> None:
 
 def _open(p: str) -> tuple[BinaryIO, int]:
     """open_regular with the engine's messages: a fifo or device is refused, never waited on."""
-    from core.files import open_regular
-
     try:
         return open_regular(p)
     except IsADirectoryError:
@@ -257,8 +257,6 @@ def check_trace(path: str | os.PathLike) -> TraceHeader:
 
 def check_trace_bytes(data: bytes, name: str = "<bytes>") -> TraceHeader:
     """check_trace on a trace held in memory (for fuzzing): the same checks and messages."""
-    import io
-
     f = io.BytesIO(data)
     header = _check_header(f, len(data), name)
     _check_records(f, header, name)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from core import symbolize
 from core.errors import printable
 from core.symbol_options import add_symbol_options, symbol_options
+from interop import pprof
+from interop.pprof.convert import saturated_text
 
 
 def add_parser(sub) -> None:
@@ -38,10 +41,6 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interop import pprof
-    from interop.pprof.convert import saturated_text
-    from core import symbolize
-
     opts = symbol_options(args)
     cache = symbolize.ModuleCache(debug_dirs=opts["debug_dirs"], sysroot=opts["sysroot"] or None)
     summary = pprof.write(

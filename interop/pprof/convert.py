@@ -78,6 +78,7 @@ from interop.pprof.builder import ProfileBuilder, profile_pb2
 from core.errors import InputError
 from core import lifetimes
 from core import symbolize
+from core.files import writable_parent
 from profiler_proto import ProfileFormatError, stream_profile
 
 LIFETIMES = "lifetimes"
@@ -387,8 +388,6 @@ def write(paths: list[str], out: str, **options) -> Summary:
     """Converts `paths` (see build) and writes the gzipped profile.proto to `out`.
     An `out` that exists and is not a regular file (a directory, a fifo) is refused
     before any work; no temporary file is left behind, whatever fails."""
-    from core.files import writable_parent
-
     _check_output(out)
     writable_parent(out)
     builder, summary = build(paths, **options)

@@ -3,7 +3,10 @@ then an LSTM over the frames (max_frames steps: XLA AOT costs ~1.2-3 us per step
 
 from __future__ import annotations
 
+from core.tokenizer import PAD_ID
 from model.architectures import Architecture, register
+
+# Keras is imported inside build: `lifetime --help` must not pay for TensorFlow.
 
 
 def build(ids, hp, num_classes):
@@ -13,8 +16,6 @@ def build(ids, hp, num_classes):
     does not survive the Reshape): a token counts iff it is not PAD, a frame is
     present iff it has a token. LSTM steps = max_frames."""
     from keras import layers, ops
-
-    from core.tokenizer import PAD_ID
 
     F, T = hp.max_frames, hp.tokens_per_frame
     emb = layers.Embedding(hp.vocab_size, hp.embedding_dim, name="embedding")(ids)  # [B, F*T, E]

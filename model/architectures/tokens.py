@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from model.architectures import Architecture, register
 
+# Keras is imported inside build: `lifetime --help` must not pay for TensorFlow.
+
 
 def build(ids, hp, num_classes):
     """An LSTM over every token slot, PAD masked (LSTM steps = max_tokens)."""
