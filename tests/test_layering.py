@@ -11,6 +11,11 @@ dependency).  The arrows between middle folders are recorded in ARROWS: a new on
 here until it is added there on purpose (and makes no cycle).  Folder cycles are refused
 except the ones in ALLOWED_CYCLES, which only shrinks.
 
+The command line: every subcommand is registered by `add_parser(sub)` of the module
+that owns its work, and lifetime/cli.py only lists those modules (SUBCOMMAND_MODULES).
+Imports sit at the top of a module unless a heavy one (DEFERRED) is deferred on purpose,
+which the module says once.
+
 `python tests/test_layering.py` prints the folder -> folder arrows (import statements
 per arrow), tests/ excluded.
 """
@@ -138,6 +143,100 @@ def test_no_folder_cycles_but_the_allowed():
 def test_cycle_finder():
     assert _cycles([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]) == {frozenset("abc")}
     assert _cycles([("a", "b"), ("b", "c")]) == set()
+
+
+# -- the command line: every subcommand registered one way ----------------------------
+
+REGISTER = "add_parser"  # the one name: `add_parser(sub)` of the module that owns the work
+
+
+def _code_files():
+    """The project's own code: the CLI, the middle and the base (not tools, not tests)."""
+    for folder in sorted(set(folders()) - TOOLS):
+        yield from _sources(ROOT / folder)
+
+
+def _registered_subcommands(path: Path) -> list[str]:
+    """The names a file registers: `<subparsers>.add_parser("name", ...)` calls."""
+    return [node.args[0].value
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_parser" and node.args
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def test_each_subcommand_is_registered_by_the_module_that_owns_it():
+    from lifetime import cli
+
+    listed = {Path(m.__file__).resolve().relative_to(ROOT).as_posix(): m
+              for m in cli.SUBCOMMAND_MODULES}
+    found = {str(p.relative_to(ROOT)): names for p in _code_files()
+             if (names := _registered_subcommands(p))}
+    assert "lifetime/cli.py" not in found, (
+        "lifetime/cli.py defines subcommands: move them to the module that owns the work")
+    assert set(found) == set(listed), (
+        f"modules that register subcommands {sorted(found)} vs lifetime/cli.py's "
+        f"SUBCOMMAND_MODULES {sorted(listed)}")
+    for path, module in listed.items():
+        assert callable(getattr(module, REGISTER, None)), f"{path}: no {REGISTER}(sub)"
+    parser_names = list(cli.build_parser()._subparsers._group_actions[0].choices)
+    assert sorted(parser_names) == sorted(n for names in found.values() for n in names)
+
+
+def test_no_second_registration_name():
+    others = [str(p.relative_to(ROOT)) for p in _code_files()
+              if any(isinstance(n, ast.FunctionDef) and n.name in ("add_subcommands",
+                                                                    "add_parsers", "register")
+                     and n.args.args and n.args.args[0].arg == "sub"
+                     for n in ast.parse(p.read_text(encoding="utf-8")).body)]
+    assert not others, f"subcommands registered under another name than {REGISTER}: {others}"
+
+
+# -- imports at the top, unless a heavy one is deliberately deferred -------------------
+
+# What may be imported inside a function: slow to import, and not needed by
+# `lifetime --help` or by every command.  A module that defers one says so once
+# ("... imported inside ..." or "... imported when ...").
+DEFERRED = ("tensorflow", "keras", "apache_beam", "matplotlib",
+            "model.network",                       # Keras at import
+            "model.report",                        # matplotlib at import
+            "model.online_eval", "pipeline.dataset", "pipeline.characterize",
+            "pipeline.context_stats", "pipeline.runner")  # Apache Beam at import
+UNCHECKED = {"runners/flink/sdk_worker.py"}  # a worker boot script (runners/flink/README.md)
+
+
+def _imports_in_functions(path: Path) -> list[str]:
+    names = []
+
+    def visit(node, inside):
+        for child in ast.iter_child_nodes(node):
+            if inside and isinstance(child, ast.Import):
+                names.extend(a.name for a in child.names)
+            elif inside and isinstance(child, ast.ImportFrom):
+                names.append(child.module if child.level == 0 else "." * child.level)
+            visit(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                      ast.Lambda)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
+    return names
+
+
+def test_imports_inside_functions_are_deliberate():
+    wrong, unsaid = {}, []
+    for path in _code_files():
+        rel = str(path.relative_to(ROOT))
+        if rel in UNCHECKED:
+            continue
+        names = _imports_in_functions(path)
+        bad = [n for n in names if not any(n == d or n.startswith(d + ".") for d in DEFERRED)]
+        if bad:
+            wrong[rel] = bad
+        text = path.read_text(encoding="utf-8")
+        if names and "imported inside" not in text and "imported when" not in text:
+            unsaid.append(rel)
+    assert not wrong, (f"imports inside functions that belong at the top of the module: "
+                       f"{wrong} (or add a heavy module to DEFERRED, saying why)")
+    assert not unsaid, f"these defer imports without saying so near the top: {unsaid}"
 
 
 if __name__ == "__main__":
