@@ -30,9 +30,11 @@ import sys
 import tarfile
 import tempfile
 import time
-from importlib.metadata import version
 
 from core.errors import LifetimeError
+
+# importlib.metadata is imported inside tensorflow_version: `lifetime --help` must not pay
+# for it (~15 ms of email parsing modules).
 
 log = logging.getLogger("export.runtime")
 
@@ -61,6 +63,8 @@ def tensorflow_dir() -> pathlib.Path:
 
 
 def tensorflow_version() -> str:
+    from importlib.metadata import version
+
     return version("tensorflow")
 
 

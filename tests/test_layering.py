@@ -198,6 +198,7 @@ def test_no_second_registration_name():
 # `lifetime --help` or by every command.  A module that defers one says so once
 # ("... imported inside ..." or "... imported when ...").
 DEFERRED = ("tensorflow", "keras", "apache_beam", "matplotlib",
+            "markdown", "importlib.metadata",      # ~15 ms each, on the `--help` path
             "model.network",                       # Keras at import
             "model.report",                        # matplotlib at import
             "model.online_eval", "pipeline.dataset", "pipeline.characterize",
