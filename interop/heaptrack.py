@@ -78,21 +78,25 @@ skipped unread (`line_too_long`).  A compressed stream that ends early keeps
 everything before the cut.  Memory: the live objects, the trace tree, the mappings,
 the events of one ~10 ms window and the samples of one chunk.
 
-Speed (issue 23; benchmarks/heaptrack_import_speed.py).  A decompressed piece of the
-stream (~1 MiB) whose `+`/`-` lines all have heaptrack's exact form (one space, lower-
-case hex, at most 16 digits: one regex search per piece) is read by a tight loop that
-inlines those two records; any other line, an allocation over a bound, and every line
-of a piece with an irregular `+`/`-` line go through `_line`, which does every check
-above.  Samples are encoded a chunk at a time with numpy (`_samples`: the bytes
-protobuf's deterministic serialization writes).  The cyclic garbage collector is off
-during a conversion (millions of small acyclic lists).  Outputs are byte-identical to
+Speed (issue 23; benchmarks/heaptrack_import_speed.py).  The `+`/`-` lines (all but a
+few thousand of a recording) are read by a native reader (interop/native/
+heaptrack_reader.c, `make native` builds build/interop/native/liblifetime_heaptrack.so;
+loaded with ctypes): it reads each decompressed piece of the stream in place while its
+lines are `+`/`-` lines of heaptrack's exact form (one space, lower-case hex of at most
+16 digits) and, for an allocation, within the bounds above; it stops at any other line,
+which `_line` reads with every check and message (an irregular `+`/`-` line is then
+applied through the reader).  The reader holds the live objects (by pointer, in the
+order a dict of them would keep), the events of the open window, the bytes clock and
+the unmatched / reused counts; at a stamp it spreads the window's clocks and returns the
+freed objects as rows of a uint64 array, and it encodes a chunk's samples (`_samples`:
+the bytes protobuf's deterministic serialization writes).  Outputs are byte-identical to
 the line-by-line reader's.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
-import gc
 import gzip
 import itertools
 import os
@@ -105,7 +109,7 @@ import numpy as np
 import zstandard  # a dependency of apache-beam
 
 from interop import ImportSummary, module_file
-from core.errors import InputError
+from core.errors import InputError, LifetimeError
 from core.files import under_sysroot
 from profiler_proto import profile_pb2
 from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
@@ -127,6 +131,44 @@ MAX_LINE_BYTES = 4 << 20         # the longest real line is the command line (AR
 _ZSTD_INPUT = 1 << 10            # compressed bytes per call: zstd expands at most ~32768x
 _KINDS = {b"+": "allocation", b"-": "free", b"t": "trace", b"c": "timestamp",
           b"m": "module", b"x": "executable", b"X": "command_line"}
+
+
+# ---------------------------------------------------------------- the native reader
+
+_LIBRARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "build", "interop", "native", "liblifetime_heaptrack.so")
+_lib = None
+
+
+def _native():
+    """interop/native/heaptrack_reader.c ($LIFETIME_HEAPTRACK_LIB, else build/...),
+    loaded once; LifetimeError when it is not built."""
+    global _lib
+    if _lib is None:
+        path = os.environ.get("LIFETIME_HEAPTRACK_LIB") or _LIBRARY
+        if not os.path.exists(path):
+            raise LifetimeError(f"{path} is not built: run `make native`")
+        lib = ctypes.CDLL(path)
+        u64, i64, p = ctypes.c_uint64, ctypes.c_int64, ctypes.c_void_p
+        for name, res, args in [
+                ("ht_new", p, []), ("ht_delete", None, [p]),
+                ("ht_total", u64, [p]), ("ht_unmatched", u64, [p]), ("ht_reused", u64, [p]),
+                ("ht_live", u64, [p]), ("ht_window", u64, [p]),
+                ("ht_alloc", ctypes.c_int, [p, u64, u64, u64]),
+                ("ht_free", ctypes.c_int, [p, u64]),
+                ("ht_feed", i64, [p, ctypes.c_char_p, i64, i64, u64, ctypes.POINTER(i64)]),
+                ("ht_stamp", i64, [p, u64, u64, p]), ("ht_censored", i64, [p, u64, p]),
+                ("ht_sample_max", i64, []), ("ht_encode", i64, [p, i64, i64, p])]:
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        _lib = lib
+    return _lib
+
+
+def _check(result: int) -> int:
+    if result < 0:
+        raise MemoryError("heaptrack reader: out of memory")
+    return result
 
 
 @dataclasses.dataclass
@@ -226,41 +268,46 @@ def sniff(path: str) -> bool:
     return bool(_VERSION_LINE.match(head.split(b"\n", 1)[0]))
 
 
-def _batches(f: BinaryIO, summary: Summary) -> Iterator[list[bytes]]:
-    """The file's complete lines, without their newline, a list per decompressed piece;
-    a cut last line or an early end of the compressed stream is reported, and
-    everything before it kept.  A line over MAX_LINE_BYTES is skipped without being
-    held (`line_too_long`); `#` (a comment, ignored) stands in for it, so later line
-    numbers stay right."""
+def _batches(f: BinaryIO, summary: Summary) -> Iterator[tuple]:
+    """The file's complete lines, a (first, data, lo, hi) per decompressed piece: the
+    line `first` (None: no line), then the lines of data[lo:hi], each ending in its
+    newline (the piece's lines after its first, whose end it holds).  A cut last line
+    or an early end of the compressed stream is reported, and everything before it
+    kept.  A line over MAX_LINE_BYTES is skipped without being held (`line_too_long`);
+    `#` (a comment, ignored) stands in for it, so later line numbers stay right."""
     parts: list[bytes] = []  # the open line's pieces, joined once when it ends
     held, n, skipping = 0, 0, False
     try:
         for data in _chunks(f):
+            lo = 0
             if skipping:  # inside an over-long line: drop bytes up to its end unread
                 end = data.find(b"\n")
                 if end < 0:
                     continue
-                data, skipping, n = data[end + 1:], False, n + 1  # its `#` is out
-            lines = data.split(b"\n")
-            if len(lines) > 1:
-                if parts:
-                    lines[0] = b"".join(parts) + lines[0]
-                tail = lines.pop()
-                parts, held = [tail], len(tail)
-                if len(lines[0]) > MAX_LINE_BYTES:
+                lo, skipping, n = end + 1, False, n + 1  # its `#` is out
+            first_end = data.find(b"\n", lo)
+            if first_end >= 0:
+                hi = data.rfind(b"\n") + 1
+                if held + first_end - lo > MAX_LINE_BYTES:
                     _malformed(summary, "line_too_long", n + 1,
                                f"more than {MAX_LINE_BYTES} bytes; skipped")
-                    lines[0] = b"#"
-                n += len(lines)
-                yield lines
+                    first = b"#"
+                else:
+                    first = b"".join(parts) + data[lo:first_end] if parts \
+                        else data[lo:first_end]
+                tail = data[hi:]
+                parts, held = [tail], len(tail)
+                n += data.count(b"\n", lo)
+                yield first, data, first_end + 1, hi
             else:
-                parts.append(data)
-                held += len(data)
+                tail = data[lo:] if lo else data
+                parts.append(tail)
+                held += len(tail)
             if held > MAX_LINE_BYTES:
                 _malformed(summary, "line_too_long", n + 1,
                            f"more than {MAX_LINE_BYTES} bytes; skipped")
                 parts, held, skipping = [], 0, True
-                yield [b"#"]
+                yield b"#", b"", 0, 0
     except TruncatedStream as e:
         summary.problems.append(f"truncated: {e}, after line {n}; everything before is kept")
         summary.malformed["truncated_stream"] = 1
@@ -336,20 +383,25 @@ class _Modules:
 class _Writer:
     """Streams ProfileChunks: header first, each stack before its first sample.
 
-    The samples of a chunk are kept as the objects of the stream (lists, see
-    `_Converter.live`) and encoded together when the chunk is written (`_samples`):
-    the bytes `SerializeToString(deterministic=True)` writes for them, field by field
-    in number order, so a chunk is its header, mappings and stacks (serialized by
-    protobuf), its samples, then its trailer (protobuf)."""
+    The samples of a chunk are kept as rows (uint64 arrays, see `_samples`) and
+    encoded together when the chunk is written: the bytes
+    `SerializeToString(deterministic=True)` writes for them, field by field in number
+    order, so a chunk is its header, mappings and stacks (serialized by protobuf), its
+    samples, then its trailer (protobuf)."""
 
     def __init__(self, out: BinaryIO, header: profile_pb2.Header):
         self.out = out
         self.chunk = profile_pb2.ProfileChunk(header=header)
-        self.freed: list[list] = []      # objects with free_ns/free_bytes set
-        self.censored: list[list] = []   # objects with observed ages set (at the end)
+        self.freed: list[np.ndarray] = []      # rows with free_ns/free_bytes set
+        self.censored: list[np.ndarray] = []   # rows with observed ages set (at the end)
+        self.n = 0
 
     def count(self) -> int:
-        return len(self.freed) + len(self.censored)
+        return self.n
+
+    def add(self, rows: np.ndarray, censored: bool) -> None:
+        (self.censored if censored else self.freed).append(rows)
+        self.n += len(rows)
 
     def flush(self) -> None:
         chunk = self.chunk
@@ -359,69 +411,37 @@ class _Writer:
                 deterministic=True)
             chunk.ClearField("trailer")
         write_record(self.out, chunk.SerializeToString(deterministic=True)
-                     + _samples(self.freed, self.censored) + tail)
+                     + _samples(_rows(self.freed), _rows(self.censored)) + tail)
         self.chunk = profile_pb2.ProfileChunk()
-        self.freed, self.censored = [], []
+        self.freed, self.censored, self.n = [], [], 0
 
 
-# A sample's fields (profile.proto, Sample): (tag byte, column of the object list).
-# An object is [size, node, alloc_ns, alloc_bytes, ptr, bytes_b, ns_b] where (ns_b,
-# bytes_b) are the free's clocks of a freed sample, the observed ages of a censored one.
-_SAMPLE_TAG = 0x22                          # ProfileChunk.samples = 4, length-delimited
-_WEIGHT_ONE = b"\x81\x01" + struct.pack("<d", 1.0)   # weight = 16 (fixed64): 1.0
-_FREE_FIELDS = ((0x48, 6), (0x50, 5))      # free_monotonic_ns 9, free_allocated_bytes 10
-_AGE_FIELDS = ((0x70, 6), (0x78, 5))       # observed_age_ns 14, observed_age_bytes 15
+def _rows(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts \
+        else np.empty((0, 7), np.uint64)
 
 
-def _varints(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each uint64 of v as a base-128 varint: (n, w) bytes and which of them exist
-    (w: the longest one's length, at most 10)."""
-    n = len(v)
-    width = max(1, (int(v.max()).bit_length() + 6) // 7) if n else 1  # <= 10
-    out = np.empty((n, width), np.uint8)
-    length = np.ones(n, np.int64)
-    for k in range(width):
-        g = v >> np.uint64(7 * k)
-        out[:, k] = g & np.uint64(0x7F)
-        if k:
-            length += g != 0
-    cols = np.arange(width)
-    out |= (cols < (length - 1)[:, None]).astype(np.uint8) << 7
-    return out, cols < length[:, None]
+# A sample is a row [size, node, alloc_ns, alloc_bytes, ptr, bytes_b, ns_b] where
+# (ns_b, bytes_b) are the free's clocks of a freed sample, the observed ages of a
+# censored one.
 
 
-def _samples(freed: list[list], censored: list[list]) -> bytes:
-    """The encoding of ProfileChunk.samples for these objects, freed ones first: what
-    protobuf's deterministic serialization of the same Sample messages writes (each
-    field in number order, zeros left out as proto3 does, weight 1.0)."""
-    n_freed, n = len(freed), len(freed) + len(censored)
+def _samples(freed, censored) -> bytes:
+    """The encoding of ProfileChunk.samples for these rows (n x 7, anything numpy
+    takes as uint64), freed ones first: what protobuf's deterministic serialization of
+    the same Sample messages writes (each field in number order, zeros left out as
+    proto3 does, weight 1.0).  Native (ht_encode)."""
+    freed = np.asarray(freed, np.uint64).reshape(-1, 7)
+    censored = np.asarray(censored, np.uint64).reshape(-1, 7)
+    rows = np.ascontiguousarray(np.concatenate([freed, censored]) if len(censored)
+                                else freed)
+    n = len(rows)
     if not n:
         return b""
-    obj = np.fromiter(itertools.chain.from_iterable(itertools.chain(freed, censored)),
-                      np.uint64, count=7 * n).reshape(n, 7)
-    freed_rows = np.arange(n) < n_freed
-    zero = np.zeros(n, np.uint64)
-    fields = [(0x08, obj[:, 1]), (0x10, obj[:, 0]), (0x28, obj[:, 4]), (0x30, obj[:, 2]),
-              (0x38, obj[:, 3])]
-    fields += [(tag, np.where(freed_rows, obj[:, col], zero)) for tag, col in _FREE_FIELDS]
-    fields.append((0x60, freed_rows.astype(np.uint64)))     # free_function = FREE (1)
-    fields.append((0x68, (~freed_rows).astype(np.uint64)))  # censored = true
-    fields += [(tag, np.where(freed_rows, zero, obj[:, col])) for tag, col in _AGE_FIELDS]
-    parts, masks = [], []
-    body = np.full(n, len(_WEIGHT_ONE), np.int64)
-    for tag, values in fields:
-        data, present = _varints(values)
-        present &= (values != 0)[:, None]  # a zero field is not written
-        parts += [np.full((n, 1), tag, np.uint8), data]
-        masks += [present[:, :1], present]
-        body += present.sum(axis=1) + present[:, 0]  # its bytes and its tag
-    head, head_present = _varints(body.astype(np.uint64))
-    weight = np.frombuffer(_WEIGHT_ONE, np.uint8)
-    matrix = np.hstack([np.full((n, 1), _SAMPLE_TAG, np.uint8), head, *parts,
-                        np.broadcast_to(weight, (n, len(weight)))])
-    mask = np.hstack([np.ones((n, 1), bool), head_present, *masks,
-                      np.ones((n, len(weight)), bool)])
-    return matrix[mask].tobytes()
+    lib = _native()
+    out = np.empty(n * lib.ht_sample_max(), np.uint8)
+    size = lib.ht_encode(rows.ctypes.data, n, len(freed), out.ctypes.data)
+    return out[:size].tobytes()
 
 
 def _spread(t0: int, span: int, n: int) -> list[int]:
@@ -450,10 +470,10 @@ def convert(path: str, out_path: str, version_label: str = "", sysroot: str | No
             **_ignored) -> Summary:
     """Converts one raw heaptrack recording into one `.ltprof` at out_path."""
     summary = Summary(source=path, output=out_path)
+    lib = _native()
     with _open(path) as stream:
         batches = _batches(stream, summary)
-        batch = next(batches, [])
-        first = batch[0] if batch else b""
+        first, data, lo, hi = next(batches, (b"", b"", 0, 0))
         if not _VERSION_LINE.match(first):
             if summary.problems:  # not even the first line could be read
                 raise InputError(f"{path}: {summary.problems[0]}")
@@ -465,33 +485,25 @@ def convert(path: str, out_path: str, version_label: str = "", sysroot: str | No
         file_format = int(fields[2], 16) if len(fields) > 2 else 1
         sized = file_format >= 3
         tmp = out_path + ".partial"
-        # Millions of small lists live at once (the live objects, a window) and none is
-        # in a cycle: the cyclic collector would walk them all again and again.
-        collecting = gc.isenabled()
-        gc.disable()
+        state = lib.ht_new()
+        if not state:
+            raise MemoryError("heaptrack reader: out of memory")
         try:
             with open(tmp, "wb") as out:
                 _Converter(path, out, summary, version, file_format, sized,
-                           version_label, sysroot).run(itertools.chain([batch[1:]], batches))
+                           version_label, sysroot, lib, state).run(
+                    itertools.chain([(None, data, lo, hi)], batches))
             os.replace(tmp, out_path)
         finally:
-            if collecting:
-                gc.enable()
+            lib.ht_delete(state)
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return summary
 
 
-# A piece of the stream whose `+` and `-` lines all have the exact form heaptrack
-# writes (one space, lower-case hex of at most 16 digits) takes the fast loop; a piece
-# with any other `+`/`-` line is read line by line with every check (`_line`).
-_IRREGULAR = re.compile(rb"\n(?:\+(?! [0-9a-f]{1,16} [0-9a-f]{1,16} [0-9a-f]{1,16}(?:\n|$))"
-                        rb"|-(?! [0-9a-f]{1,16}(?:\n|$)))")
-
-
 class _Converter:
     def __init__(self, path, out, summary, version, file_format, sized, version_label,
-                 sysroot):
+                 sysroot, lib, state):
         self.path, self.out, self.summary = path, out, summary
         self.version, self.file_format, self.sized = version, file_format, sized
         self.version_label = version_label
@@ -500,16 +512,15 @@ class _Converter:
         self.argv: list[str] = []
         self.nodes: list[tuple[int, int]] = [(0, 0)]  # trace tree; node 0 is the root
         self.written: set[int] = set()                 # stack ids already in the file
-        # ptr -> [size, node, alloc_ns, alloc_bytes, ptr, bytes_b, ns_b] (see _samples);
-        # alloc_ns is None until the allocation's window closes.
-        self.live: dict[int, list] = {}
-        self.window: list = []   # the objects of the events since the last stamp, in
-        #                          order: an allocation, or (alloc_ns set) a free
+        # The live objects (by pointer), the events since the last stamp, the bytes
+        # clock and the unmatched / reused counts are the native reader's (`state`).
+        self.lib, self.state = lib, state
         self.t_ms = 0                      # the last stamp
-        self.total_bytes = 0
-        self.unmatched = 0                 # summary.unmatched_frees, kept here
-        self.reused = 0                    # summary.dropped["address_reused"]
         self.writer: _Writer | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return self.lib.ht_total(self.state)
 
     # -- output ---------------------------------------------------------------
     def _header(self) -> profile_pb2.Header:
@@ -552,100 +563,63 @@ class _Converter:
                          truncated=len(addresses) > MAX_STACK_DEPTH)
         self.summary.stacks += 1
 
-    def _emit(self, objs: list[list], censored: bool) -> None:
-        """Samples of these objects, in order (their clocks set), CHUNK_SAMPLES a chunk;
-        each new stack goes into the chunk of its first sample."""
+    def _emit(self, rows: np.ndarray, censored: bool) -> None:
+        """Samples of these rows, in order, CHUNK_SAMPLES a chunk; each new stack goes
+        into the chunk of its first sample."""
         done = 0
-        while done < len(objs):
+        while done < len(rows):
             chunk = self._chunk()
             writer = self.writer
-            part = objs[done:done + CHUNK_SAMPLES - writer.count()]
-            new = {obj[1] for obj in part} - self.written
-            if new:
-                for obj in part:
-                    if obj[1] in new:
-                        self._stack(chunk, obj[1])
-            (writer.censored if censored else writer.freed).extend(part)
+            part = rows[done:done + CHUNK_SAMPLES - writer.count()]
+            nodes, first = np.unique(part[:, 1], return_index=True)
+            if len(nodes) > len(self.written) or not self.written.issuperset(nodes.tolist()):
+                for node in nodes[np.argsort(first)].tolist():  # in order of first use
+                    if node not in self.written:
+                        self._stack(chunk, node)
+            writer.add(part, censored)
             done += len(part)
             if writer.count() >= CHUNK_SAMPLES:
                 writer.flush()
-        self.summary.samples += len(objs)
+        self.summary.samples += len(rows)
         if censored:
-            self.summary.censored += len(objs)
+            self.summary.censored += len(rows)
 
     # -- time -----------------------------------------------------------------
     def _stamp(self, t_ms: int) -> None:
-        """Closes the window: spreads its events evenly between the two stamps."""
-        window = self.window
-        if window:
+        """Closes the window: spreads its events evenly between the two stamps (the
+        k-th of n between t0 and t0 + span gets t0 + span (2k + 1) // 2n, exactly)."""
+        n = self.lib.ht_window(self.state)
+        if n:
             t0 = self.t_ms * NS_PER_MS
             span = max(t_ms - self.t_ms, 0) * NS_PER_MS
-            freed = []
-            for obj, t in zip(window, _spread(t0, span, len(window))):
-                if obj[2] is None:  # its allocation
-                    obj[2] = t
-                else:               # its free
-                    obj[6] = t
-                    freed.append(obj)
-            window.clear()
-            self._emit(freed, False)
+            rows = np.empty((n, 7), np.uint64)
+            freed = _check(self.lib.ht_stamp(self.state, t0, span, rows.ctypes.data))
+            self._emit(rows[:freed], False)
         self.t_ms = max(t_ms, self.t_ms)
 
     # -- the stream -----------------------------------------------------------
-    def run(self, batches: Iterator[list[bytes]]) -> None:
+    def run(self, batches: Iterator[tuple]) -> None:
         lineno = 1
-        for batch in batches:
-            if _IRREGULAR.search(b"\n" + b"\n".join(batch)) is None:
-                lineno = self._regular(batch, lineno)
-            else:
-                for line in batch:
+        lines = ctypes.c_int64()
+        feed, state, nodes = self.lib.ht_feed, self.state, self.nodes
+        for first, data, pos, end in batches:
+            if first is not None:
+                lineno += 1
+                self._line(first, lineno)
+            while pos < end:  # `+`/`-` lines in heaptrack's form natively, the rest here
+                pos = _check(feed(state, data, pos, end, len(nodes), lines))
+                lineno += lines.value
+                if pos < end:
+                    eol = data.index(b"\n", pos)
                     lineno += 1
-                    self._line(line, lineno)
+                    self._line(data[pos:eol], lineno)
+                    pos = eol + 1
         self._finish()
-
-    def _regular(self, batch: list[bytes], lineno: int) -> int:
-        """The lines of a piece whose `+` and `-` lines are all regular (_IRREGULAR):
-        those are read here, the same as `_line` reads them; any other line, and an
-        allocation that fails a bound, go to `_line`.  Returns the last line number."""
-        live, nodes = self.live, self.nodes
-        append, get, pop = self.window.append, live.get, live.pop
-        n_nodes, total = len(nodes), self.total_bytes
-        unmatched = reused = 0
-        for line in batch:
-            lineno += 1
-            kind = line[:1]
-            if kind == b"+":
-                _, size_s, node_s, ptr_s = line.split(b" ")
-                size, node = int(size_s, 16), int(node_s, 16)
-                if size <= MAX_SIZE and 0 < node < n_nodes and total + size <= U64_MAX:
-                    total += size
-                    ptr = int(ptr_s, 16)
-                    if get(ptr) is not None:  # its free was never seen: ended unobserved
-                        reused += 1
-                    obj = live[ptr] = [size, node, None, total, ptr, 0, 0]
-                    append(obj)
-                    continue
-            elif kind == b"-":
-                obj = pop(int(line[2:], 16), None)
-                if obj is None:
-                    unmatched += 1
-                else:
-                    obj[5] = total
-                    append(obj)
-                continue
-            self.total_bytes, self.unmatched, self.reused = \
-                total, self.unmatched + unmatched, self.reused + reused
-            unmatched = reused = 0
-            self._line(line, lineno)
-            n_nodes, total = len(nodes), self.total_bytes
-        self.total_bytes, self.unmatched, self.reused = \
-            total, self.unmatched + unmatched, self.reused + reused
-        return lineno
 
     def _line(self, line: bytes, lineno: int) -> None:
         """One line of any kind, with every check."""
         summary = self.summary
-        nodes, live, window = self.nodes, self.live, self.window
+        nodes = self.nodes
         kind = line[:1]
         try:
             if kind == b"+":
@@ -661,19 +635,10 @@ class _Converter:
                     return
                 if self.total_bytes + size > U64_MAX:  # the bytes clock is uint64
                     raise OutOfRange(f"allocated bytes pass 2^64 with size {size:#x}")
-                self.total_bytes += size
-                if live.get(ptr) is not None:   # its free was never seen: ended unobserved
-                    self.reused += 1
-                obj = live[ptr] = [size, node, None, self.total_bytes, ptr, 0, 0]
-                window.append(obj)
+                # A live pointer's free was never seen: that object ended unobserved.
+                _check(self.lib.ht_alloc(self.state, size, node, ptr))
             elif kind == b"-":
-                ptr = _hex(line[2:], "pointer")
-                obj = live.pop(ptr, None)
-                if obj is None:
-                    self.unmatched += 1
-                else:
-                    obj[5] = self.total_bytes
-                    window.append(obj)
+                _check(self.lib.ht_free(self.state, _hex(line[2:], "pointer")))
             elif kind == b"t":
                 ip_s, parent_s = line[2:].split()
                 ip = _hex(ip_s, "IP", U64_MAX - 1)  # IP + 1 is written
@@ -727,19 +692,20 @@ class _Converter:
             "lost); record with `heaptrack --raw` (-r) and import the .raw.zst file")
 
     def _finish(self) -> None:
-        summary = self.summary
-        summary.unmatched_frees = self.unmatched
-        if self.reused:
-            summary.dropped["address_reused"] = self.reused
+        summary, lib, state = self.summary, self.lib, self.state
+        summary.unmatched_frees = lib.ht_unmatched(state)
+        reused = lib.ht_reused(state)
+        if reused:
+            summary.dropped["address_reused"] = reused
         # Events after the last stamp (a recording cut short) get that stamp.
         self._stamp(self.t_ms)
-        if summary.samples == 0 and not self.live:
+        live = lib.ht_live(state)
+        if summary.samples == 0 and not live:
             raise InputError(f"{self.path}: no allocations in this heaptrack recording"
                              + (f" ({summary.problems[0]})" if summary.problems else ""))
-        end_ns = self.t_ms * NS_PER_MS
-        for obj in self.live.values():
-            obj[5], obj[6] = self.total_bytes - obj[3], end_ns - obj[2]
-        self._emit(list(self.live.values()), True)
+        rows = np.empty((live, 7), np.uint64)
+        _check(lib.ht_censored(state, self.t_ms * NS_PER_MS, rows.ctypes.data))
+        self._emit(rows, True)
         chunk = self._chunk()
         chunk.trailer.CopyFrom(profile_pb2.Trailer(
             end_monotonic_ns=self.t_ms * NS_PER_MS, end_allocated_bytes=self.total_bytes,
