@@ -45,6 +45,8 @@ from core.errors import LifetimeError
 from profiler_proto import profile_pb2
 
 SUFFIX = ".ltprof"
+# 2: a full trace that may hold compact rows (ProfileChunk.compact_samples).
+KNOWN_SCHEMA_VERSIONS = (profile_pb2.SCHEMA_VERSION, profile_pb2.SCHEMA_VERSION_COMPACT_SAMPLES)
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
@@ -565,9 +567,9 @@ class ProfileReader:
             self._problem(f"bad_header: {where}, the first readable record, has no header")
             return False
         h = chunk.header
-        if h.schema_version != profile_pb2.SCHEMA_VERSION:
+        if h.schema_version not in KNOWN_SCHEMA_VERSIONS:
             self._problem(f"unsupported: unsupported schema version {h.schema_version} (this reader "
-                          f"knows {profile_pb2.SCHEMA_VERSION})")
+                          f"knows {', '.join(map(str, KNOWN_SCHEMA_VERSIONS))})")
             return False
         if h.sampling_interval_bytes == 0:
             self._problem(f"bad_header: {where}: sampling interval 0 bytes (sample "

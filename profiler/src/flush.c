@@ -131,7 +131,8 @@ static void ensure(size_t need) {
 
 static void encode_header(void) {
   lt_pb_begin(&pb, 1);
-  lt_pb_uint(&pb, 1, 1); /* SCHEMA_VERSION */
+  /* SCHEMA_VERSION, or SCHEMA_VERSION_COMPACT_SAMPLES when chunks may hold compact rows */
+  lt_pb_uint(&pb, 1, lt_g.full_trace ? 2 : 1);
   lt_pb_string(&pb, 2, lt_program);
   lt_pb_string(&pb, 3, lt_exe);
   lt_pb_string(&pb, 4, lt_g.version_label);
