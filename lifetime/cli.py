@@ -35,7 +35,6 @@ SUBCOMMAND_MODULES = (
 )
 
 
-
 class _BadOptionValue(UsageError):
     def __init__(self, subcommand: str, message: str):
         super().__init__(message)
