@@ -10,6 +10,9 @@ line count and the sha256 of the .ltprof written (the same every run).
     python -m benchmarks.heaptrack_import_speed --recording heaptrack.x.1.raw --out out/ht-speed
 
 `--profile` adds one cProfile run (not timed) and prints where the time goes.
+`--baseline OLD.py` (a copy of an earlier interop/heaptrack.py) times that module too,
+its runs interleaved with the current module's (a loaded machine slows both alike),
+and says whether the two wrote the same bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -54,31 +58,63 @@ def record_redis(seconds: float, out_dir: str, version: str = "6.2.14", seed: in
     return raw
 
 
-def measure(recording: str, out_dir: str, runs: int, profile: bool) -> dict:
+def _load(path: str):
+    """A module from a file (an earlier copy of interop/heaptrack.py)."""
+    spec = importlib.util.spec_from_file_location("heaptrack_baseline", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stats(times: list[float], lines: int) -> dict:
+    rates = sorted(lines / t for t in times)
+    return {"seconds": [round(t, 3) for t in times],
+            "lines_per_s_median": round(statistics.median(rates)),
+            "lines_per_s_min": round(rates[0]), "lines_per_s_max": round(rates[-1]),
+            "us_per_line_median": round(1e6 / statistics.median(rates), 3)}
+
+
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def measure(recording: str, out_dir: str, runs: int, profile: bool,
+            baseline: str | None = None) -> dict:
     from interop import heaptrack
 
-    out = os.path.join(out_dir, "import.ltprof")
-    times, digests, lines = [], set(), 0
+    modules = {"current": heaptrack}
+    if baseline:
+        modules["baseline"] = _load(baseline)
+    times = {name: [] for name in modules}
+    digests = {name: set() for name in modules}
+    lines = 0
     for _ in range(runs):
-        t0 = time.perf_counter()
-        summary = heaptrack.convert(recording, out)
-        times.append(time.perf_counter() - t0)
-        lines = summary.lines
-        with open(out, "rb") as f:
-            digests.add(hashlib.sha256(f.read()).hexdigest())
-    rates = sorted(lines / t for t in times)
+        for name, module in modules.items():  # interleaved
+            out = os.path.join(out_dir, f"import-{name}.ltprof" if baseline else "import.ltprof")
+            t0 = time.perf_counter()
+            summary = module.convert(recording, out)
+            times[name].append(time.perf_counter() - t0)
+            lines = summary.lines
+            digests[name].add(_digest(out))
+            if name == "current":
+                current = summary
     result = {
         "recording": recording, "bytes": os.path.getsize(recording), "lines": lines,
-        "samples": summary.samples, "output_bytes": os.path.getsize(out),
-        "output_sha256": sorted(digests), "runs": runs,
-        "seconds": [round(t, 3) for t in times],
-        "lines_per_s_median": round(statistics.median(rates)),
-        "lines_per_s_min": round(rates[0]), "lines_per_s_max": round(rates[-1]),
-        "us_per_line_median": round(1e6 / statistics.median(rates), 3),
+        "samples": current.samples, "output_bytes": os.path.getsize(
+            os.path.join(out_dir, "import-current.ltprof" if baseline else "import.ltprof")),
+        "output_sha256": sorted(digests["current"]), "runs": runs,
+        **_stats(times["current"], lines),
     }
+    if baseline:
+        result["baseline"] = {"module": baseline, "output_sha256": sorted(digests["baseline"]),
+                              "same_output": digests["baseline"] == digests["current"],
+                              **_stats(times["baseline"], lines)}
+        result["speedup_median"] = round(statistics.median(times["baseline"])
+                                         / statistics.median(times["current"]), 2)
     if profile:  # outside the timed runs
         prof = cProfile.Profile()
-        prof.runcall(heaptrack.convert, recording, out)
+        prof.runcall(heaptrack.convert, recording, os.path.join(out_dir, "import.ltprof"))
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(15)
         result["profile"] = text.getvalue()
@@ -93,11 +129,13 @@ def main() -> int:
                      help="record Redis under heaptrack for SECONDS of load first")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="one cProfile run, not timed")
+    ap.add_argument("--baseline", metavar="OLD.py",
+                    help="also time this copy of an earlier interop/heaptrack.py, interleaved")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     recording = args.recording or record_redis(args.record_redis, args.out)
-    result = measure(recording, args.out, args.runs, args.profile)
+    result = measure(recording, args.out, args.runs, args.profile, args.baseline)
     profile = result.pop("profile", None)
     with open(os.path.join(args.out, "heaptrack_import_speed.json"), "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)

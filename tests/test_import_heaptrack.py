@@ -385,3 +385,32 @@ def test_fast_reader_writes_what_the_line_by_line_reader_writes(tmp_path, monkey
     # every later allocation of a nonzero size: malformed, counted, the rest kept.
     malformed = results[str(mixed)][0][1]["malformed"]
     assert malformed["undefined_trace"] == 1 and malformed["allocation_out_of_range"] > 2
+
+
+def test_censored_samples_keep_the_order_their_pointers_were_entered(tmp_path):
+    """Objects live at the end are written in the order their pointers were first
+    entered (what a dict of them keeps): an allocation over a live pointer keeps the
+    pointer's place, a freed and reallocated pointer goes to the end."""
+    raw = tmp_path / "heaptrack.order.1.raw"
+    raw.write_bytes(b"\n".join([
+        b"v 10400 3", b"x 9 /bin/prog", b"t 1010 0",
+        b"+ 1 1 a0", b"+ 2 1 b0", b"+ 3 1 c0", b"c 1",
+        b"+ 4 1 a0",            # a0 reused, after its window closed
+        b"- b0", b"+ 5 1 b0",   # b0 freed and entered again
+        b"+ 6 1 d0", b"+ 7 1 d0",  # d0 reused inside the open window
+        b"c 2", b""]))
+    summary = heaptrack.convert(str(raw), str(tmp_path / "o.ltprof"))
+    p = read_profile(str(tmp_path / "o.ltprof"))
+    assert [(s.size, s.censored) for s in p.samples] == \
+        [(2, False), (4, True), (3, True), (5, True), (7, True)]
+    assert summary.dropped == {"address_reused": 2}
+
+
+def test_missing_native_reader_is_one_line_error(tmp_path, monkeypatch):
+    from core.errors import LifetimeError
+
+    monkeypatch.setattr(heaptrack, "_lib", None)
+    monkeypatch.setenv("LIFETIME_HEAPTRACK_LIB", str(tmp_path / "missing.so"))
+    with pytest.raises(LifetimeError, match=r"missing\.so is not built: run `make native`"):
+        heaptrack.convert(LS_RAW, str(tmp_path / "x.ltprof"))
+    assert heaptrack.sniff(LS_RAW)  # sniffing needs no native code
