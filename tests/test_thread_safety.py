@@ -1,8 +1,9 @@
 """The native code's lock annotations, checked by Clang's thread-safety analysis (issue 24).
 
-allocator/src/thread_annotations.h holds the macros (GUARDED_BY, REQUIRES, ACQUIRE, ...;
-nothing under GCC) and allocator/src/lock.h the annotated lock types.  With Clang,
-allocator/CMakeLists.txt builds liblifetime_alloc.so with `-Wthread-safety
+profiler/src/thread_annotations.h holds the macros (GUARDED_BY, REQUIRES, ACQUIRE, ...;
+nothing under GCC); allocator/src/lock.h and the sampler's lt_lock (profiler/src/runtime.h)
+are the annotated lock types.  With Clang, allocator/CMakeLists.txt builds
+liblifetime_alloc.so and profiler/CMakeLists.txt the sampler with `-Wthread-safety
 -Werror=thread-safety`: a guarded field touched without its lock, a REQUIRES function
 called without it, a lock taken twice, fail the build.  Here:
 
@@ -28,7 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "thread-safety"
-ANNOTATED_TARGETS = ["lifetime_alloc"]  # allocator/src (the simulator takes no lock)
+# allocator/src and profiler/src (the simulator takes no lock)
+ANNOTATED_TARGETS = ["lifetime_alloc", "lifetime_sampler"]
 CC, CXX = "clang-15", "clang++-15"
 
 pytestmark = pytest.mark.skipif(
@@ -67,9 +69,13 @@ def test_annotated_targets_build_clean_under_clang_thread_safety():
 
     # The flags are on every annotated source's compile command.
     commands = json.loads((BUILD / "compile_commands.json").read_text())
-    sources = sorted((ROOT / "allocator" / "src").glob("*.cc"))
-    by_file = {Path(c["file"]).resolve(): c["command"] for c in commands}
-    for src in sources:
+    sampler = ROOT / "profiler" / "src"
+    by_file: dict = {}
+    for c in commands:  # a profiler source is compiled for several targets: the sampler's
+        path = Path(c["file"]).resolve()
+        if path.parent != sampler or "lifetime_sampler.dir" in c["command"]:
+            by_file[path] = c["command"]
+    for src in [*sorted((ROOT / "allocator" / "src").glob("*.cc")), *sorted(sampler.glob("*.c"))]:
         cmd = by_file.get(src.resolve())
         assert cmd is not None, f"{src} is not compiled in the Clang build"
         assert "-Wthread-safety" in cmd and "-Werror=thread-safety" in cmd, \
@@ -103,6 +109,7 @@ def _compile(compiler: str, lang: str, source: str, tmp_path: Path) -> subproces
     std = "-std=c++17" if lang == "c++" else "-std=c11"
     return subprocess.run([compiler, "-x", lang, std, "-fsyntax-only", "-Wthread-safety",
                            "-Werror=thread-safety", "-I", str(ROOT / "allocator" / "src"),
+                           "-I", str(ROOT / "profiler" / "src"),
                            str(path)], capture_output=True, text=True, timeout=60)
 
 
@@ -132,4 +139,14 @@ def test_the_header_works_in_c(tmp_path):
                     "drop(&the_lock); return v; }", tmp_path)
     assert good.returncode == 0, good.stderr
     bad = _compile(CC, "c", _C_PROBE % "int bad(void) { return counter; }", tmp_path)
+    assert bad.returncode != 0 and "requires holding mutex 'the_lock'" in bad.stderr, bad.stderr
+
+
+def test_the_samplers_lock_is_a_capability(tmp_path):
+    """lt_lock (profiler/src/runtime.h) is annotated: reading what it guards without it fails."""
+    probe = ('#include "runtime.h"\nlt_lock the_lock;\nint counter GUARDED_BY(the_lock);\n%s\n')
+    good = _compile(CC, "c", probe % "int good(void) { lt_lock_acquire(&the_lock); int v = counter; "
+                    "lt_lock_release(&the_lock); return v; }", tmp_path)
+    assert good.returncode == 0, good.stderr
+    bad = _compile(CC, "c", probe % "int bad(void) { return counter; }", tmp_path)
     assert bad.returncode != 0 and "requires holding mutex 'the_lock'" in bad.stderr, bad.stderr

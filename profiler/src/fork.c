@@ -13,7 +13,9 @@
  * duplicated), resets its counters and opens a new file with forked_from_pid set. */
 static int fork_locked;
 
-void lt_fork_prepare(void) {
+/* Not analyzed: the locks are taken only while the sampler is active, and held across
+ * fork() until lt_fork_parent (or reset in the child); fork_locked says whether. */
+void lt_fork_prepare(void) NO_THREAD_SAFETY_ANALYSIS {
   struct lt_thread *t = &lt_tls;
   fork_locked = 0;
   if (atomic_load(&lt_g.state) != LT_ACTIVE || t->in_sampler) return;
@@ -26,7 +28,7 @@ void lt_fork_prepare(void) {
   fork_locked = 1;
 }
 
-void lt_fork_parent(void) {
+void lt_fork_parent(void) NO_THREAD_SAFETY_ANALYSIS { /* see lt_fork_prepare */
   if (!fork_locked) return;
   fork_locked = 0;
   lt_lock_release(&lt_done_lock);

@@ -209,7 +209,10 @@ struct exec_undo {
 
 enum { EXEC_PATH, EXEC_SEARCH, EXEC_FD, EXEC_AT };
 
-static void before_exec(struct exec_undo *u, int how, int dirfd, const char *path, int flags) {
+/* Not analyzed: flush_lock stays held across the exec when u->held says so (released by
+ * after_failed_exec, or by the exec itself), which the analysis cannot follow. */
+static void before_exec(struct exec_undo *u, int how, int dirfd, const char *path, int flags)
+    NO_THREAD_SAFETY_ANALYSIS {
   struct lt_thread *t = &lt_tls;
   u->held = 0;
   if (atomic_load_explicit(&lt_g.state, memory_order_acquire) != LT_ACTIVE || t->in_sampler)
@@ -262,7 +265,7 @@ static void before_exec(struct exec_undo *u, int how, int dirfd, const char *pat
   errno = e;
 }
 
-static void after_failed_exec(struct exec_undo *u) {
+static void after_failed_exec(struct exec_undo *u) NO_THREAD_SAFETY_ANALYSIS { /* see before_exec */
   if (!u->held) return;
   struct lt_thread *t = &lt_tls;
   int e = errno;

@@ -36,7 +36,7 @@
 
 struct stripe {
   lt_lock lock;
-  uint32_t free_head; /* entry index + 1 */
+  uint32_t free_head; /* entry index + 1; guarded by lock (C cannot name a member in GUARDED_BY) */
   char pad[64 - 8];
 };
 static _Atomic uint32_t pool_used; /* entries ever handed out */
@@ -52,10 +52,11 @@ static uint32_t live_cap = LT_LIVE_CAP;     /* entries */
 static uint32_t bucket_bits = LT_LIVE_BITS; /* log2 of the number of buckets */
 static int full;                            /* lt_g.full_trace, read on every op */
 
+extern lt_lock lt_done_lock;
 static struct lt_done *done_buf[2];
 static uint32_t done_cap = LT_DONE_CAP;
-static uint32_t done_count;
-static int done_cur;
+static uint32_t done_count GUARDED_BY(lt_done_lock);
+static int done_cur GUARDED_BY(lt_done_lock);
 lt_lock lt_done_lock;
 
 static void filter_fill_full(void) {
@@ -104,10 +105,11 @@ void lt_live_reset_child(void) {
   atomic_store(&pool_used, 0);
 }
 
-void lt_live_lock_all(void) {
+/* Not analyzed: a loop over the stripes' locks, held across fork() (fork.c). */
+void lt_live_lock_all(void) NO_THREAD_SAFETY_ANALYSIS {
   for (int s = 0; s < LT_STRIPES; s++) lt_lock_acquire(&stripes[s].lock);
 }
-void lt_live_unlock_all(void) {
+void lt_live_unlock_all(void) NO_THREAD_SAFETY_ANALYSIS {
   for (int s = LT_STRIPES - 1; s >= 0; s--) lt_lock_release(&stripes[s].lock);
 }
 void lt_live_reset_locks(void) {
@@ -259,6 +261,7 @@ size_t lt_done_swap(struct lt_done **out) {
   return n;
 }
 
-void lt_done_reset_child(void) {
+/* Not analyzed: the fork child's only thread, before it can start another. */
+void lt_done_reset_child(void) NO_THREAD_SAFETY_ANALYSIS {
   done_count = 0;
 }

@@ -19,17 +19,22 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "thread_annotations.h"
+
 #define LT_HIDDEN __attribute__((visibility("hidden")))
 #define LT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define LT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define LT_NOINLINE __attribute__((noinline))
 #define LT_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
 
-/* ---- futex lock: 0 free, 1 held, 2 held with waiters ---- */
-typedef struct { _Atomic int v; } lt_lock;
-LT_HIDDEN void lt_lock_wait(lt_lock *l);
+/* ---- futex lock: 0 free, 1 held, 2 held with waiters ----
+ * A capability for Clang's thread-safety analysis (thread_annotations.h): what each lock
+ * guards is annotated where the data is; the primitives themselves are not analyzed (the
+ * analysis cannot see an atomic exchange take a lock). */
+typedef struct CAPABILITY("mutex") { _Atomic int v; } lt_lock;
+LT_HIDDEN void lt_lock_wait(lt_lock *l) ACQUIRE(l);
 LT_HIDDEN void lt_lock_wake(lt_lock *l);
-static inline void lt_lock_acquire(lt_lock *l) {
+static inline void lt_lock_acquire(lt_lock *l) ACQUIRE(l) NO_THREAD_SAFETY_ANALYSIS {
   int expected = 0;
   if (LT_LIKELY(atomic_compare_exchange_strong_explicit(&l->v, &expected, 1,
                                                         memory_order_acquire,
@@ -37,16 +42,19 @@ static inline void lt_lock_acquire(lt_lock *l) {
     return;
   lt_lock_wait(l);
 }
-static inline int lt_lock_try(lt_lock *l) {
+static inline int lt_lock_try(lt_lock *l) TRY_ACQUIRE(1, l) NO_THREAD_SAFETY_ANALYSIS {
   int expected = 0;
   return atomic_compare_exchange_strong_explicit(&l->v, &expected, 1, memory_order_acquire,
                                                  memory_order_relaxed);
 }
-static inline void lt_lock_release(lt_lock *l) {
+static inline void lt_lock_release(lt_lock *l) RELEASE(l) NO_THREAD_SAFETY_ANALYSIS {
   if (LT_UNLIKELY(atomic_exchange_explicit(&l->v, 0, memory_order_release) == 2))
     lt_lock_wake(l);
 }
-static inline void lt_lock_reset(lt_lock *l) { atomic_store_explicit(&l->v, 0, memory_order_relaxed); }
+/* In a fork child: the lock the parent held across fork() is free again. */
+static inline void lt_lock_reset(lt_lock *l) NO_THREAD_SAFETY_ANALYSIS {
+  atomic_store_explicit(&l->v, 0, memory_order_relaxed);
+}
 
 /* ---- per-thread state (initial-exec TLS: one %fs-relative access) ----
  * The sampler's counters and the unwinder's view of the thread; the allocator uses

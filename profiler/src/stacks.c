@@ -24,8 +24,9 @@ struct stack_rec {
 static struct stack_rec *recs;
 static uintptr_t *frames;
 static _Atomic uint32_t *slots; /* stack index + 1, 0 = empty */
-static uint32_t nstacks;        /* guarded by lt_stack_lock */
-static uint32_t nframes;        /* guarded by lt_stack_lock */
+extern lt_lock lt_stack_lock;
+static uint32_t nstacks GUARDED_BY(lt_stack_lock);
+static uint32_t nframes GUARDED_BY(lt_stack_lock);
 static uint32_t stack_cap = LT_STACK_CAP, frame_cap = LT_FRAME_CAP;
 static uint32_t index_size = 2 * LT_STACK_CAP; /* open addressing, at most half full */
 lt_lock lt_stack_lock;
