@@ -3,6 +3,7 @@ lifetimes are known: the input of the dataset, characterize and Flink tests."""
 
 from __future__ import annotations
 
+import filecmp
 import pathlib
 
 from tests.synthetic import make_profile
@@ -20,3 +21,12 @@ def write_profiles(directory: pathlib.Path, binary: str, addresses: dict[str, in
     for name, samples in (("a", SAMPLES_A), ("b", SAMPLES_B)):
         make_profile(str(directory / f"{name}.ltprof"), binary, addresses, samples,
                      version_label="v1")
+
+
+def assert_same_dataset(want: pathlib.Path, got: pathlib.Path) -> None:
+    """Two `build-dataset` outputs hold the same files, byte for byte (TFRecords included)."""
+    names = sorted(p.name for p in want.iterdir())
+    assert [n for n in names if n.endswith(".tfrecord")], names
+    _, mismatch, errors = filecmp.cmpfiles(want, got, names, shallow=False)
+    assert (mismatch, errors) == ([], [])
+    assert sorted(p.name for p in got.iterdir()) == names

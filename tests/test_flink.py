@@ -1,7 +1,6 @@
 """The dataset job on a real Apache Flink (embedded [local] cluster) writes the same
 dataset as on DirectRunner, byte for byte."""
 
-import filecmp
 import pathlib
 import shutil
 import subprocess
@@ -10,7 +9,7 @@ import pytest
 
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig
-from tests.dataset_support import write_profiles
+from tests.dataset_support import assert_same_dataset, write_profiles
 from tests.synthetic import build_sites
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,9 +33,4 @@ def test_flink_writes_the_same_dataset_as_direct_runner(tmp_path, job_server_jar
     dataset.build_dataset(inputs, str(tmp_path / "flink"), config, beam_args=[
         "--runner=FlinkRunner", "--flink_master=[local]", "--flink_version=1.19",
         f"--flink_job_server_jar={job_server_jar}", "--environment_type=LOOPBACK"])
-    names = sorted(p.name for p in (tmp_path / "direct").iterdir())
-    assert [n for n in names if n.endswith(".tfrecord")], names
-    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "direct", tmp_path / "flink", names,
-                                               shallow=False)
-    assert (mismatch, errors) == ([], [])
-    assert sorted(p.name for p in (tmp_path / "flink").iterdir()) == names
+    assert_same_dataset(tmp_path / "direct", tmp_path / "flink")

@@ -11,7 +11,6 @@ comparison on the demo's profiles.  The SDK workers run in Beam's PROCESS enviro
 (runners/flink/sdk-worker): LOOPBACK fails on more than one TaskManager
 (runners/flink/README.md)."""
 
-import filecmp
 import json
 import os
 import pathlib
@@ -24,7 +23,7 @@ import pytest
 
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig
-from tests.dataset_support import write_profiles
+from tests.dataset_support import assert_same_dataset, write_profiles
 from tests.synthetic import build_sites
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -107,12 +106,7 @@ def test_session_cluster_writes_the_same_dataset_as_direct_runner(tmp_path, clus
         "--runner=FlinkRunner", f"--flink_master={master}", "--flink_version=1.19",
         f"--flink_job_server_jar={job_server_jar}", "--parallelism=2",
         "--environment_type=PROCESS", f"--environment_config={worker}"])
-    names = sorted(p.name for p in (tmp_path / "direct").iterdir())
-    assert [n for n in names if n.endswith(".tfrecord")], names
-    match, mismatch, errors = filecmp.cmpfiles(tmp_path / "direct", tmp_path / "flink", names,
-                                               shallow=False)
-    assert (mismatch, errors) == ([], [])
-    assert sorted(p.name for p in (tmp_path / "flink").iterdir()) == names
+    assert_same_dataset(tmp_path / "direct", tmp_path / "flink")
 
     # It ran on this cluster (not an embedded [local] one), spread over both TaskManagers.
     jobs = _rest(master, "/jobs/overview")["jobs"]
