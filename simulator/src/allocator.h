@@ -58,6 +58,11 @@ class HeapAllocator {
   virtual uint64_t alloc(const AllocRequest& r) = 0;
   // Frees the live object of this slot.
   virtual void free(uint32_t slot, uint64_t now) = 0;
+  // A hint, no effect on the result: `slot` will be freed soon (the engine looks a few
+  // events ahead).  stage 1: its per-slot record may be fetched into the cache; stage 2
+  // (later, closer to the free): what that record points to.  The slot may not be live
+  // yet (its allocation may still be ahead): only bounds-checked reads.
+  virtual void prefetch_free(uint32_t slot, int stage) const { (void)slot; (void)stage; }
   // Time advances to `now` (LLAMA: deadlines expire).  Monotone.
   virtual void advance(uint64_t now) { (void)now; }
   virtual uint64_t live_huge_pages() const = 0;

@@ -140,6 +140,7 @@ Llama::Llama(std::string name, const ClassScheme& classes, unsigned deadline_k,
     : name_(std::move(name)), classes_(classes), k_(deadline_k),
       recycle_now_(recycle_spans_immediately), pol_(policy), nclasses_(classes.num_classes()), ids_(first_id) {
   open_.assign(nclasses_, -1);
+  local_cache_.fill({UINT64_MAX, nullptr});
   bucket_head_.resize(nclasses_);
   for (auto& h : bucket_head_) h.fill(kNone);
   bucket_mask_.resize(nclasses_);
@@ -565,11 +566,10 @@ void Llama::release_span(uint32_t sid, uint64_t now) {
 // thread-local allocator of (thread, class) and its two spans of that kind.
 uint64_t Llama::alloc_in_spans(const AllocRequest& r, int lc, int kind, Handle& h) {
   uint64_t key = uint64_t(r.thread) << 8 | uint64_t(lc);
-  if (key != last_local_key_) {
-    last_local_ = &locals_[key];
-    last_local_key_ = key;
-  }
-  Local& L = *last_local_;
+  // A direct-mapped front of locals_ (its entries stay put: a node map, never erased).
+  auto& cached = local_cache_[(uint32_t(r.thread) * 61 + uint32_t(lc)) & (kLocalCache - 1)];
+  if (cached.first != key) cached = {key, &locals_[key]};
+  Local& L = *cached.second;
   uint32_t& partial = L.partial[kind];
   uint32_t& fresh = L.fresh[kind];
   uint64_t addr;
@@ -650,11 +650,15 @@ uint64_t Llama::alloc(const AllocRequest& r) {
   }
   if (r.size < kBlockBytes && r.align <= kBlockBytes) {
     ++c_small_;
-    return alloc_in_spans(r, lc, 0, h);
+    uint64_t addr = alloc_in_spans(r, lc, 0, h);
+    h.base = span_base(spans_[h.span]);  // free() needs no page record
+    return addr;
   }
   if (pol_.medium_spans && r.size < 4 * kBlockBytes && r.size % kBlockBytes != 0 && r.align <= kBlockBytes) {
     ++c_medium_;
-    return alloc_in_spans(r, lc, 1, h);
+    uint64_t addr = alloc_in_spans(r, lc, 1, h);
+    h.base = span_base(spans_[h.span]);
+    return addr;
   }
   // Large objects: contiguous blocks (padded for alignment beyond a block).
   ++c_large_;
@@ -703,7 +707,7 @@ void Llama::free(uint32_t slot, uint64_t now) {
   }
   if (h.span != kNone) {
     Span& s = spans_[h.span];
-    uint64_t off = h.addr - span_base(s);
+    uint64_t off = h.addr - h.base;  // h.base: span_base(s), kept from alloc
     const unsigned shift = s.shift;
     bool line_freed = false;
     for (uint64_t l = off >> shift; l <= (off + h.size - 1) >> shift; ++l)
@@ -729,6 +733,25 @@ void Llama::free(uint32_t slot, uint64_t now) {
 
 std::pair<uint64_t, uint64_t> Llama::where(uint32_t slot) const {
   return {handles_[slot].addr, handles_[slot].size};
+}
+
+void Llama::prefetch_free(uint32_t slot, int stage) const {
+  if (slot >= handles_.size()) return;
+  const Handle& h = handles_[slot];
+  if (stage == 1) {
+    __builtin_prefetch(&h);
+    return;
+  }
+  if (h.span != kNone) {
+    if (h.span >= spans_.size() || h.addr < h.base) return;  // not allocated yet
+    const Span& s = spans_[h.span];
+    __builtin_prefetch(&s);
+    uint64_t line = (h.addr - h.base) >> kLineShiftOf[0];
+    if (line < kLines) __builtin_prefetch(&s.lines[line]);
+  } else if (h.page < pages_.size()) {
+    __builtin_prefetch(&pages_[h.page]);
+    __builtin_prefetch(reinterpret_cast<const char*>(&pages_[h.page]) + 64);
+  }
 }
 
 void Llama::move_slot(uint32_t from, uint32_t to) {

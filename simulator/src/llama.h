@@ -94,6 +94,7 @@ class Llama final : public HeapAllocator {
   static constexpr int kFitTries = 8;
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
+  void prefetch_free(uint32_t slot, int stage) const override;
   void advance(uint64_t now) override;
   uint64_t live_huge_pages() const override { return live_pages_; }
   Counters counters() const override;
@@ -150,7 +151,7 @@ class Llama final : public HeapAllocator {
     std::array<uint16_t, kMaxLines> lines{};
   };
   struct Handle {
-    uint64_t addr, base;  // object address; start of its block run (large)
+    uint64_t addr, base;  // object address; start of its block run (large) or of its span (small)
     uint64_t size;
     uint32_t span;        // small: its span; large: kNone
     uint32_t nblocks;     // large: blocks of the run (may exceed one huge page)
@@ -226,8 +227,8 @@ class Llama final : public HeapAllocator {
   std::vector<Bits256> lo_mask_;
   std::unordered_map<uint64_t, Context> contexts_;
   std::unordered_map<uint64_t, Local> locals_;
-  uint64_t last_local_key_ = UINT64_MAX;
-  Local* last_local_ = nullptr;
+  static constexpr uint32_t kLocalCache = 256;  // a power of two
+  std::array<std::pair<uint64_t, Local*>, kLocalCache> local_cache_;  // alloc_in_spans
   std::vector<Handle> handles_;
   const std::vector<uint32_t>* shadow_slots_ = nullptr;  // set_shadow_slots
   uint32_t shadow_mask_ = 0;

@@ -144,6 +144,13 @@ class ModelPredictor final : public Predictor {
     return cls;
   }
 
+  void prefetch(const ObjectRecord& r) const override {
+    if (r.stack_id < dense_.size()) {
+      uint32_t i = dense_[size_t(r.stack_id)];
+      if (i != kNoStack) __builtin_prefetch(&rows_[size_t(i) * row_words_]);
+    }
+  }
+
   void describe(JsonWriter& j) const override {
     lifetime_cache_stats st{};
     api_.cache_stats(cache_, &st);

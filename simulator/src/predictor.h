@@ -28,6 +28,9 @@ class Predictor {
  public:
   virtual ~Predictor() = default;
   virtual int predict(const ObjectRecord& r) = 0;
+  // A hint, no effect on the result: predict(r) comes soon (the engine looks a few events
+  // ahead): what it will read may be fetched into the cache.
+  virtual void prefetch(const ObjectRecord& r) const { (void)r; }
   virtual void describe(JsonWriter& j) const = 0;  // key/value pairs inside an object
   // Per stack, the classes it was given ("LABEL STACK_ID CLASS OBJECTS" lines), for the
   // predictors that keep them (the model predictor); returns false if it keeps none.
