@@ -271,6 +271,15 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
   return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
 }
 
+void TcmallocBaseline::prefetch_free(uint32_t slot, int stage) const {
+  if (slot >= handles_.size()) return;
+  if (stage == 1) {
+    __builtin_prefetch(&handles_[slot]);
+  } else if (handles_[slot].span < spans_.size()) {
+    __builtin_prefetch(&spans_[handles_[slot].span]);
+  }
+}
+
 void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   Handle hd = handles_[slot];
   Span& s = spans_[hd.span];

@@ -23,6 +23,7 @@ class TcmallocBaseline final : public HeapAllocator {
   explicit TcmallocBaseline(std::string name, uint64_t first_id = 0);
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
+  void prefetch_free(uint32_t slot, int stage) const override;
   uint64_t live_huge_pages() const override { return live_hps_; }
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;

@@ -366,7 +366,7 @@ void Llama::free_blocks(uint64_t hp, uint32_t block, uint32_t n, uint64_t now) {
   link(hp);
 }
 
-void Llama::advance(uint64_t now) {
+void Llama::expire_due(uint64_t now) {
   while (!deadlines_.empty() && deadlines_.top().t <= now) {
     Deadline d = deadlines_.top();
     deadlines_.pop();

@@ -95,7 +95,10 @@ class Llama final : public HeapAllocator {
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
   void prefetch_free(uint32_t slot, int stage) const override;
-  void advance(uint64_t now) override;
+  void advance(uint64_t now) override {
+    if (!deadlines_.empty() && deadlines_.top().t <= now) expire_due(now);
+    now_ = now;
+  }
   uint64_t live_huge_pages() const override { return live_pages_; }
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
@@ -184,6 +187,7 @@ class Llama final : public HeapAllocator {
   std::pair<uint64_t, uint32_t> alloc_blocks(int lc, uint32_t n, uint64_t now);
   void free_blocks(uint64_t hp, uint32_t block, uint32_t n, uint64_t now);
   void expire(uint64_t hp, uint64_t t);
+  void expire_due(uint64_t now);  // advance(): the deadlines <= now
   // Small objects.
   uint32_t open_fresh_span(int lc, int kind, uint64_t now);
   uint32_t take_recycled_span(int lc, int kind);

@@ -76,6 +76,17 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
   return addr;
 }
 
+void SegregatedHeap::prefetch_free(uint32_t slot, int stage) const {
+  if (slot >= local_.size()) return;
+  if (stage == 1) {
+    __builtin_prefetch(&local_[slot]);
+    if (divert_ && slot < placed_.size()) __builtin_prefetch(&placed_[slot]);
+    return;
+  }
+  const uint32_t gl = local_[slot];  // the slot's heap and its id there: its record next
+  if (gl != kDead && group(gl) < heaps_.size()) heaps_[group(gl)]->prefetch_free(local(gl), 1);
+}
+
 void SegregatedHeap::free(uint32_t slot, uint64_t now) {
   const uint32_t gl = local_[slot];
   if (segregate_above_) live_bytes_ -= heaps_[group(gl)]->asked_size(local(gl));

@@ -55,6 +55,7 @@ class SegregatedHeap final : public HeapAllocator {
 
   uint64_t alloc(const AllocRequest& r) override;
   void free(uint32_t slot, uint64_t now) override;
+  void prefetch_free(uint32_t slot, int stage) const override;
   void advance(uint64_t now) override;
   uint64_t live_huge_pages() const override;
   Counters counters() const override;
