@@ -208,7 +208,7 @@ Results Engine::run(const std::string& trace_path) {
     uint32_t slot;
     bool is_free;
   };
-  constexpr size_t kRing = 32, kAhead = 16, kNear = 6;  // ring size (power of two), lookahead, stage-2 distance
+  constexpr size_t kRing = 64, kAhead = 32, kNear = 10;  // ring size (power of two), lookahead, stage-2 distance
   Event ring[kRing];
   size_t head = 0, tail = 0;  // events [head, tail) are produced, not yet run
   bool produced_all = false;
