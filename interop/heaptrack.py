@@ -101,7 +101,6 @@ import gzip
 import itertools
 import os
 import re
-import struct
 import zlib
 from typing import BinaryIO, Iterator
 
@@ -442,16 +441,6 @@ def _samples(freed, censored) -> bytes:
     out = np.empty(n * lib.ht_sample_max(), np.uint8)
     size = lib.ht_encode(rows.ctypes.data, n, len(freed), out.ctypes.data)
     return out[:size].tobytes()
-
-
-def _spread(t0: int, span: int, n: int) -> list[int]:
-    """The times of n events spread evenly over [t0, t0 + span]: the k-th gets
-    t0 + span (2k + 1) // 2n (exact integers; numpy where they fit 63 bits)."""
-    if span * 2 * n < 1 << 63:  # t0 + span is a stamp's ns: below 2^64
-        k = np.arange(n, dtype=np.int64)
-        offsets = (span * (2 * k + 1)) // (2 * n)
-        return (offsets.astype(np.uint64) + np.uint64(t0)).tolist()
-    return [t0 + (span * (2 * k + 1)) // (2 * n) for k in range(n)]
 
 
 def _parse_string(rest: bytes, sized: bool) -> tuple[str, bytes]:
