@@ -46,7 +46,8 @@ import real_programs  # noqa: E402
 
 from core import export_dir as export_dirs  # noqa: E402
 from core.context import ContextDefinition  # noqa: E402
-from pipeline.dataset import DatasetConfig, build_dataset, dataset_context  # noqa: E402
+from pipeline.dataset import DatasetConfig, build_dataset  # noqa: E402
+from pipeline.manifest import dataset_context  # noqa: E402
 
 SERVICE = os.path.join(ROOT, "workloads", "bench", "bench_python_service.py")
 SERVERS = ("redis", "postgres")

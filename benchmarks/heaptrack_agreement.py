@@ -99,7 +99,7 @@ def context_bytes(profile: str, dataset_dir: str) -> dict[tuple[str, ...], int]:
     """Context frames -> bytes allocated there, with the dataset's context definition
     (the dataset job's own steps: machinery_free, then the definition's cut)."""
     from core import context
-    from pipeline.dataset import dataset_context
+    from pipeline.manifest import dataset_context
     from profiler_proto import ProfileReader
 
     definition = dataset_context(dataset_dir)
@@ -117,8 +117,6 @@ def context_bytes(profile: str, dataset_dir: str) -> dict[tuple[str, ...], int]:
 
 def compare(ours: tuple[str, str], theirs: tuple[str, str]) -> dict:
     """(profile, dataset) of our sampler and of the heaptrack import -> the figures."""
-    from pipeline.dataset import dataset_context  # noqa: F401  (fails early if absent)
-
     lab_o, lab_h = dataset_labels(ours[1]), dataset_labels(theirs[1])
     bytes_o, bytes_h = context_bytes(ours[0], ours[1]), context_bytes(theirs[0], ours[1])
     both = set(lab_o) & set(lab_h)

@@ -42,8 +42,7 @@ from core.errors import InputError
 from core import context as context_def
 from core import lifetimes, symbolize, tokenizer
 from pipeline import context_stats, examples, sources
-from pipeline.manifest import (DEAD_LETTERS, MANIFEST, VOCAB, dataset_context,  # noqa: F401
-                               make_manifest, summarize_contexts)
+from pipeline.manifest import DEAD_LETTERS, MANIFEST, VOCAB, make_manifest, summarize_contexts
 from pipeline.context_stats import MergeContextStats
 from pipeline.runner import make_pipeline
 from profiler_proto import profile_pb2

@@ -10,6 +10,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from core.errors import LifetimeError
 from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
+from pipeline.manifest import dataset_context
 from core.tokenizer import Vocabulary
 from profiler_proto import CATEGORIES
 from tests.dataset_support import EXPECTED_LABELS, SAMPLES_B, write_profiles
@@ -150,14 +151,14 @@ def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
     purity = manifest["splits"]["train"]["label_purity"]
     assert 0.5 < purity < 1.0  # session_open has one sample outside its class
     # A test set cut like it: the same definition, nothing detected anew.
-    like = dataset.dataset_context(str(tmp_path / "a"))
+    like = dataset_context(str(tmp_path / "a"))
     again = dataset.build_dataset(
         [(str(profiles / "a.ltprof"), "")], str(tmp_path / "b"),
         DatasetConfig(eval_percent=0, context=like, detect_wrappers=False),
         vocab_path=str(tmp_path / "a" / "vocab.txt"))
     assert again["context"] == ctx
     with pytest.raises(LifetimeError, match="manifest"):
-        dataset.dataset_context(str(tmp_path / "nope"))
+        dataset_context(str(tmp_path / "nope"))
 
 
 def _mutate_samples(path, **fields):
