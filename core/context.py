@@ -23,7 +23,7 @@ parameters or clone suffix) and come from three places, all recorded: a built-in
 list of well-known allocation APIs (`BUILTIN_WRAPPERS`), names given for a dataset
 (``--wrapper``), and names detected in the training data (`detect_wrappers`).
 
-The C mirror (profiler/src/symtab.c, profiler/src/online.c) applies the same
+The C mirror (inprocess/src/symtab.c, inprocess/src/online.c) applies the same
 definition to frames made in-process; the exported model carries the wrapper list
 and depth.  Both sides are pinned by tests/data/context_vectors.json.
 """

@@ -204,7 +204,7 @@ def t95_sorted(values, censored, weights, q: float = PERCENTILE) -> float:
 # T95 labels a context by its 95th percentile, which suits a context whose objects live
 # alike.  Where one context's objects have different fates (the same `SET` path storing a
 # value an overwrite frees in seconds, one a TTL frees, one that lives forever), LLAMA
-# (simulator/src/llama.cc) pays for a wrong class in two ways, and the cost rule picks
+# (heap/src/llama.cc) pays for a wrong class in two ways, and the cost rule picks
 # the class that minimises the expected sum, per byte:
 #
 #   hold(k) = K x bound_k  for a bounded class k; H for the open-ended and inf classes.

@@ -1,5 +1,5 @@
 """The allocation context (core/context.py) against its C mirror
-(profiler/src/context.c, driven through build/profiler/lifetime_context_rules): the
+(inprocess/src/context.c, driven through build/tests/native/lifetime_context_rules): the
 helpers tests/test_context.py and tests/test_real_redis.py compare the two with."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from core import context, symbolize
 from core.context import ContextDefinition
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DRIVER = REPO / "build" / "profiler" / "lifetime_context_rules"
+DRIVER = REPO / "build" / "tests" / "native" / "lifetime_context_rules"
 
 
 def symbolized(frames) -> list[symbolize.SymbolizedFrame]:

@@ -82,8 +82,8 @@ SANITIZER_ENV = {"TSAN_OPTIONS": "halt_on_error=1 exitcode=66 report_signal_unsa
 
 
 def harness_binary(target: str, sanitizer: str = "") -> str:
-    """A harness of profiler/CMakeLists.txt (the sampler's sources linked into a driver
-    of tests/native/): lifetime_sampler_signals in build/, or with sanitizer "thread" or
+    """A harness of tests/native/CMakeLists.txt (a driver of tests/native/ linked with
+    the sampler's LT_HARNESS build): lifetime_sampler_signals in build/, or with sanitizer "thread" or
     "address" lifetime_sampler_stress / _signals in build/<tsan|asan>/, configured once.
     Always rebuilt: cheap when nothing changed, correct when the sampler did."""
     if shutil.which("cmake") is None or shutil.which("gcc") is None:
@@ -101,7 +101,7 @@ def harness_binary(target: str, sanitizer: str = "") -> str:
                            check=True, capture_output=True)
     subprocess.run(["cmake", "--build", str(build), "-j2", "--target", target],
                    check=True, capture_output=True)
-    return str(build / "profiler" / target)
+    return str(build / "tests" / "native" / target)
 
 
 def run_harness(binary: str, rounds: int, out_dir, env: dict[str, str]) -> str:

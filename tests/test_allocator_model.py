@@ -1,7 +1,7 @@
 """The LLAMA allocator with the model predictor (LIFETIME_ALLOC_PREDICTOR=model:PLUGIN,
 `lifetime run --allocator llama --model EXPORT_DIR`): the session's small exported model
 (tests/export_support.py) on the allocation path through the sampler's own online code
-(profiler/src/online.c, unwind.c, symtab.c, context.c, linked without sampler.c).
+(inprocess/src/online.c, unwind.c, symtab.c, context.c, linked without sampler.c).
 
 The "serve what you trained on" check: the contexts the allocator cut in process for a
 program's known call sites are the contexts the offline pipeline makes from the same

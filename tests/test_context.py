@@ -1,4 +1,4 @@
-"""The allocation context (core/context.py) and its C mirror (profiler/src/context.c):
+"""The allocation context (core/context.py) and its C mirror (inprocess/src/context.c):
 shared vectors, wrapper detection, and the definition's round trip through datasets."""
 
 from __future__ import annotations

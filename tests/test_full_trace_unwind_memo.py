@@ -1,6 +1,6 @@
 """Full trace (issue 23): each thread keeps its last stack walk and the next walk
 replays the frames it shares with it, after checking that the words it read still
-hold the same values (profiler/src/unwind.c, "the walk's memo").  The stacks must be
+hold the same values (inprocess/src/unwind.c, "the walk's memo").  The stacks must be
 exactly those of a walk without the memo: LIFETIME_UNWINDER=check walks every
 allocation again without it (and with glibc's backtrace()) and prints how many
 differ."""

@@ -1,4 +1,6 @@
-"""The Python layers (issue 24), checked over the import statements with `ast`.
+"""The layers of the code: Python (issue 24), checked over the import statements with
+`ast`, and native (issue 31), checked over the quoted includes and the build's compile
+commands (below, NATIVE).
 
     tools        benchmarks/, fuzz/, scripts/ (and tests/): may import anything
     CLI          lifetime/: the `lifetime` command, on top of what it runs
@@ -17,14 +19,19 @@ Imports sit at the top of a module unless a heavy one (DEFERRED) is deferred on 
 which the module says once.
 
 `python tests/test_layering.py` prints the folder -> folder arrows (import statements
-per arrow), tests/ excluded.
+per arrow), tests/ excluded, then the native folders' links.
 """
 
 from __future__ import annotations
 
 import ast
 import collections
+import json
+import re
+import shlex
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"core"}
@@ -240,9 +247,143 @@ def test_imports_inside_functions_are_deliberate():
     assert not unsaid, f"these defer imports without saying so near the top: {unsaid}"
 
 
+# -- native code: each CMake folder compiles only its own sources and includes only its
+# declared base libraries' headers ------------------------------------------------------
+
+# folder -> (layer, the folders whose headers and libraries it may use).  A layer uses
+# only layers below it, or a declared folder of its own layer.
+NATIVE_LAYERS = {"base": 0, "stage": 1, "top": 2, "tools": 3}
+NATIVE = {
+    "export": ("base", set()),                       # export/cc: the model's C API
+    "heap": ("base", set()),                         # the heap policies, their checker
+    "inprocess": ("base", {"export"}),               # unwinder, symbolizer, context, online
+    "profiler": ("stage", {"inprocess", "export"}),  # the LD_PRELOAD sampler
+    "simulator": ("stage", {"heap", "export"}),      # the trace-driven heap simulator
+    "workloads": ("stage", set()),                   # the proxy workload
+    "interop/native": ("stage", set()),              # the heaptrack reader
+    "allocator": ("top", {"heap", "inprocess", "export"}),  # liblifetime_alloc.so
+    "tests/native": ("tools", {"profiler", "inprocess", "export"}),  # test drivers
+}
+NATIVE_EXTENSIONS = {".c", ".cc", ".cpp", ".h", ".hh", ".hpp"}
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# Include directories of a folder: its src/ (or the folder itself), export's cc/.
+_INCLUDE_DIR = {"export": "export/cc"}
+
+
+def _native_folder(path: Path) -> str | None:
+    """The NATIVE folder a file belongs to (the longest one containing it)."""
+    rel = path.resolve().relative_to(ROOT).as_posix()
+    best = None
+    for folder in NATIVE:
+        if (rel == folder or rel.startswith(folder + "/")) and \
+                (best is None or len(folder) > len(best)):
+            best = folder
+    return best
+
+
+def _include_dirs(folder: str) -> list[Path]:
+    d = ROOT / _INCLUDE_DIR.get(folder, folder)
+    return [d / "src"] if (d / "src").is_dir() else [d]
+
+
+def native_includes() -> list[tuple[str, str, str]]:
+    """(file, its folder, the folder of a header it includes) for every quoted include
+    of a native file that resolves to another NATIVE folder's header (as the compiler
+    would: the including file's directory, then every folder's include directories)."""
+    every_dir = [d for f in NATIVE for d in _include_dirs(f)]
+    found = []
+    for folder in NATIVE:
+        base = ROOT / folder
+        for path in sorted(base.rglob("*")):
+            if path.suffix not in NATIVE_EXTENSIONS or _native_folder(path) != folder:
+                continue
+            for name in INCLUDE_RE.findall(path.read_text(errors="replace")):
+                for d in [path.parent] + every_dir:
+                    target = d / name
+                    if target.is_file():
+                        other = _native_folder(target)
+                        if other and other != folder:
+                            found.append((str(path.relative_to(ROOT)), folder, other))
+                        break
+    return found
+
+
+def test_native_folders_declare_lower_layers_only():
+    for folder, (layer, uses) in NATIVE.items():
+        assert (ROOT / folder).is_dir(), folder
+        for used in uses:
+            assert NATIVE_LAYERS[NATIVE[used][0]] <= NATIVE_LAYERS[layer], (folder, used)
+    assert not _cycles((a, b) for a, (_, uses) in NATIVE.items() for b in uses)
+
+
+def test_native_includes_follow_the_layers():
+    wrong = sorted({(f, other) for f, folder, other in native_includes()
+                    if other not in NATIVE[folder][1]})
+    assert not wrong, ("native files including headers of a folder that is not their "
+                       f"declared base (NATIVE in tests/test_layering.py): {wrong}")
+
+
+def test_native_include_check_sees_an_upward_include(tmp_path, monkeypatch):
+    """The check is live: a heap/ header including an allocator header is reported."""
+    probe = ROOT / "heap" / "src" / "_layering_probe.h"
+    probe.write_text('#include "heap.h"\n')  # allocator/src/heap.h
+    try:
+        found = [x for x in native_includes() if x[0].endswith("_layering_probe.h")]
+    finally:
+        probe.unlink()
+    assert found == [("heap/src/_layering_probe.h", "heap", "allocator")]
+
+
+def _compile_commands() -> list[dict]:
+    path = ROOT / "build" / "compile_commands.json"
+    if not path.exists():
+        pytest.skip("no build/compile_commands.json: `make native` first")
+    return json.loads(path.read_text())
+
+
+def _target_folder(command: dict) -> str:
+    """The folder of the CMakeLists.txt whose target a compile command belongs to, from
+    its object path (build/<folder>/CMakeFiles/<target>.dir/...)."""
+    args = shlex.split(command["command"]) if "command" in command else command["arguments"]
+    parts = Path(args[args.index("-o") + 1]).parts
+    where = "/".join(parts[:parts.index("CMakeFiles")]) if "CMakeFiles" in parts else ""
+    inside = [f for f in NATIVE if where == f or where.startswith(f + "/")]
+    return max(inside, key=len) if inside else where
+
+
+def test_native_targets_compile_their_own_folder_and_include_their_bases():
+    build = (ROOT / "build").resolve()
+    wrong_source, wrong_dir, unplaced = [], [], set()
+    for c in _compile_commands():
+        folder = _target_folder(c)
+        if folder not in NATIVE:
+            unplaced.add(folder)
+            continue
+        src = Path(c["file"]).resolve()
+        if _native_folder(src) != folder:
+            wrong_source.append((folder, str(src.relative_to(ROOT))))
+        allowed = {folder} | NATIVE[folder][1]
+        args = shlex.split(c["command"]) if "command" in c else c["arguments"]
+        dirs = [a[2:] for a in args if a.startswith("-I")] + \
+               [args[i + 1] for i, a in enumerate(args) if a == "-isystem"]
+        for d in dirs:
+            p = Path(d).resolve()
+            if p.is_relative_to(ROOT) and not p.is_relative_to(build):
+                owner = _native_folder(p)
+                if owner not in allowed:
+                    wrong_dir.append((folder, str(p.relative_to(ROOT))))
+    assert not unplaced, f"native folders not in NATIVE (tests/test_layering.py): {unplaced}"
+    assert not wrong_source, f"targets compiling another folder's sources: {wrong_source}"
+    assert not sorted(set(wrong_dir)), \
+        f"targets given include directories outside their bases: {sorted(set(wrong_dir))}"
+
+
 if __name__ == "__main__":
     found = arrows()
     print(f"{len(folders())} folders, {len(found)} arrows (import statements):")
     for (a, b), files in sorted(found.items()):
         cycle = "  <-> cycle" if (b, a) in found else ""
         print(f"  {a} -> {b} ({len(files)}){cycle}")
+    print("native folders (layer: what each may use):")
+    for folder, (layer, uses) in NATIVE.items():
+        print(f"  {folder} ({layer}) -> {', '.join(sorted(uses)) or '-'}")

@@ -1,4 +1,4 @@
-"""LLAMA's policy switches (issue 21, item 3; simulator/src/llama.h, LlamaPolicy): each on a
+"""LLAMA's policy switches (issue 21, item 3; heap/src/llama.h, LlamaPolicy): each on a
 hand-built trace showing the case it fixes, with the invariant checker on after every
 event, the huge-page counts asserted with and without it; the paper's policy unchanged by
 default; every switch clean under the checker on a random trace."""

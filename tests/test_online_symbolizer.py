@@ -20,8 +20,8 @@ from core import symbolize
 from tests.sampler_support import REPO, profile_files, read_all, run_sampled, sampler_library
 
 NAME_CAP = 511  # the sampler keeps this many bytes of a frame string
-STRIP_RULES = REPO / "build" / "profiler" / "lifetime_strip_rules"
-MODULE_TOKENS = REPO / "build" / "profiler" / "lifetime_module_tokens"
+STRIP_RULES = REPO / "build" / "tests" / "native" / "lifetime_strip_rules"
+MODULE_TOKENS = REPO / "build" / "tests" / "native" / "lifetime_module_tokens"
 MODULE_TOKEN_VECTORS = REPO / "tests" / "data" / "module_token_vectors.json"
 
 

@@ -1,7 +1,7 @@
 """The native code's lock annotations, checked by Clang's thread-safety analysis (issue 24).
 
-profiler/src/thread_annotations.h holds the macros (GUARDED_BY, REQUIRES, ACQUIRE, ...;
-nothing under GCC); allocator/src/lock.h and the sampler's lt_lock (profiler/src/runtime.h)
+inprocess/src/thread_annotations.h holds the macros (GUARDED_BY, REQUIRES, ACQUIRE, ...;
+nothing under GCC); allocator/src/lock.h and the sampler's lt_lock (inprocess/src/runtime.h)
 are the annotated lock types.  With Clang, allocator/CMakeLists.txt builds
 liblifetime_alloc.so and profiler/CMakeLists.txt the sampler with `-Wthread-safety
 -Werror=thread-safety`: a guarded field touched without its lock, a REQUIRES function
@@ -29,8 +29,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "thread-safety"
-# allocator/src and profiler/src (the simulator takes no lock)
-ANNOTATED_TARGETS = ["lifetime_alloc", "lifetime_sampler"]
+# allocator/src, profiler/src and inprocess/src (the heap policies and the simulator take
+# no lock)
+ANNOTATED_TARGETS = ["lifetime_alloc", "lifetime_sampler", "lifetime_inprocess"]
 CC, CXX = "clang-15", "clang++-15"
 
 pytestmark = pytest.mark.skipif(
@@ -75,7 +76,8 @@ def test_annotated_targets_build_clean_under_clang_thread_safety():
         path = Path(c["file"]).resolve()
         if path.parent != sampler or "lifetime_sampler.dir" in c["command"]:
             by_file[path] = c["command"]
-    for src in [*sorted((ROOT / "allocator" / "src").glob("*.cc")), *sorted(sampler.glob("*.c"))]:
+    for src in [*sorted((ROOT / "allocator" / "src").glob("*.cc")), *sorted(sampler.glob("*.c")),
+                *sorted((ROOT / "inprocess" / "src").glob("*.c"))]:
         cmd = by_file.get(src.resolve())
         assert cmd is not None, f"{src} is not compiled in the Clang build"
         assert "-Wthread-safety" in cmd and "-Werror=thread-safety" in cmd, \
@@ -109,7 +111,7 @@ def _compile(compiler: str, lang: str, source: str, tmp_path: Path) -> subproces
     std = "-std=c++17" if lang == "c++" else "-std=c11"
     return subprocess.run([compiler, "-x", lang, std, "-fsyntax-only", "-Wthread-safety",
                            "-Werror=thread-safety", "-I", str(ROOT / "allocator" / "src"),
-                           "-I", str(ROOT / "profiler" / "src"),
+                           "-I", str(ROOT / "inprocess" / "src"),
                            str(path)], capture_output=True, text=True, timeout=60)
 
 
@@ -143,7 +145,7 @@ def test_the_header_works_in_c(tmp_path):
 
 
 def test_the_samplers_lock_is_a_capability(tmp_path):
-    """lt_lock (profiler/src/runtime.h) is annotated: reading what it guards without it fails."""
+    """lt_lock (inprocess/src/runtime.h) is annotated: reading what it guards without it fails."""
     probe = ('#include "runtime.h"\nlt_lock the_lock;\nint counter GUARDED_BY(the_lock);\n%s\n')
     good = _compile(CC, "c", probe % "int good(void) { lt_lock_acquire(&the_lock); int v = counter; "
                     "lt_lock_release(&the_lock); return v; }", tmp_path)

@@ -1,5 +1,5 @@
 // The allocator's lock, annotated for Clang's thread-safety analysis
-// (profiler/src/thread_annotations.h): one non-recursive mutex, heap_lock (heap.cc), that guards the
+// (inprocess/src/thread_annotations.h): one non-recursive mutex, heap_lock (heap.cc), that guards the
 // State (state.h), the metadata arena (internal_arena.h) and the thread caches' shared
 // records (heap.cc); and the try-lock of reentry.cc's free lists.
 #pragma once

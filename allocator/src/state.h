@@ -15,7 +15,7 @@
 #include "lock.h"
 #include "predictor.h"
 #include "slot_ids.h"
-#include "trace.h"
+#include "classes.h"
 
 namespace lalloc {
 

@@ -32,7 +32,7 @@ class SymbolizedFrame:
 def module_name(path: str) -> str:
     """A module's name without its version: the name in `module_token`.
 
-    The rule (the sampler's C mirror, ``lt_module_name`` in profiler/src/symtab.c,
+    The rule (the sampler's C mirror, ``lt_module_name`` in inprocess/src/symtab.c,
     follows it byte for byte; tests/data/module_token_vectors.json pins both):
 
     1. Take the basename (a trailing ``" (deleted)"`` and trailing slashes dropped).

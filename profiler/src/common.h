@@ -1,4 +1,5 @@
-/* Internal declarations shared by the sampler's translation units.
+/* Internal declarations shared by the sampler's translation units (the in-process
+ * runtime it links, inprocess/src, has headers of its own, included here).
  *
  * Nothing here allocates with malloc or uses stdio: every table is a fixed-size
  * mmap'd region (sizes below), every lock is a small futex lock that a forked child
@@ -15,12 +16,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "context.h"
+#include "online_sampler.h"
 #include "runtime.h"
+#include "symtab.h"
+#include "unwind.h"
 
 #define LT_SAMPLER_VERSION "lifetime-sampler 1.0"
 
 /* ---- limits (all memory is mmap'd once, lazily touched; see README in report) ---- */
-#define LT_MAX_FRAMES 128          /* Header.max_stack_depth upper bound */
 #define LT_FOLD_BYTES (64 * 1024)  /* per-thread bytes folded into the global clock */
 
 /* Live sampled objects: 2^18 entries (64 B each: 16 MiB virtual), 2^18 hash buckets
@@ -195,15 +199,6 @@ LT_HIDDEN int lt_done_append(const struct lt_done *d);
 LT_HIDDEN size_t lt_done_swap(struct lt_done **out);  /* takes done_lock itself */
 LT_HIDDEN void lt_done_reset_child(void);
 
-/* ---- unwind.c ---- */
-enum { LT_UNWIND_BUILTIN = 0, LT_UNWIND_GLIBC = 1, LT_UNWIND_LIBUNWIND = 2, LT_UNWIND_CHECK = 3 };
-LT_HIDDEN void lt_unwind_report(void);
-LT_HIDDEN int lt_unwind_prepare(void);       /* maps the rule cache (global init) */
-LT_HIDDEN int lt_unwind_init(int which); /* constructor time; 0 on failure */
-LT_HIDDEN int lt_capture(uintptr_t *out, int max, uintptr_t caller_ra, int *truncated,
-                         struct lt_thread *t);
-LT_HIDDEN void lt_thread_stack_bounds(struct lt_thread *t);
-
 /* ---- procinfo.c ---- */
 LT_HIDDEN size_t lt_read_file(const char *path, char *buf, size_t cap);
 struct lt_pb;
@@ -229,47 +224,5 @@ LT_HIDDEN extern const struct lt_done *lt_flush_extra;
 LT_HIDDEN void lt_flush_reset_child(void);
 LT_HIDDEN int lt_flush_init(void);
 LT_HIDDEN extern char lt_program[256];
-
-/* ---- symtab.c: in-process symbolizer (no malloc on lookup) ---- */
-LT_HIDDEN int lt_symtab_refresh(void);   /* index loaded modules; start-up and dlopen */
-LT_HIDDEN void lt_symtab_reset_child(void);
-/* The frame string of a return address (function, or <module+?>), cut to cap - 1. */
-LT_HIDDEN size_t lt_symbolize(uintptr_t return_address, char *buf, size_t cap,
-                              const char **module_base, int *resolved);
-/* symbolize.allocator_rule: 1 if the frame is allocation machinery. */
-LT_HIDDEN int lt_is_allocator_frame(const char *frame, size_t len, const char *module_base,
-                                    int resolved);
-LT_HIDDEN extern int lt_symbolize_stacks; /* LIFETIME_SYMBOLIZE=1: Stack.frames online */
-/* symbolize.qualified_name: the qualified name is [*start, *start + return) of s. */
-LT_HIDDEN size_t lt_qualified_name(const char *s, size_t n, size_t *start);
-
-/* ---- context.c: the allocation context (core/context.py) ---- */
-enum {
-  LT_FRAME_ALLOCATOR = 1,      /* allocator_rule: stripped from the top of the stack */
-  LT_FRAME_WRAPPER = 2,        /* one of the model's allocation wrappers */
-  LT_FRAME_ALLOCATOR_NAME = 4  /* allocator by name alone: stripped right below a wrapper */
-};
-LT_HIDDEN int lt_context_set_wrappers(const char *const *names, int n); /* start-up */
-/* context.normalize_frame: the length of the frame string without clone suffixes. */
-LT_HIDDEN size_t lt_normalize_frame(const char *s, size_t n);
-LT_HIDDEN int lt_frame_kind(const char *frame, size_t len, const char *module_base,
-                            int resolved);
-/* Index of the context's first frame in a stack of n frames of these kinds. */
-LT_HIDDEN int lt_context_start(const int *kinds, int n);
-
-/* ---- online.c: counterfactual predictions ---- */
-struct lt_online_stats {
-  _Atomic uint64_t calls, hits, misses, model_runs, revalidations, disagreements, failures,
-      total_ns;
-};
-LT_HIDDEN extern struct lt_online_stats lt_online;
-LT_HIDDEN extern char lt_model_path[4096];
-LT_HIDDEN extern char lt_model_id[128];
-LT_HIDDEN void lt_online_init(void);      /* constructor time */
-LT_HIDDEN int lt_online_enabled(void);
-LT_HIDDEN void lt_online_reset_child(void);
-/* The predicted class (-1: none) of a sampled allocation. */
-LT_HIDDEN int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra,
-                                uintptr_t height, size_t size, int *cache_hit, uint64_t *ns);
 
 #endif

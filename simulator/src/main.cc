@@ -9,6 +9,7 @@
 
 #include "engine.h"
 #include "llama.h"
+#include "files.h"
 
 namespace {
 

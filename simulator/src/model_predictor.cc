@@ -14,6 +14,7 @@
 
 #include "json.h"
 #include "lifetime_model.h"  // export/cc: the C API's types only; no model is linked
+#include "files.h"
 
 namespace sim {
 

@@ -8,6 +8,7 @@
 
 #include "json.h"
 #include "model_predictor.h"
+#include "files.h"
 
 namespace sim {
 

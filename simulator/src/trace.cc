@@ -1,4 +1,5 @@
 #include "trace.h"
+#include "files.h"
 
 #include <cerrno>
 #include <cstring>
@@ -19,21 +20,7 @@ constexpr uint64_t kMaxTime = uint64_t(1) << 63;
 constexpr uint64_t kMaxTotalBytes = uint64_t(1) << 62;
 constexpr uint32_t kMaxBoundaries = 62;
 
-std::string fmt_ns(uint64_t ns) {
-  std::ostringstream o;
-  if (ns % 1000000000ull == 0) o << ns / 1000000000ull << "s";
-  else if (ns % 1000000ull == 0) o << ns / 1000000ull << "ms";
-  else if (ns % 1000ull == 0) o << ns / 1000ull << "us";
-  else o << ns << "ns";
-  return o.str();
-}
 }  // namespace
-
-std::string ClassScheme::name(int c) const {
-  if (c < int(bounds_ns.size())) return "<" + fmt_ns(bounds_ns[c]);
-  if (c == int(bounds_ns.size())) return ">=" + fmt_ns(bounds_ns.back());
-  return "inf";
-}
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
   // Opened without blocking: a fifo or device is refused, never waited on.

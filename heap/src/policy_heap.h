@@ -8,7 +8,7 @@
 
 #include "allocator.h"
 #include "llama.h"
-#include "trace.h"
+#include "classes.h"
 
 namespace sim {
 

@@ -26,7 +26,7 @@
  * removed (a dlclose'd module's file mapping stays valid), and published with a
  * release store of the count, so lookups take no lock.
  */
-#include "common.h"
+#include "symtab.h"
 
 #include <elf.h>
 #include <fcntl.h>

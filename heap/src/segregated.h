@@ -19,7 +19,7 @@
 
 #include "allocator.h"
 #include "slot_ids.h"
-#include "trace.h"
+#include "classes.h"
 
 namespace sim {
 

@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "cfi.h"
-#include "common.h"
+#include "unwind.h"
 
 extern void *__libc_stack_end;
 

@@ -19,7 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "context.h"
+#include "online_sampler.h"
+#include "symtab.h"
+#include "unwind.h"
 #include "lifetime_model.h"
 #include "online.h"
 

@@ -13,7 +13,8 @@
  */
 #include <string.h>
 
-#include "common.h"
+#include "context.h"
+#include "symtab.h"
 
 #define WRAPPER_CAP 4096
 #define WRAPPER_BYTES (256 * 1024)
