@@ -31,7 +31,7 @@ def requirements() -> list[str]:
 
 
 TOP_PACKAGES = ("core", "lifetime", "pipeline", "model", "profiler", "profiler_proto", "export",
-                "simulator", "interop")
+                "simulator", "interop", "allocator")
 
 setup(
     name="lifetime-models",

@@ -129,15 +129,15 @@ def online_check(family: str, item: str, model_dir: str, train_ds: str, base: st
     from export.exporter import export_model
     from model.evaluate import evaluate
     from model.metrics import headline
+    from export import serve
     from model.online_eval import evaluate_online, model_context
-    from profiler import launch
 
     if family not in SERVERS:
         raise SystemExit("--online needs a server family (redis, postgres)")
     export_dir = os.path.join(base, "export")
     if not export_dirs.is_export(export_dir):
         export_model(model_dir, export_dir)
-    plugin = launch.model_plugin(export_dir)
+    plugin = serve.model_plugin(export_dir)
     version, _, run = item.partition("/")
     profiles = os.path.join(base, "online", version, "profiles")
     if not glob.glob(os.path.join(profiles, "*.ltprof")):
@@ -145,7 +145,7 @@ def online_check(family: str, item: str, model_dir: str, train_ds: str, base: st
 
         module = importlib.import_module(f"benchmarks.servers.{family}")
         module.profile(version, profiles, seconds=args.seconds, interval=args.interval,
-                       seed=args.load_seed, extra_env={"LIFETIME_MODEL_LIB": plugin})
+                       seed=args.load_seed, extra_env={serve.PLUGIN_ENV: plugin})
     ds = os.path.join(base, "online", version, "dataset")
     if not os.path.exists(os.path.join(ds, "manifest.json")):
         build_dataset([(os.path.join(profiles, "*.ltprof"), f"{family}-{version}")], ds,

@@ -106,8 +106,8 @@ def run_once(trace: str, args: list[str], report: str | None = None) -> float:
 
 def model_contexts(export_dir: str, path: str, dataset: str | None = None, stacks: int = 5000) -> str:
     """The model predictor's contexts file for stack ids 0..stacks-1 (simulator/model_input.py)."""
+    from export import serve
     from model.data import load_dataset
-    from profiler import launch
     from simulator.model_input import write_contexts
 
     export = export_dirs.read(export_dir)
@@ -116,7 +116,7 @@ def model_contexts(export_dir: str, path: str, dataset: str | None = None, stack
         config = json.loads(pathlib.Path(manifest["model_dir"], "config.json").read_text())
         dataset = config["training_datasets"][0]["path"]
     frames = [tuple(f) for f in load_dataset(dataset).all().frames]
-    return write_contexts(path, plugin=launch.model_plugin(export_dir),
+    return write_contexts(path, plugin=serve.model_plugin(export_dir),
                           model_id=manifest["model_id"],
                           definition=export.context(),
                           stack_context={i: frames[i % len(frames)] for i in range(stacks)})

@@ -11,11 +11,11 @@ import logging
 import os
 import sys
 
+from allocator import run as run_cli
 from core.errors import LifetimeError, UsageError, printable
 from export import cli as export_cli
 from interop import importing
 from interop.pprof import cli as pprof_cli
-from lifetime import run as run_cli
 from model import cli as model_cli
 from pipeline import cli as pipeline_cli
 from profiler import cli as profiler_cli

@@ -8,8 +8,9 @@ configured through the environment; this module sets it:
                              <program>.<pid>.<start_unix_ns>.ltprof
     LIFETIME_INTERVAL_BYTES  mean bytes between samples (None: the sampler's default)
     LIFETIME_VERSION_LABEL   free-form label stored in every header
-    LIFETIME_MODEL_LIB       with `model`: a shared build of an exported model
-                             (`model_plugin`), for online, counterfactual predictions
+    LIFETIME_MODEL_PLUGIN    with `model`: the exported model's plugin, for online,
+                             counterfactual predictions (export/serve.py: the plugin
+                             and the one variable that serves it, PLUGIN_ENV)
     LIFETIME_FULL_TRACE      with `full_trace`: 1, record every allocation and free
                              (no sampling; Header.full_trace is set)
     LIFETIME_FULL_TRACE_CAPACITY  with `full_trace_capacity`: live objects the full
@@ -31,7 +32,6 @@ programs exec'd by profiled processes (Trailer.unprofiled_exec).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import shutil
@@ -42,10 +42,9 @@ import sys
 import time
 from typing import Mapping, Sequence
 
-from core import export_dir as export_dirs
-from core.context import ContextDefinitionError
 from core.errors import LifetimeError, UsageError
 from core.files import writable_dir
+from export import serve  # the model's plugin, and PLUGIN_ENV: the one variable that serves it
 from profiler_proto.container import last_chunk
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -88,58 +87,14 @@ def sampler_library_path() -> str:
     return str(path.resolve())
 
 
-PLUGIN_SOURCE = REPO / "profiler" / "model_plugin"
-PLUGIN_BUILDS = REPO / "build" / "model_plugins"
-
-
-class ModelExportError(LifetimeError):
-    """A --model directory that is not a usable `lifetime export` output."""
-
-
-def _check_context(export: export_dirs.ExportDir) -> None:
-    """Refuses an export whose context definition the sampler cannot reproduce."""
-    try:
-        export.context()
-    except ContextDefinitionError as e:
-        raise ModelExportError(f"{e}; the sampler would not give the model the contexts it "
-                               "was trained on (re-train and re-export)") from e
-
-
-def model_plugin(export_dir: str) -> str:
-    """The shared library of an exported model that the sampler loads for online
-    predictions: profiler/model_plugin built against EXPORT_DIR with CMake
-    find_package(LifetimeModel), once per library content (cached in build/)."""
-    root = pathlib.Path(export_dir)
-    export = export_dirs.read(export_dir, error=ModelExportError, library=True)
-    library = root / export_dirs.LIBRARY
-    _check_context(export)
-    digest = hashlib.sha256(library.read_bytes()).hexdigest()[:16]
-    build = PLUGIN_BUILDS / digest
-    plugin = build / "liblifetime_model_plugin.so"
-    if plugin.is_file():
-        return str(plugin)
-    if shutil.which("cmake") is None:
-        raise ModelExportError("building the model plugin needs cmake")
-    print(f"lifetime profile: building the model plugin for {export_dir}", file=sys.stderr)
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for cmd in (["cmake", "-S", str(PLUGIN_SOURCE), "-B", str(build), *gen,
-                 "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PREFIX_PATH={root.resolve()}"],
-                ["cmake", "--build", str(build)]):
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ModelExportError(f"{export_dir}: building the model plugin failed:\n"
-                                   f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return str(plugin)
-
-
 def profiled_env(out_dir: str, interval: int | None = None, version_label: str | None = None,
                  extra_env: Mapping[str, str] | None = None,
                  base: Mapping[str, str] | None = None,
-                 model_lib: str | None = None, full_trace: bool = False,
+                 model_plugin: str | None = None, full_trace: bool = False,
                  full_trace_capacity: int | None = None) -> dict[str, str]:
     """The environment run_profiled gives the command (exposed for tools and tests)."""
     env = dict(os.environ if base is None else base)
-    for key in ("LIFETIME_INTERVAL_BYTES", "LIFETIME_VERSION_LABEL", "LIFETIME_MODEL_LIB",
+    for key in ("LIFETIME_INTERVAL_BYTES", "LIFETIME_VERSION_LABEL", serve.PLUGIN_ENV,
                 "LIFETIME_FULL_TRACE", "LIFETIME_FULL_TRACE_CAPACITY"):
         env.pop(key, None)  # only what the caller asks for, never a stale outer setting
     library = sampler_library_path()
@@ -153,8 +108,8 @@ def profiled_env(out_dir: str, interval: int | None = None, version_label: str |
         env["LIFETIME_INTERVAL_BYTES"] = str(int(interval))
     if version_label is not None:
         env["LIFETIME_VERSION_LABEL"] = version_label
-    if model_lib is not None:
-        env["LIFETIME_MODEL_LIB"] = model_lib
+    if model_plugin is not None:
+        env[serve.PLUGIN_ENV] = model_plugin
     if full_trace:
         if interval is not None:
             raise ValueError("a full trace records every allocation: no interval with it")
@@ -381,9 +336,9 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
     """
     if not cmd:
         raise UsageError("no command given to profile")
-    model_lib = model_plugin(model) if model else None
+    plugin = serve.model_plugin(model) if model else None
     try:
-        env = profiled_env(out_dir, interval, version_label, extra_env, model_lib=model_lib,
+        env = profiled_env(out_dir, interval, version_label, extra_env, model_plugin=plugin,
                            full_trace=full_trace, full_trace_capacity=full_trace_capacity)
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -414,7 +369,7 @@ def run_profiled(cmd: Sequence[str], out_dir: str, interval: int | None = None,
 
 
 __all__ = ["LIBRARY_ENV", "DEFAULT_LIBRARY", "MAX_FULL_TRACE_CAPACITY", "MAX_INTERVAL",
-           "CommandError", "ModelExportError", "ProfileNotWrittenError",
-           "SamplerNotBuiltError", "check_out_dir", "check_profile_written", "model_plugin",
+           "CommandError", "ProfileNotWrittenError",
+           "SamplerNotBuiltError", "check_out_dir", "check_profile_written",
            "preload_problem", "profiled_env", "profiles_of", "report_unprofiled_execs",
            "resolve_command", "run_profiled", "sampler_library_path"]

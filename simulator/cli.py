@@ -6,7 +6,7 @@
    next to it.
 2. The exact-context and site tables are fit on the training dataset and written as
    the engine's class tables (OUT/tables/, simulator/tables.py).
-3. With --model EXPORT_DIR: the export's plugin is built (profiler.launch.model_plugin)
+3. With --model EXPORT_DIR: the export's plugin is built (export.serve.model_plugin)
    and OUT/model/contexts.txt written: each stack's context frames under the model's own
    context definition (simulator/model_input.py).
    The context oracles are computed from the trace itself (each context's T95 class, and

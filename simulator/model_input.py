@@ -1,9 +1,9 @@
 """The model predictor's inputs for the engine (`lifetime simulate --model EXPORT_DIR`).
 
 An exported model (`lifetime export`) is served to the engine as
-  * its shared-library build, the plugin the sampler also loads
-    (`profiler.launch.model_plugin`: profiler/model_plugin built with CMake against the
-    export; the engine dlopens it, so the engine binary does not depend on any model), and
+  * its shared-library build, the plugin the sampler and the allocator also load
+    (`export.serve.model_plugin`: export/plugin built with CMake against the export; the
+    engine dlopens it, so the engine binary does not depend on any model), and
   * a "model contexts" side file (format in simulator/src/model_predictor.h): per stack id
     of the trace, the context's frame strings exactly as the model was trained on them --
     the stack symbolized offline (`core.context.machinery_free`) and cut with the
@@ -27,7 +27,7 @@ import numpy as np
 from core import export_dir as export_dirs
 from core.context import ContextDefinitionError
 from core.errors import LifetimeError
-from profiler import launch
+from export import serve
 from simulator.tables import context_accuracy, symbolize_stacks
 
 FORMAT = "lifetime-model-contexts-v1"
@@ -99,8 +99,8 @@ def prepare(export_dir: str, side: dict, out_dir: str, *, class_names: list,
                               f"training dataset's {list(class_names)} (the trace is labelled "
                               "with the dataset's)")
     try:
-        plugin = launch.model_plugin(export_dir)
-    except launch.ModelExportError as e:
+        plugin = serve.model_plugin(export_dir)
+    except serve.ModelExportError as e:
         raise ModelInputError(str(e)) from None
     if reuse is not None and reuse[0] == definition:
         stack_context = reuse[1]

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from export import serve
 from lifetime import cli
 from tests.proxy_support import proxy_binary
 
@@ -39,13 +40,17 @@ def built(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def preload_env(**settings) -> dict:
+def preload_env(model_plugin=None, **settings) -> dict:
+    """The allocator preloaded with LIFETIME_ALLOC_<SETTING>s, and with `model_plugin` the
+    model it serves (LIFETIME_MODEL_PLUGIN); no outer setting of either."""
     env = dict(os.environ)
     env["LD_PRELOAD"] = str(built(LIB))
     for k in list(env):
-        if k.startswith("LIFETIME_ALLOC_"):
+        if k.startswith("LIFETIME_ALLOC_") or k == serve.PLUGIN_ENV:
             del env[k]
     env.update({f"LIFETIME_ALLOC_{k.upper()}": str(v) for k, v in settings.items()})
+    if model_plugin is not None:
+        env[serve.PLUGIN_ENV] = str(model_plugin)
     return env
 
 
@@ -131,7 +136,7 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("policy", "size-classes,occupancy", "LIFETIME_ALLOC_POLICY: size-classes replaces"),
     ("predictor", "constant:8", "LIFETIME_ALLOC_PREDICTOR: constant:C takes a class index 0..7"),
     ("predictor", "bogus:x", "LIFETIME_ALLOC_PREDICTOR: unknown predictor 'bogus:x'"),
-    ("predictor", "model:", "LIFETIME_ALLOC_PREDICTOR: model:PLUGIN takes the model plugin's path"),
+    ("predictor", "model:x.so", "LIFETIME_ALLOC_PREDICTOR: model:PLUGIN is now LIFETIME_MODEL_PLUGIN=PLUGIN"),
     ("check", "-1", "LIFETIME_ALLOC_CHECK: not a number"),
     ("stats_interval", "5", "LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS"),
     ("thread_cache", "2", "LIFETIME_ALLOC_THREAD_CACHE: out of range: '2'"),

@@ -1,5 +1,6 @@
-"""The LLAMA allocator with the model predictor (LIFETIME_ALLOC_PREDICTOR=model:PLUGIN,
-`lifetime run --allocator llama --model EXPORT_DIR`): the session's small exported model
+"""The LLAMA allocator with the model predictor (LIFETIME_MODEL_PLUGIN=PLUGIN, the one
+variable that serves a model in a process, the sampler's too; `lifetime run --allocator
+llama --model EXPORT_DIR` builds the plugin and sets it): the session's small exported model
 (tests/export_support.py) on the allocation path through the sampler's own online code
 (inprocess/src/online.c, unwind.c, symtab.c, context.c, linked without sampler.c).
 
@@ -15,9 +16,9 @@ import subprocess
 
 import pytest
 
-from lifetime import cli
 from core import context as ctxmod
-from profiler import launch
+from export import serve
+from lifetime import cli
 from tests.sampler_support import only_profile, run_sampled
 from tests.test_allocator import BUILD, built, preload_env
 from tests.test_simulator import _c_api_classes
@@ -32,7 +33,7 @@ def served_model(exported_model):
     _, export_dir = exported_model
     manifest = json.loads((export_dir / "export_manifest.json").read_text())
     definition = ctxmod.ContextDefinition.load(str(export_dir / "export_manifest.json"))
-    return export_dir, launch.model_plugin(str(export_dir)), definition, manifest["model_id"]
+    return export_dir, serve.model_plugin(str(export_dir)), definition, manifest["model_id"]
 
 
 def _offline_contexts(profile, definition) -> set:
@@ -84,7 +85,7 @@ def test_model_with_threads_and_fork(served_model, tmp_path):
     _, plugin, _, _ = served_model
     for driver, args in (("threads_xfree", ["2000"]), ("fork_threads", [])):
         stats = tmp_path / f"{driver}.%p.json"
-        env = preload_env(predictor=f"model:{plugin}", check=997, stats=stats)
+        env = preload_env(model_plugin=plugin, check=997, stats=stats)
         proc = subprocess.run([str(built(BUILD / "tests" / f"alloc_{driver}")), *args], env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr
@@ -96,11 +97,32 @@ def test_model_with_threads_and_fork(served_model, tmp_path):
 def test_a_plugin_that_cannot_load_is_one_line(tmp_path):
     bad = tmp_path / "not-a-model.so"
     bad.write_bytes(b"\x7fELF nope")
-    proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(predictor=f"model:{bad}"),
+    proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(model_plugin=bad),
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == -6 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert lines == [f"lifetime_alloc: LIFETIME_ALLOC_PREDICTOR: model:{bad}: cannot load {bad}"]
+    assert lines == [f"lifetime_alloc: LIFETIME_MODEL_PLUGIN: {bad}: cannot load {bad}"]
+
+
+def test_a_model_and_a_constant_predictor_are_one_line(tmp_path):
+    """LIFETIME_MODEL_PLUGIN and LIFETIME_ALLOC_PREDICTOR both choose: refused, never one
+    silently over the other."""
+    env = preload_env(model_plugin=tmp_path / "m.so", predictor="constant:1")
+    proc = subprocess.run(["/bin/echo", "hi"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == -6 and proc.stderr.strip().splitlines() == [
+        "lifetime_alloc: LIFETIME_MODEL_PLUGIN and LIFETIME_ALLOC_PREDICTOR both choose the "
+        "predictor: set one"]
+
+
+def test_run_predictor_drops_an_outer_model(capfd, monkeypatch, tmp_path):
+    """`lifetime run --predictor` chooses the predictor: an outer LIFETIME_MODEL_PLUGIN
+    is not passed on (and `--model` drops an outer LIFETIME_ALLOC_PREDICTOR the same way)."""
+    monkeypatch.setenv(serve.PLUGIN_ENV, str(tmp_path / "stale.so"))
+    stats = tmp_path / "stats.json"
+    assert cli.main(["run", "--allocator", "llama", "--predictor", "constant:1", "--stats",
+                     str(stats), "--", "true"]) == 0, capfd.readouterr().err
+    assert json.loads(stats.read_text())["predictor"] == "constant:1"
 
 
 def test_run_model_usage_errors(capfd, tmp_path):

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from profiler import launch
+from export import serve
 from tests.proxy_support import proxy_binary
 from tests.sampler_support import (PER_PRODUCER, PRODUCERS, check_cross_thread_profile, compile_c,
                                    only_profile, read_all, run_sampled)
@@ -29,11 +29,11 @@ from tests.sampler_support import (PER_PRODUCER, PRODUCERS, check_cross_thread_p
 def exported(exported_model):
     """(export dir, plugin .so) of the session's small exported model."""
     _, export_dir = exported_model
-    return str(export_dir), launch.model_plugin(str(export_dir))
+    return str(export_dir), serve.model_plugin(str(export_dir))
 
 
 def _model_env(plugin: str) -> dict:
-    return {"LIFETIME_MODEL_LIB": plugin}
+    return {serve.PLUGIN_ENV: plugin}
 
 
 def test_every_sample_carries_a_prediction(exported, tmp_path):
@@ -127,6 +127,17 @@ def test_an_unloadable_model_leaves_plain_profiling(tmp_path):
     prof = only_profile(out)
     assert prof.samples and not any(s.predicted for s in prof.samples)
     assert not prof.header.model_id
+
+
+def test_the_old_variable_name_says_its_new_one(tmp_path):
+    """LIFETIME_MODEL_LIB, the sampler's name before LIFETIME_MODEL_PLUGIN served both the
+    sampler and the allocator: one line naming the new one, plain profiling."""
+    out = tmp_path / "out"
+    proc = run_sampled(["/bin/echo", "hi"], out, extra_env={"LIFETIME_MODEL_LIB": "x.so"})
+    assert proc.stdout == "hi\n"
+    assert proc.stderr.splitlines() == [
+        "lifetime-sampler: LIFETIME_MODEL_LIB: renamed LIFETIME_MODEL_PLUGIN; predictions off"]
+    assert not only_profile(out).header.model_id
 
 
 def test_profile_with_a_missing_export_is_a_clear_error(tmp_path):

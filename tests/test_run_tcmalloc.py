@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from lifetime import cli, run
+from allocator import run
+from lifetime import cli
 
 # Inside the preloaded process: TCMalloc's extension API answers, and malloc is its own.
 PROBE = r"""

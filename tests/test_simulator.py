@@ -434,12 +434,12 @@ def model_served(exported_model):
     import json
 
     from core.context import ContextDefinition
-    from profiler import launch
+    from export import serve
 
     _, export_dir = exported_model
     manifest = json.loads((export_dir / "export_manifest.json").read_text())
     definition = ContextDefinition.load(str(export_dir / "export_manifest.json"))
-    return export_dir, launch.model_plugin(str(export_dir)), definition, manifest["model_id"]
+    return export_dir, serve.model_plugin(str(export_dir)), definition, manifest["model_id"]
 
 
 def _c_api_classes(plugin: str, stacks: list[list[str]]) -> list[int]:

@@ -10,7 +10,7 @@ namespace lalloc {
 
 struct Config {
   std::string policy = "paper";          // LIFETIME_ALLOC_POLICY: simulator policy names, or "baseline"
-  std::string predictor = "constant:0";  // LIFETIME_ALLOC_PREDICTOR
+  std::string predictor;  // LIFETIME_ALLOC_PREDICTOR (empty: unset; predictor.h: make_predictor)
   std::string stats_path;                // LIFETIME_ALLOC_STATS ("%p": the process id)
   uint64_t stats_interval_ns = 0;        // LIFETIME_ALLOC_STATS_INTERVAL (seconds; 0: at exit only)
   uint64_t check_every = 0;              // LIFETIME_ALLOC_CHECK (operations; 0: off)

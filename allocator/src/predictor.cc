@@ -6,7 +6,7 @@
 
 #include "fatal.h"
 #include "json.h"
-#include "online.h"  // profiler/src: the sampler's online prediction, shared
+#include "online.h"  // inprocess/src: the sampler's online prediction, shared
 
 namespace lalloc {
 
@@ -113,10 +113,10 @@ class ModelPredictor final : public Predictor {
   void start() override {
     char why[1024];
     if (!lt_online_open(plugin_.c_str(), why, sizeof why))
-      fatal("LIFETIME_ALLOC_PREDICTOR: model:", plugin_.c_str(), (std::string(": ") + why).c_str());
+      fatal(LT_MODEL_PLUGIN_ENV ": ", plugin_.c_str(), (std::string(": ") + why).c_str());
     const lifetime_model_info* info = lt_online_model_info();
     if (info->num_classes != num_classes_)
-      fatal("LIFETIME_ALLOC_PREDICTOR: model:", plugin_.c_str(),
+      fatal(LT_MODEL_PLUGIN_ENV ": ", plugin_.c_str(),
             (": the model has " + std::to_string(info->num_classes) + " lifetime classes, the allocator " +
              std::to_string(num_classes_))
                 .c_str());
@@ -188,6 +188,13 @@ class ModelPredictor final : public Predictor {
 }  // namespace
 
 std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every) {
+  // A model: the one variable that serves a model in a process (inprocess/src/online.h).
+  if (const char* plugin = lt_online_plugin()) {
+    if (!spec.empty())
+      fatal(LT_MODEL_PLUGIN_ENV " and LIFETIME_ALLOC_PREDICTOR both choose the predictor: set one");
+    return std::make_unique<ModelPredictor>(plugin, num_classes, revalidate_every);
+  }
+  if (spec.empty()) return std::make_unique<ConstantPredictor>(0);
   if (spec.compare(0, 9, "constant:") == 0) {
     const std::string v = spec.substr(9);
     char* end = nullptr;
@@ -197,13 +204,11 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_class
              ", got '" + v + "'").c_str());
     return std::make_unique<ConstantPredictor>(int(c));
   }
-  if (spec.compare(0, 6, "model:") == 0) {
-    const std::string path = spec.substr(6);
-    if (path.empty())
-      fatal("LIFETIME_ALLOC_PREDICTOR: model:PLUGIN takes the model plugin's path (lifetime run --model EXPORT_DIR builds it)");
-    return std::make_unique<ModelPredictor>(path, num_classes, revalidate_every);
-  }
-  fatal("LIFETIME_ALLOC_PREDICTOR: unknown predictor '", spec.c_str(), "' (constant:C or model:PLUGIN)");
+  if (spec.compare(0, 6, "model:") == 0)  // the old spelling: one contract, say which
+    fatal("LIFETIME_ALLOC_PREDICTOR: model:PLUGIN is now " LT_MODEL_PLUGIN_ENV
+          "=PLUGIN (the sampler's and the allocator's one variable; lifetime run --model EXPORT_DIR sets it)");
+  fatal("LIFETIME_ALLOC_PREDICTOR: unknown predictor '", spec.c_str(),
+        "' (constant:C; a model: " LT_MODEL_PLUGIN_ENV "=PLUGIN)");
 }
 
 }  // namespace lalloc

@@ -1,5 +1,6 @@
-// The seam for lifetime prediction on the allocation path: constant:C, and model:PLUGIN
-// (the exported model's shared plugin, as profiler.launch.model_plugin builds it).  The
+// The seam for lifetime prediction on the allocation path: constant:C, and the exported
+// model's plugin (LIFETIME_MODEL_PLUGIN, inprocess/src/online.h; export.serve.model_plugin
+// builds it; describe() says model:PLUGIN).  The
 // allocator asks for a class before it takes its lock (heap.cc: predict first, then
 // lock), so predict() is thread-safe and must not call malloc (see ModelPredictor for
 // the one place the model's plugin may, and how that is guarded).
@@ -56,8 +57,9 @@ class Predictor {
   virtual void stats(sim::JsonWriter&) const {}
 };
 
-// Parses LIFETIME_ALLOC_PREDICTOR ("constant:C", 0 <= C < num_classes, or
-// "model:PLUGIN"); fatal on a bad one.
+// The model of LIFETIME_MODEL_PLUGIN when it is set (spec must then be empty), else
+// LIFETIME_ALLOC_PREDICTOR's spec ("constant:C", 0 <= C < num_classes; empty: constant:0);
+// fatal on a bad one.
 // revalidate_every: the model cache's period (LIFETIME_ALLOC_REVALIDATE; -1: the plugin's).
 std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every);
 

@@ -1,9 +1,9 @@
 /* Online, counterfactual lifetime prediction (llama-paper §2.3).
  *
- * With LIFETIME_MODEL_LIB set to a shared build of an exported model (the launcher's
- * `lifetime profile --model DIR` makes one), every sampled allocation gets a predicted
- * lifetime class at allocation time, recorded in its sample; the allocation itself is
- * untouched.  The prediction goes through the model library's thread-local §2.3 cache,
+ * With LIFETIME_MODEL_PLUGIN naming an exported model's plugin (online.h: the one
+ * contract; `lifetime profile --model DIR` builds and sets it), every sampled allocation
+ * gets a predicted lifetime class at allocation time, recorded in its sample; the
+ * allocation itself is untouched.  The prediction goes through the model library's thread-local §2.3 cache,
  * keyed by the allocation site's return address, stack height and size; on a miss the
  * frames come from the in-process symbolizer (symtab.c), cut into the model's context
  * (context.c: allocator and the model's wrappers stripped) exactly as the offline
@@ -111,12 +111,21 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   return 1;
 }
 
+const char *lt_online_plugin(void) {
+  const char *path = getenv(LT_MODEL_PLUGIN_ENV);
+  return path && *path ? path : NULL;
+}
+
 void lt_online_init(void) {
-  const char *path = getenv("LIFETIME_MODEL_LIB");
-  if (!path || !*path) return;
+  const char *path = lt_online_plugin();
+  if (!path) {
+    if (getenv("LIFETIME_MODEL_LIB")) /* the sampler's old name: say so, never guess */
+      lt_log("LIFETIME_MODEL_LIB: renamed " LT_MODEL_PLUGIN_ENV, "; predictions off", NULL);
+    return;
+  }
   char why[600];
   if (!lt_online_load(path, why, sizeof why))
-    lt_log("LIFETIME_MODEL_LIB: ", why, "; predictions off");
+    lt_log(LT_MODEL_PLUGIN_ENV ": ", why, "; predictions off");
 }
 
 int lt_online_open(const char *path, char *why, size_t why_cap) {

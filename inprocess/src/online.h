@@ -2,7 +2,7 @@
  * (allocator/src/predictor.cc) links online.c, unwind.c, symtab.c, context.c and
  * runtime.c (not sampler.c) and calls these.  C and C++.
  *
- * lt_online_open loads the model plugin (LIFETIME_MODEL_LIB's kind of library) at
+ * lt_online_open loads the model plugin (the one LIFETIME_MODEL_PLUGIN names) at
  * start-up, never inside an allocation: the executable's path, the builtin unwinder's
  * rule cache, the symbol indexes, the plugin's predictors and its context definition.
  * lt_online_classify is the allocation path: the plugin's thread-local §2.3 cache keyed
@@ -24,6 +24,15 @@ extern "C" {
 #endif
 
 #define LT_ONLINE_VISIBILITY __attribute__((visibility("hidden")))
+
+/* The one environment contract for serving a model in a process (export/serve.py:
+ * PLUGIN_ENV): LIFETIME_MODEL_PLUGIN=PLUGIN, the exported model's plugin (export/plugin,
+ * built by export.serve.model_plugin).  The sampler predicts each sampled allocation's
+ * class with it (lt_online_init), the allocator places every object by it
+ * (allocator/src/predictor.cc). */
+#define LT_MODEL_PLUGIN_ENV "LIFETIME_MODEL_PLUGIN"
+/* Its value; NULL when it is unset or empty. */
+LT_ONLINE_VISIBILITY const char *lt_online_plugin(void);
 
 /* 1, or 0 with the reason in why (e.g. "cannot load PATH", "the model's context
  * definition is not lifetime-context-v2"). */

@@ -1,5 +1,5 @@
 /* The sampler's side of online.c: counterfactual predictions for sampled allocations
- * (LIFETIME_MODEL_LIB) and their counters.  C only (atomics). */
+ * (LIFETIME_MODEL_PLUGIN, online.h) and their counters.  C only (atomics). */
 #ifndef LT_ONLINE_SAMPLER_H
 #define LT_ONLINE_SAMPLER_H
 

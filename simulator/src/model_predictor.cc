@@ -337,7 +337,7 @@ class ModelPredictor final : public Predictor {
   void resolve(F& fn, const char* name) {
     *reinterpret_cast<void**>(&fn) = dlsym(handle_, name);
     if (!fn) throw SimError(plugin_ + ": " + name + " not found: not a model plugin (build it with "
-                            "profiler.launch.model_plugin)");
+                            "export.serve.model_plugin)");
   }
 
   void load_plugin() {

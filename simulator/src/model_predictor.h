@@ -1,6 +1,6 @@
 // The model predictor: an exported lifetime model (`lifetime export`), loaded at run time
-// from its shared-library build (profiler/model_plugin, made by
-// profiler.launch.model_plugin), called through the library's C API behind its §2.3
+// from its shared-library build (export/plugin, made by
+// export.serve.model_plugin), called through the library's C API behind its §2.3
 // prediction cache (lifetime_cache_predict).  The engine does not depend on any model
 // at build time: the plugin is dlopen'ed when a `model:CONTEXTS` predictor is given.
 //

@@ -1,7 +1,8 @@
 """`lifetime run --allocator NAME [--policy P] [--predictor constant:C | --model EXPORT_DIR]
 [--stats FILE] -- CMD ARGS...`
-(wired into lifetime/cli.py): runs one command under one allocator through LD_PRELOAD,
-returns its exit status and prints a one-line summary on stderr.
+(registered in lifetime/cli.py's SUBCOMMAND_MODULES): the allocator's launcher.  Runs one
+command under one allocator through LD_PRELOAD, returns its exit status and prints a
+one-line summary on stderr.
 
 NAME is `llama` (allocator/, liblifetime_alloc.so: the simulator's heap policy on real
 memory), `glibc` (no preload), a Debian package's allocator for comparison, or
@@ -11,9 +12,10 @@ missing).  The
 summary has the command's peak RSS (wait4) and wall time, and for llama the allocator's
 own figures from its stats file (LIFETIME_ALLOC_STATS, written by the command's first
 process; children write their own files, which are not summarized).  `--model` predicts
-each object's class with an exported model: its plugin (profiler.launch.model_plugin, the
-sampler's and the simulator's) is built or fetched from build/model_plugins and passed as
-LIFETIME_ALLOC_PREDICTOR=model:PLUGIN.  The command runs
+each object's class with an exported model: its plugin (export/serve.py's model_plugin, the
+sampler's and the simulator's) is built or fetched from build/model_plugins and served
+through the one variable the in-process runtime reads, LIFETIME_MODEL_PLUGIN=PLUGIN
+(serve.PLUGIN_ENV; the sampler's too).  The command runs
 under allocator/tools/run_measured.c, which measures it with wait4.
 """
 
@@ -33,7 +35,7 @@ import time
 
 from core.errors import LifetimeError, UsageError
 from core.files import writable_parent
-from profiler.launch import model_plugin  # the export's checks, and the build cache
+from export import serve  # the export's checks, the plugin's build cache, PLUGIN_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -152,9 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stats:
         writable_parent(args.stats, "--stats")
     lib = library(args.allocator)
-    predictor = args.predictor
-    if args.model is not None:
-        predictor = f"model:{model_plugin(args.model)}"
+    plugin = serve.model_plugin(args.model) if args.model is not None else None
     launcher = _built("lifetime_run_measured", "LIFETIME_RUN_MEASURED")
     env = os.environ.copy()
     preload = ""
@@ -165,8 +165,14 @@ def run(args: argparse.Namespace) -> int:
             env["LIFETIME_ALLOC_STATS"] = os.path.join(tmp, "stats.%p.json")
             if args.policy is not None:
                 env["LIFETIME_ALLOC_POLICY"] = args.policy
-            if predictor is not None:
-                env["LIFETIME_ALLOC_PREDICTOR"] = predictor
+            # One predictor: --model's plugin, or --predictor's constant (an outer
+            # setting of the other is dropped; with neither, the environment's stand).
+            if plugin is not None:
+                env.pop("LIFETIME_ALLOC_PREDICTOR", None)
+                env[serve.PLUGIN_ENV] = plugin
+            elif args.predictor is not None:
+                env.pop(serve.PLUGIN_ENV, None)
+                env["LIFETIME_ALLOC_PREDICTOR"] = args.predictor
         measured = os.path.join(tmp, "measured")
         start = time.monotonic()
         proc = subprocess.Popen([launcher, measured, preload, *cmd], env=env)
