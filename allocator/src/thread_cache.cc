@@ -1,0 +1,189 @@
+#include "thread_cache.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <new>
+
+#include "segregated.h"
+
+namespace lalloc {
+namespace tc {
+
+Global g_caches;
+__thread Cache* t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
+__thread bool t_busy __attribute__((tls_model("initial-exec"))) = false;
+
+namespace {
+
+void on_span_created(uint64_t addr, uint32_t npages, uint32_t cls) REQUIRES(heap_lock) {
+  const uintptr_t p = g_state->backing.real(addr);
+  if (!p || cls >= kClasses) return;  // past the reservation: the allocation fails
+  const unsigned g = unsigned((addr / Backing::kHuge) >> sim::SegregatedHeap::kIdShift);
+  const uint64_t first = (p - g_caches.base) >> kPageShift;
+  for (uint32_t i = 0; i < npages; ++i)
+    g_caches.map[first + i].store(cls | g << 8 | i << 16, std::memory_order_relaxed);
+}
+void on_span_released(uint64_t addr, uint32_t npages) REQUIRES(heap_lock) {
+  const uintptr_t p = g_state->backing.real(addr);
+  if (!p) return;
+  const uint64_t first = (p - g_caches.base) >> kPageShift;
+  for (uint32_t i = 0; i < npages; ++i) g_caches.map[first + i].store(0, std::memory_order_relaxed);
+}
+
+void thread_exit(void* v) EXCLUDES(heap_lock);
+
+// At init, under the lock: on for a policy of size-class heaps only (LLAMA's lines must
+// see every free), with the checker off (its shadow heap must see every free).
+}  // namespace
+
+void setup(bool slot_mapped) REQUIRES(heap_lock) {
+  g_caches.groups = 1;
+  if (!g_state->cfg.thread_cache || g_state->cfg.check_every || !slot_mapped) return;
+  const sim::TcmallocBaseline* b = dynamic_cast<const sim::TcmallocBaseline*>(g_state->policy.get());
+  if (auto* seg = dynamic_cast<const sim::SegregatedHeap*>(g_state->policy.get())) {
+    b = dynamic_cast<const sim::TcmallocBaseline*>(&seg->heap(0));
+    g_caches.group_of = seg->group_of().data();
+    g_caches.groups = 1;
+    for (unsigned g : seg->group_of()) g_caches.groups = std::max(g_caches.groups, g + 1);
+    g_caches.seg_above = seg->segregate_above_bytes();
+    g_caches.shared = seg->shared_heap();
+    g_caches.groups = std::max(g_caches.groups, g_caches.shared + 1);
+  }
+  if (!b || b->size_classes().size() > kClasses) return;
+  const auto& classes = b->size_classes();
+  for (size_t c = 1; c < classes.size(); ++c) {
+    const uint32_t size = classes[c].size;
+    g_caches.size[c] = size;
+    g_caches.objs[c] = classes[c].objs;
+    g_caches.max[c] = uint32_t(std::clamp<uint64_t>(kListBytes / size, 1, kMaxListObjects));
+    g_caches.batch[c] = uint32_t(std::clamp<uint64_t>(kBatchBytes / size, 1, std::min(kMaxBatch, g_caches.max[c])));
+    g_caches.magic[c] = ((uint64_t(1) << 36) + size - 1) / size;
+  }
+  for (uint64_t i = 1; i <= kMaxSize / 16; ++i) {
+    const uint32_t c = b->size_class(i * 16, uint32_t(kSmallAlign));
+    if (c == 0 || c >= classes.size()) return;
+    g_caches.class_by_16[i] = uint8_t(c);
+  }
+  g_caches.class_by_16[0] = g_caches.class_by_16[1];
+  const uint64_t pages = g_state->backing.reserved_bytes() >> kPageShift;
+  void* m = mmap(nullptr, pages * sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return;
+  madvise(m, pages * sizeof(uint32_t), MADV_NOHUGEPAGE);  // touched sparsely: 4 KiB of it maps 8 MiB of heap
+  if (pthread_key_create(&g_caches.key, thread_exit) != 0) {
+    munmap(m, pages * sizeof(uint32_t));
+    return;
+  }
+  g_caches.map = static_cast<std::atomic<uint32_t>*>(m);
+  g_caches.base = g_state->backing.base();
+  g_caches.reserved = g_state->backing.reserved_bytes();
+  sim::span_hooks = {on_span_created, on_span_released};
+  g_caches.on = true;
+}
+
+
+// This thread's cache, made under the lock (nullptr: none, kDead: the thread is exiting).
+Cache* cache_locked() REQUIRES(heap_lock) {
+  if (t_cache) return t_cache;
+  const size_t n = size_t(g_caches.groups) * kClasses;
+  void* m = nested_alloc(sizeof(Cache) + n * sizeof(List), 64);
+  if (!m) return nullptr;
+  Cache* c = new (m) Cache();
+  c->lists = reinterpret_cast<List*>(c + 1);
+  for (size_t i = 0; i < n; ++i) c->lists[i] = {nullptr, 0};
+  c->next = g_caches.all;
+  if (g_caches.all) g_caches.all->prev = c;
+  g_caches.all = c;
+  pthread_setspecific(g_caches.key, c);  // (its destructor gives the objects back at thread exit)
+  t_cache = c;
+  return c;
+}
+
+// Under the lock: the policy frees n objects of the list.
+static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap_lock) {
+  for (; n; --n) {
+    void* p = pop(c, l, cls);
+    if (!p) break;
+    free_locked(p);
+    ++g_caches.flushed_objects;
+  }
+}
+
+// A list past its bound: back to half of it; all of the thread's past kThreadBytes: half
+// of every list.  One lock acquisition.
+void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
+  Inside in;
+  ++g_caches.flushes;
+  if (l.count > g_caches.max[cls]) give_back(c, l, cls, l.count - g_caches.max[cls] / 2);
+  if (c->bytes.load(std::memory_order_relaxed) > kThreadBytes)
+    for (size_t i = 0; i < size_t(g_caches.groups) * kClasses; ++i)
+      if (c->lists[i].count) give_back(c, c->lists[i], uint32_t(i % kClasses), (c->lists[i].count + 1) / 2);
+}
+
+namespace {
+// The pthread key's destructor (the thread exits): everything back to the policy.
+void thread_exit(void* v) {
+  Cache* c = static_cast<Cache*>(v);
+  if (!c || c == kDead) return;
+  Inside in;
+  for (size_t i = 0; i < size_t(g_caches.groups) * kClasses; ++i)
+    give_back(c, c->lists[i], uint32_t(i % kClasses), UINT32_MAX);
+  if (c->prev) c->prev->next = c->next;
+  else g_caches.all = c->next;
+  if (c->next) c->next->prev = c->prev;
+  ++g_caches.exited;
+  g_caches.dead_hits += c->hits.load(std::memory_order_relaxed);
+  g_caches.dead_misses += c->misses.load(std::memory_order_relaxed);
+  c->~Cache();
+  arena_free(c);
+  t_cache = kDead;  // later mallocs and frees of this thread (other destructors): the locked path
+}
+}  // namespace
+
+// A miss: under the lock, the object asked for and a batch of the class for the list.
+void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) EXCLUDES(heap_lock) {
+  Inside in;
+  Cache* c = cache_locked();
+  const uint64_t now = tick();
+  void* first = alloc_locked(usable, size, kSmallAlign, ra, pred, now);
+  if (!first || !c || c == kDead) return first;
+  bump(c->misses, 1);
+  ++g_caches.refills;
+  for (uint32_t i = 1; i < g_caches.batch[cls]; ++i) {
+    void* q = alloc_locked(usable, 0, kSmallAlign, ra, pred, now);
+    if (!q) break;
+    unsigned g = 0;
+    const uint32_t k = class_at(q, g);
+    if (!k) {  // (cannot happen: the policy placed it in a span of its class)
+      free_locked(q);
+      break;
+    }
+    push(c, c->lists[g * kClasses + k], q, k);
+    ++g_caches.refill_objects;
+  }
+  return first;
+}
+
+
+void collect_stats() {
+  ThreadCacheStats& t = g_state->tc;
+  t = ThreadCacheStats();
+  t.on = g_caches.on;
+  t.exited = g_caches.exited;
+  t.hits = g_caches.dead_hits;
+  t.misses = g_caches.dead_misses;
+  for (Cache* c = g_caches.all; c; c = c->next) {
+    ++t.caches;
+    t.objects += c->objects.load(std::memory_order_relaxed);
+    t.bytes += c->bytes.load(std::memory_order_relaxed);
+    t.hits += c->hits.load(std::memory_order_relaxed);
+    t.misses += c->misses.load(std::memory_order_relaxed);
+  }
+  t.refills = g_caches.refills;
+  t.refill_objects = g_caches.refill_objects;
+  t.flushes = g_caches.flushes;
+  t.flushed_objects = g_caches.flushed_objects;
+}
+
+}  // namespace tc
+}  // namespace lalloc
