@@ -1,7 +1,8 @@
 """The directory `lifetime export` writes: its format in one place, reader and writer.
 
-    DIR/export_manifest.json   model id, graph, shapes, classes, the context definition
-                               the model was trained with, target CPU, part digests
+    DIR/export_manifest.json   model id, graph, shapes, classes, the label scheme and
+                               the context definition the model was trained with,
+                               target CPU, part digests
     DIR/include/               lifetime_model.h (the C and C++ API)
     DIR/lib/liblifetime_model.a, lib/cmake/LifetimeModel/, lib/pkgconfig/
     DIR/share/lifetime_model/  the model card, config.json, metrics.json
@@ -14,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from core import files
+from core import files, lifetimes
 from core.context import ContextDefinition
 from core.errors import LifetimeError
+from core.lifetimes import LabelScheme
 
 MANIFEST = "export_manifest.json"
 FORMAT = "lifetime-export-v1"
@@ -38,6 +40,33 @@ class ExportDir:
         naming the manifest, when it is not one this code can apply)."""
         return ContextDefinition.from_json(self.manifest.get("context"),
                                            where=os.path.join(self.path, MANIFEST))
+
+    def label_scheme(self) -> LabelScheme | None:
+        """The label scheme the model was trained with (its class boundaries), or None
+        for an export written before the manifest carried it; ExportDirError naming the
+        manifest when it is not a scheme (label_scheme_json wrote it)."""
+        d = self.manifest.get("label_scheme")
+        if d is None:
+            return None
+        try:
+            scheme = LabelScheme.from_json(d)
+        except (KeyError, TypeError, LifetimeError) as e:
+            raise ExportDirError(f"{os.path.join(self.path, MANIFEST)}: label_scheme is not "
+                                 f"a label scheme ({e})") from None
+        if scheme.clock == "wall" and d.get("boundaries_ns") != list(
+                lifetimes.boundaries_ns(scheme.boundaries)):
+            raise ExportDirError(f"{os.path.join(self.path, MANIFEST)}: label_scheme's "
+                                 "boundaries_ns are not its boundaries in ns")
+        return scheme
+
+
+def label_scheme_json(scheme: LabelScheme) -> dict:
+    """A scheme as the manifest holds it: LabelScheme.to_json, and on the wall clock its
+    boundaries in ns (as the library's lifetime_model_info.boundaries_ns)."""
+    d = scheme.to_json()
+    if scheme.clock == "wall":
+        d["boundaries_ns"] = list(lifetimes.boundaries_ns(scheme.boundaries))
+    return d
 
 
 def is_export(path: str) -> bool:

@@ -10,11 +10,19 @@ from core import lifetimes, options
 from core.lifetimes import LabelScheme
 
 
+def _span(values) -> str:
+    """'10,...,1e6' for a default's first and last boundary."""
+    short = [f"{v:g}".replace("e+0", "e").replace("e+", "e") for v in (values[0], values[-1])]
+    return f"{short[0]},...,{short[1]}"
+
+
 def add_boundaries(p: argparse.ArgumentParser) -> None:
+    d = lifetimes.DEFAULT_BOUNDARIES
     p.add_argument("--boundaries", type=options.boundaries, metavar="B1,B2,...",
                    help="class upper bounds on the label clock, strictly increasing, "
                         f"{lifetimes.MIN_BOUNDARY:g} to {lifetimes.MAX_BOUNDARY:g}, at most "
-                        f"{lifetimes.MAX_BOUNDARIES} (default: 10,...,1e6 ms)")
+                        f"{lifetimes.MAX_BOUNDARIES} (default: {_span(d['wall'])} ms on the "
+                        f"wall clock, {_span(d['bytes'])} bytes on the bytes clock)")
 
 
 def label_scheme(args: argparse.Namespace) -> LabelScheme:
@@ -22,5 +30,4 @@ def label_scheme(args: argparse.Namespace) -> LabelScheme:
     core/options.py); without --boundaries, the clock's default classes."""
     if args.boundaries:
         return LabelScheme(clock=args.clock, boundaries=args.boundaries)
-    return LabelScheme(clock=args.clock) if args.clock == "wall" else LabelScheme(
-        clock="bytes", boundaries=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9))
+    return LabelScheme.default(args.clock)

@@ -29,9 +29,16 @@ NS_PER_MS = 1e6
 # Class boundaries, on either clock: at most MAX_BOUNDARIES (32 classes with the tail
 # and inf), each in [MIN_BOUNDARY, MAX_BOUNDARY].  Wall clock: 1 us to 1e12 ms (31
 # years; in ns still well inside the simulator's uint64 trace fields); bytes clock:
-# up to 1 TB allocated meanwhile.
+# up to 1 TB allocated meanwhile.  The one definition of the label scheme's limits and
+# defaults: the native side's copies (heap/src/classes.h: kMaxBoundaries, which the
+# simulator's trace reader enforces, and kDefaultBoundsNs) are pinned to these by
+# tests/test_label_scheme.py; simulator/trace.py and the help text derive from them.
 MAX_BOUNDARIES = 30
 MIN_BOUNDARY, MAX_BOUNDARY = 1e-3, 1e12
+# The default classes of each clock (LabelScheme(clock) without boundaries): 10 ms ..
+# 1000 s on the wall clock, 10 kB .. 1 GB allocated meanwhile on the bytes clock.
+DEFAULT_BOUNDARIES = {"wall": (1e1, 1e2, 1e3, 1e4, 1e5, 1e6),
+                      "bytes": (1e4, 1e5, 1e6, 1e7, 1e8, 1e9)}
 
 
 def check_boundaries(values) -> tuple[float, ...]:
@@ -71,12 +78,19 @@ class LabelScheme:
     finite tail class (T95 >= the last boundary), then inf (never freed)."""
 
     clock: str = "wall"  # "wall": milliseconds on CLOCK_MONOTONIC; "bytes": allocated bytes
-    boundaries: tuple[float, ...] = (1e1, 1e2, 1e3, 1e4, 1e5, 1e6)
+    boundaries: tuple[float, ...] = DEFAULT_BOUNDARIES["wall"]
 
     def __post_init__(self):
         if self.clock not in ("wall", "bytes"):
             raise UsageError(f"unknown clock {self.clock!r} (expected 'wall' or 'bytes')")
         object.__setattr__(self, "boundaries", check_boundaries(self.boundaries))
+
+    @classmethod
+    def default(cls, clock: str = "wall") -> "LabelScheme":
+        """The clock's default classes (DEFAULT_BOUNDARIES)."""
+        if clock not in DEFAULT_BOUNDARIES:
+            raise UsageError(f"unknown clock {clock!r} (expected 'wall' or 'bytes')")
+        return cls(clock=clock, boundaries=DEFAULT_BOUNDARIES[clock])
 
     @property
     def unit(self) -> str:
@@ -114,6 +128,12 @@ class LabelScheme:
         boundaries; the derived fields (unit, class names, rule) follow from them.
         KeyError or TypeError for a dict without them, UsageError for bad values."""
         return cls(clock=d["clock"], boundaries=tuple(d["boundaries"]))
+
+
+def boundaries_ns(boundaries: Sequence[float]) -> tuple[int, ...]:
+    """Wall-clock boundaries (ms) in integer ns, as a trace header, the exported library
+    (lifetime_model_info.boundaries_ns) and the allocator's deadlines hold them."""
+    return tuple(int(round(float(b) * NS_PER_MS)) for b in boundaries)
 
 
 def _format(value: float, unit: str) -> str:

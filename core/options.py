@@ -17,11 +17,9 @@ import math
 from core.errors import UsageError
 from core.lifetimes import check_boundaries
 
-# Class boundaries on either label clock: no more than this many (plus the tail and
-# inf classes, 32 classes in all), each in [MIN_BOUNDARY, MAX_BOUNDARY]:
-# on the wall clock 1 us .. 1e12 ms (31 years; in ns it still fits the simulator's
-# uint64 trace fields), on the bytes clock 1e-3 .. 1e12 bytes allocated (1 TB).
-# Defined in core/lifetimes.py (check_boundaries), the label scheme's home.
+# Class boundaries on either label clock: their rule, limits (MAX_BOUNDARIES,
+# MIN_BOUNDARY, MAX_BOUNDARY) and defaults are core/lifetimes.py's, the label scheme's
+# home (check_boundaries).
 
 # Counts a user passes that only cost time or output: bounded so a typo (an extra
 # few zeros) is an error rather than hours of work or gigabytes of text.

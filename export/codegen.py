@@ -3,9 +3,18 @@
 The vocabulary becomes an open-addressing hash table (`token_hash`, linear probing,
 -1 = empty) in read-only data, so token lookups need no initialization and no heap.
 export/cc/lifetime_model.cc probes it with the same hash function.
+
+The label scheme goes into the info struct (label_clock, boundaries, boundaries_ns) and
+once more into a section of its own, LABELS_SECTION: a host can read it from the
+model plugin's file without loading it (the allocator builds its heap, deadlines
+included, inside the first malloc, before it may dlopen; allocator/src/predictor.cc).
+The section is u64 words, little-endian: LABELS_MAGIC, LABELS_VERSION, the number of
+classes, B, the clock (0: wall, 1: bytes), then on the wall clock the B boundaries in ns.
 """
 
 from __future__ import annotations
+
+from core import lifetimes
 
 MASK64 = (1 << 64) - 1
 HASH_MUL = 0x9E3779B97F4A7C15
@@ -85,9 +94,44 @@ extern const lifetime_model_info kInfo;
 """
 
 
+LABELS_SECTION = "lifetime_labels"
+LABELS_MAGIC = int.from_bytes(b"LTLABEL1", "little")
+LABELS_VERSION = 1
+CLOCKS = ("wall", "bytes")  # the section's clock numbers
+
+
+def labels_words(scheme: lifetimes.LabelScheme) -> list[int]:
+    """The LABELS_SECTION words of a label scheme."""
+    bounds_ns = list(lifetimes.boundaries_ns(scheme.boundaries)) if scheme.clock == "wall" else []
+    return [LABELS_MAGIC, LABELS_VERSION, scheme.num_classes, len(scheme.boundaries),
+            CLOCKS.index(scheme.clock), *bounds_ns]
+
+
+def _labels_source(scheme: lifetimes.LabelScheme) -> str:
+    bounds = ", ".join(repr(float(b)) for b in scheme.boundaries)
+    if scheme.clock == "wall":
+        ns = ", ".join(f"{b}ull" for b in lifetimes.boundaries_ns(scheme.boundaries))
+        bounds_ns = f"static const uint64_t kBoundariesNs[{len(scheme.boundaries)}] = {{{ns}}};\n"
+    else:
+        bounds_ns = ""
+    words = ", ".join(f"{w}ull" for w in labels_words(scheme))
+    return (f"static const double kBoundaries[{len(scheme.boundaries)}] = {{{bounds}}};\n"
+            f"{bounds_ns}"
+            "// The label scheme for a host that reads the plugin's file (export/codegen.py).\n"
+            f'__attribute__((used, section("{LABELS_SECTION}"))) static const uint64_t '
+            f"kLabelsSection[] = {{{words}}};\n")
+
+
 def data_source(tokens: list[str], class_names: list[str], max_frames: int,
                 tokens_per_frame: int, model_id: str, graph: str,
-                context_version: str, wrappers: list[str], target_cpu: str = "generic") -> str:
+                context_version: str, wrappers: list[str], target_cpu: str = "generic",
+                labels: lifetimes.LabelScheme | None = None) -> str:
+    """lifetime_model_data.cc; `labels`: the model's label scheme (its dataset's), with
+    as many classes as class_names (default: the default wall-clock scheme)."""
+    labels = labels or lifetimes.LabelScheme.default()
+    if labels.num_classes != len(class_names):
+        raise ValueError(f"{len(class_names)} class names but {labels.num_classes} classes "
+                         f"in the label scheme ({len(labels.boundaries)} boundaries)")
     blob, offsets, slots = vocab_table(tokens)
     names = ",\n".join("  " + _c_string(n) for n in class_names)
     wrapper_names = ",\n".join("  " + _c_string(n) for n in sorted(wrappers)) or "  nullptr"
@@ -111,10 +155,12 @@ static const char* const kClassNames[{len(class_names)}] = {{
 static const char* const kWrappers[{max(len(wrappers), 1)}] = {{
 {wrapper_names}
 }};
-const lifetime_model_info kInfo = {{
+{_labels_source(labels)}const lifetime_model_info kInfo = {{
   {max_frames}, {tokens_per_frame}, {max_frames * tokens_per_frame}, {len(class_names)},
   {len(tokens)}, kClassNames, {_c_string(model_id)}, {_c_string(graph)},
-  {_c_string(context_version)}, {len(wrappers)}, kWrappers, {_c_string(target_cpu)}
+  {_c_string(context_version)}, {len(wrappers)}, kWrappers, {_c_string(target_cpu)},
+  {_c_string(labels.clock)}, {len(labels.boundaries)}, kBoundaries,
+  {"kBoundariesNs" if labels.clock == "wall" else "nullptr"}
 }};
 }}  // namespace generated
 }}  // namespace lifetime_model

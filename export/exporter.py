@@ -24,6 +24,7 @@ import time
 from core import export_dir
 from export import codegen, graph as graphs, runtime_build
 from core.errors import LifetimeError
+from core.lifetimes import LabelScheme
 from model import io
 from model.io import ModelDir
 
@@ -55,6 +56,20 @@ VERSION = "1.0.0"
 class ExportError(LifetimeError):
     """A clear, user-facing reason why the export failed (a bad model directory is a
     model.io.ModelDirError, as everywhere else)."""
+
+
+def label_scheme_of(md: ModelDir) -> LabelScheme:
+    """The label scheme the model was trained with (config.json's, its dataset's), with
+    one class per class name."""
+    where = os.path.join(md.path, io.CONFIG_FILE)
+    try:
+        scheme = LabelScheme.from_json(md.config["label_scheme"])
+    except (KeyError, TypeError, LifetimeError) as e:
+        raise ExportError(f"{where}: no usable label_scheme ({e})") from e
+    if scheme.num_classes != len(md.class_names):
+        raise ExportError(f"{where}: {len(md.class_names)} class names but "
+                          f"{len(scheme.boundaries)} class boundaries (classes = boundaries + 2)")
+    return scheme
 
 
 def model_id_of(md: ModelDir) -> str:
@@ -196,7 +211,8 @@ def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: path
         target_cpu == "x86-64-v3"))
     (gen / "lifetime_model_data.cc").write_text(codegen.data_source(
         md.vocab.tokens, md.class_names, hp.max_frames, hp.tokens_per_frame, model_id, route,
-        md.context.to_json()["version"], list(md.context.wrappers), target_cpu or "generic"))
+        md.context.to_json()["version"], list(md.context.wrappers), target_cpu or "generic",
+        labels=label_scheme_of(md)))
     tf_include = runtime_build.tensorflow_dir() / "include"
     build = work / "build"
     gen_args = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -260,6 +276,7 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     start = time.monotonic()
     md = io.read_model_dir(str(model_dir))
     hp = md.hparams
+    labels = label_scheme_of(md)
     out = pathlib.Path(out_dir)
     if out.exists() and any(out.iterdir()) and not export_dir.is_export(str(out)):
         raise ExportError(f"{out}: exists and is not an earlier export; refusing to overwrite")
@@ -291,6 +308,9 @@ def export_model(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         "max_frames": hp.max_frames, "tokens_per_frame": hp.tokens_per_frame,
         "max_tokens": hp.max_tokens, "num_classes": len(md.class_names),
         "class_names": md.class_names, "vocab_size": len(md.vocab),
+        # The label scheme (the info struct's label_clock, boundaries, boundaries_ns):
+        # boundaries in the clock's unit (ms or bytes), boundaries_ns on the wall clock.
+        "label_scheme": export_dir.label_scheme_json(labels),
         "context": md.context.to_json(),
         "tensorflow": runtime_build.tensorflow_version(),
         "runtime": runtime.name, "target_cpu": target_cpu or "generic",

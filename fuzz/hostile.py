@@ -397,8 +397,8 @@ def trace_cases(b: dict, work: pathlib.Path, rng: random.Random, scale: float) -
     d = work / "traces"
     d.mkdir()
     real = b["trace"].read_bytes()
-    nb = struct.unpack_from("<I", real, 20)[0]  # u32 B: after the magic and three u32s
-    first = 48 + 8 * nb
+    with open(b["trace"], "rb") as f:
+        first = tr.read_header(f, str(b["trace"])).header_bytes  # record 0's offset
     stacks = json.loads(b["trace"].with_name("trace.stacks.json").read_text())
 
     def write(name: str, blob: bytes) -> pathlib.Path:

@@ -38,7 +38,6 @@ import array
 import dataclasses
 import json
 import os
-import struct
 import tempfile
 import time
 from typing import Callable
@@ -47,6 +46,7 @@ import numpy as np
 
 from core.errors import LifetimeError
 from core.files import read_json
+from core import lifetimes
 from core.lifetimes import LabelScheme
 from profiler_proto.container import ProfileReader
 from simulator import trace as tr
@@ -54,7 +54,6 @@ from simulator import trace as tr
 STACKS_FORMAT = "lifetime-trace-stacks-v1"
 STACKS_SUFFIX = ".stacks.json"
 TRACE_SUFFIX = ".lttrace"
-NS_PER_MS = 1_000_000
 MAX_SIZE = 1 << 44  # the engine refuses sizes >= 16 TiB
 
 RECORD_DTYPE = np.dtype([("alloc", "<u8"), ("free", "<u8"), ("size", "<u8"), ("stack", "<u8"),
@@ -81,7 +80,7 @@ def boundaries_ns(scheme: LabelScheme) -> tuple[int, ...]:
     if scheme.clock != "wall":
         raise ConvertError(f"label clock {scheme.clock!r}: the simulator replays wall-clock "
                            "time; use a dataset labelled on the wall clock")
-    return tuple(int(round(b * NS_PER_MS)) for b in scheme.boundaries)
+    return lifetimes.boundaries_ns(scheme.boundaries)
 
 
 def is_full_trace(header) -> bool:
@@ -167,12 +166,6 @@ def _write_records(out, run: np.ndarray) -> None:
     for name in RECORD_DTYPE.names:
         recs[name] = run[name]
     out.write(recs.tobytes())
-
-
-def _header(bounds: tuple[int, ...], count: int, end_ns: int) -> bytes:
-    nb = len(bounds)
-    return (tr.FIXED.pack(tr.MAGIC, tr.VERSION, tr.FIXED.size + 8 * nb, tr.RECORD.size, nb,
-                          count, end_ns, 0) + struct.pack(f"<{nb}Q", *bounds))
 
 
 def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
@@ -291,7 +284,7 @@ def convert_profile(profile: str | os.PathLike, trace_path: str | os.PathLike,
         if len(runs) > 1:
             say(f"converting {path}: merging {len(runs)} sorted runs of {seq:,} records")
         with open(trace_path, "wb") as out:
-            out.write(_header(bounds, seq, end_ns))
+            out.write(tr.encode_header(bounds, seq, end_ns))
             if len(runs) == 1:
                 _write_records(out, np.fromfile(runs[0].path, RUN_DTYPE))
             else:

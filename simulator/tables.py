@@ -50,7 +50,7 @@ from model import baselines
 from model.data import load_dataset
 from pipeline.manifest import dataset_context
 from simulator.convert import MappingRecord, boundaries_ns
-from simulator.trace import FIXED, NEVER, RECORD, read_header, write_class_table
+from simulator.trace import NEVER, RECORD, read_header, write_class_table
 
 # Apache Beam (pipeline.context_stats) is imported inside context_t95_classes:
 # `lifetime --help` must not pay for it.
@@ -121,10 +121,9 @@ def _trace_records(trace_path: str):
     f, _ = open_regular(trace_path)
     with f:
         header = read_header(f, trace_path)
-    offset = FIXED.size + 8 * len(header.boundaries_ns)
     if not header.num_records:
         return header, np.zeros(0, TRACE_RECORD)
-    return header, np.memmap(trace_path, TRACE_RECORD, mode="r", offset=offset,
+    return header, np.memmap(trace_path, TRACE_RECORD, mode="r", offset=header.header_bytes,
                              shape=(header.num_records,))
 
 

@@ -8,7 +8,10 @@ Format version 1 (little-endian; see simulator/README.md):
              u32 thread_id, u32 align          -- sorted by alloc_ns
 
 Class i is "lifetime < boundary_ns[i]"; class B is ">= boundary_ns[B-1]"; class B+1 is inf
-(never freed).  The project's default boundaries are 10 ms, 100 ms, 1 s, 10 s, 100 s, 1000 s.
+(never freed).  The defaults and the limit on B are the label scheme's (core/lifetimes.py:
+DEFAULT_BOUNDARIES["wall"] in ns, MAX_BOUNDARIES); the engine's (heap/src/classes.h) are
+pinned to them by tests/test_label_scheme.py.  This module is the one Python reader and
+writer of the header (`encode_header`, `read_header`, `check_trace`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import struct
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
+from core import lifetimes
 from core.errors import LifetimeError
 from core.files import open_regular
 
@@ -29,7 +33,12 @@ RECORD = struct.Struct("<QQQQII")
 FIXED = struct.Struct("<8sIIIIQQQ")
 NEVER = 2**64 - 1
 MS = 1_000_000
-DEFAULT_BOUNDARIES_NS = (10 * MS, 100 * MS, 1000 * MS, 10_000 * MS, 100_000 * MS, 1_000_000 * MS)
+DEFAULT_BOUNDARIES_NS = lifetimes.boundaries_ns(lifetimes.DEFAULT_BOUNDARIES["wall"])
+# The engine's bounds (simulator/src/trace.cc), mirrored by check_trace.
+MAX_BOUNDARIES = lifetimes.MAX_BOUNDARIES
+MAX_SIZE = 1 << 44          # sizes are < 16 TiB
+MAX_TIME = 1 << 63          # end_ns and class boundaries are < 2^63 ns
+MAX_TOTAL_BYTES = 1 << 62   # sizes + alignments of all records
 
 
 class TraceError(LifetimeError, ValueError):
@@ -65,11 +74,8 @@ class TraceWriter:
 
     def __init__(self, path: str | os.PathLike, boundaries_ns: Sequence[int] = DEFAULT_BOUNDARIES_NS,
                  end_ns: int | None = None):
-        b = [int(x) for x in boundaries_ns]
-        if not b or any(x <= 0 for x in b) or any(x >= y for x, y in zip(b, b[1:])):
-            raise ValueError(f"class boundaries must be positive and increasing: {b}")
         self.path = os.fspath(path)
-        self.boundaries_ns = tuple(b)
+        self.boundaries_ns = check_boundaries_ns(boundaries_ns)
         self._end = end_ns
         self._max_t = 0
         self._last_alloc = 0
@@ -79,9 +85,7 @@ class TraceWriter:
         self._f.write(self._header(0, 0))
 
     def _header(self, count: int, end_ns: int) -> bytes:
-        nb = len(self.boundaries_ns)
-        return (FIXED.pack(MAGIC, VERSION, FIXED.size + 8 * nb, RECORD.size, nb, count, end_ns, 0)
-                + struct.pack(f"<{nb}Q", *self.boundaries_ns))
+        return encode_header(self.boundaries_ns, count, end_ns)
 
     def write(self, alloc_ns: int, free_ns: int | None, size: int, stack_id: int = 0,
               thread_id: int = 0, align: int = 16) -> None:
@@ -122,6 +126,27 @@ class TraceWriter:
         self.close()
 
 
+def check_boundaries_ns(boundaries_ns: Sequence[int]) -> tuple[int, ...]:
+    """Class boundaries a trace may carry (ValueError otherwise): 1..MAX_BOUNDARIES of
+    them, positive, strictly increasing, below 2^63 ns: what the engine reads."""
+    b = tuple(int(x) for x in boundaries_ns)
+    if not 1 <= len(b) <= MAX_BOUNDARIES:
+        raise ValueError(f"1 to {MAX_BOUNDARIES} class boundaries, not {len(b)}")
+    if any(x <= 0 or x >= MAX_TIME for x in b) or any(x >= y for x, y in zip(b, b[1:])):
+        raise ValueError(f"class boundaries must be positive, increasing and below 2^63 ns: "
+                         f"{list(b)}")
+    return b
+
+
+def encode_header(boundaries_ns: Sequence[int], count: int, end_ns: int) -> bytes:
+    """A version-1 header: the fixed part and the class boundaries (checked by
+    check_boundaries_ns); `count` records of RECORD.size bytes follow it."""
+    b = check_boundaries_ns(boundaries_ns)
+    nb = len(b)
+    return (FIXED.pack(MAGIC, VERSION, FIXED.size + 8 * nb, RECORD.size, nb, count, end_ns, 0)
+            + struct.pack(f"<{nb}Q", *b))
+
+
 def write_trace(path: str | os.PathLike, records: Iterable[ObjectRecord | tuple],
                 boundaries_ns: Sequence[int] = DEFAULT_BOUNDARIES_NS, end_ns: int | None = None,
                 sort: bool = True) -> str:
@@ -142,12 +167,12 @@ class TraceHeader:
     end_ns: int
     boundaries_ns: tuple[int, ...]
 
+    @property
+    def header_bytes(self) -> int:
+        """The header's size: the byte offset of record 0."""
+        return FIXED.size + 8 * len(self.boundaries_ns)
 
-# The engine's bounds (simulator/src/trace.cc), mirrored by check_trace.
-MAX_BOUNDARIES = 62
-MAX_SIZE = 1 << 44          # sizes are < 16 TiB
-MAX_TIME = 1 << 63          # end_ns and class boundaries are < 2^63 ns
-MAX_TOTAL_BYTES = 1 << 62   # sizes + alignments of all records
+
 _CHUNK_RECORDS = 16384
 
 
@@ -194,7 +219,7 @@ def _check_header(f: BinaryIO, size: int, name: str) -> TraceHeader:
 
 def _check_records(f: BinaryIO, header: TraceHeader, name: str) -> None:
     """The engine's record checks, in its order and with its messages."""
-    base = FIXED.size + 8 * len(header.boundaries_ns)
+    base = header.header_bytes
     end, last, total, i = header.end_ns, 0, 0, 0
     left = header.num_records
     while left:

@@ -88,9 +88,10 @@ def _check_parity(build, stacks, ids, want, tmp_path, route):
     assert dp <= 1e-4
 
 
-def test_package_layout(exported_model):
+def test_package_layout(exported_model, harness):
     from model.hparams import HParams
     from core.context import ContextDefinition
+    from core import export_dir, lifetimes
 
     model_dir, out = exported_model
     manifest = json.loads((out / "export_manifest.json").read_text())
@@ -116,6 +117,20 @@ def test_package_layout(exported_model):
     assert manifest["context"] == config["context"] == dataset_context.to_json()
     assert manifest["class_names"] == config["class_names"]
     assert manifest["vocab_size"] == hp["vocab_size"]
+    # The label scheme: the training dataset's (its --boundaries), in the manifest and in
+    # the library's info struct, on the wall clock in ns too.
+    labels = json.loads((training_dataset(model_dir) / "manifest.json").read_text())
+    labels = labels["config"]["labels"]
+    scheme = export_dir.read(str(out)).label_scheme()
+    assert scheme.clock == labels["clock"] == "wall"
+    assert list(scheme.boundaries) == labels["boundaries"] == config["label_scheme"]["boundaries"]
+    ns = list(lifetimes.boundaries_ns(labels["boundaries"]))
+    assert manifest["label_scheme"]["boundaries_ns"] == ns
+    assert manifest["num_classes"] == len(ns) + 2
+    info = json.loads(_run(harness, "info").stdout)
+    assert info["num_classes"] == manifest["num_classes"] and info["label_clock"] == "wall"
+    assert info["boundaries"] == labels["boundaries"] and info["boundaries_ns"] == ns
+    assert info["class_names"] == manifest["class_names"]
     assert (out / "share" / "lifetime_model" / "config.json").read_text() == \
         (model_dir / "config.json").read_text()
 

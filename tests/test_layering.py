@@ -262,7 +262,7 @@ NATIVE = {
     "heap": ("base", set()),                         # the heap policies, their checker
     "inprocess": ("base", {"export"}),               # unwinder, symbolizer, context, online
     "profiler": ("stage", {"inprocess", "export"}),  # the LD_PRELOAD sampler
-    "simulator": ("stage", {"heap", "export"}),      # the trace-driven heap simulator
+    "simulator": ("stage", {"heap", "inprocess", "export"}),  # the trace-driven heap simulator
     "workloads": ("stage", set()),                   # the proxy workload
     "interop/native": ("stage", set()),              # the heaptrack reader
     "allocator": ("top", {"heap", "inprocess", "export"}),  # liblifetime_alloc.so

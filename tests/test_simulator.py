@@ -578,3 +578,8 @@ def test_model_predictor_refuses_what_it_cannot_serve(model_served, tmp_path):
     p = run_engine(path, "--predictor", f"a=model:{ok}", "--predictor", f"b=model:{ok}")
     assert p.returncode == 2 and "already used by another model predictor" in p.stderr
     assert run_engine(path, "--predictor", f"model:{ok}").returncode == 0
+    # As many classes as the model's, but other boundaries: the model's info says so.
+    other = simulator.write_trace(tmp_path / "other.lttrace", [(0, 5, 100, 7), (3, None, 200, 8)],
+                                  boundaries_ns=[b // 2 for b in tr.DEFAULT_BOUNDARIES_NS])
+    p = run_engine(other, "--predictor", f"model:{ok}")
+    assert p.returncode == 2 and "class boundaries are not the trace's" in p.stderr, p.stderr

@@ -13,6 +13,7 @@ import struct
 import pytest
 
 import simulator
+from simulator import trace as tr
 
 pytestmark = pytest.mark.usefixtures("simulator_engine")
 
@@ -54,8 +55,7 @@ def test_lookahead_error_comes_after_the_events_before_it(tmp_path, bad_at):
     last record) is the one-line error naming that record, exit status 2."""
     path = bursty_trace(tmp_path / "burst.lttrace")
     data = bytearray(open(path, "rb").read())
-    header = struct.unpack_from("<I", data, 12)[0]
-    off = header + 40 * bad_at
+    off = tr.check_trace(path).header_bytes + tr.RECORD.size * bad_at
     struct.pack_into("<I", data, off + 36, 24)  # alignment not a power of two
     bad = tmp_path / "bad.lttrace"
     bad.write_bytes(bytes(data))

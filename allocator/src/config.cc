@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "fatal.h"
+#include "parse_number.h"  // inprocess/src: the project's one integer parser
 
 namespace lalloc {
 
@@ -10,11 +11,10 @@ namespace {
 
 // A decimal integer in [lo, hi], or fatal naming the variable.
 uint64_t parse_uint(const char* var, const char* v, uint64_t lo, uint64_t hi) {
-  char* end = nullptr;
-  if (!*v || *v == '-' || *v == '+') fatal(var, ": not a number: '", v, "'");
-  unsigned long long x = std::strtoull(v, &end, 10);
-  if (*end) fatal(var, ": not a number: '", v, "'");
-  if (x < lo || x > hi) fatal(var, ": out of range: '", v, "'");
+  uint64_t x = 0;
+  const int got = lt_parse_u64(v, &x);
+  if (got == LT_NUMBER_BAD) fatal(var, ": not a number: '", v, "'");
+  if (got == LT_NUMBER_RANGE || x < lo || x > hi) fatal(var, ": out of range: '", v, "'");
   return x;
 }
 

@@ -1,11 +1,18 @@
 #include "predictor.h"
 
+#include <elf.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include "classes.h"  // heap/src: sim::kMaxBoundaries, sim::kDefaultBoundsNs
 #include "fatal.h"
 #include "json.h"
+#include "latency_histogram.h"  // inprocess/src: the project's one latency histogram
+#include "parse_number.h"       // inprocess/src: the project's one integer parser
 #include "online.h"  // inprocess/src: the sampler's online prediction, shared
 
 namespace lalloc {
@@ -31,45 +38,29 @@ class ConstantPredictor final : public Predictor {
 // ---------------------------------------------------------------- the model
 
 // Latency of the model runs (capture + symbolize + context + model): log2 buckets with
-// 8 linear sub-buckets (percentiles within ~6%), atomics (misses only).
+// 8 linear sub-buckets (percentiles within ~6%), relaxed atomics (misses only, from any
+// thread): inprocess/src/latency_histogram.h.
 class RunTimes {
  public:
-  void add(uint64_t ns) {
-    n_.fetch_add(1, std::memory_order_relaxed);
-    sum_.fetch_add(ns, std::memory_order_relaxed);
-    b_[bucket(ns)].fetch_add(1, std::memory_order_relaxed);
-  }
-  uint64_t count() const { return n_.load(std::memory_order_relaxed); }
-  uint64_t total() const { return sum_.load(std::memory_order_relaxed); }
-  double percentile(double q) const {
-    uint64_t n = 0;
-    for (const auto& b : b_) n += b.load(std::memory_order_relaxed);
-    if (!n) return 0;
-    uint64_t rank = uint64_t(q * double(n - 1)) + 1, seen = 0;
-    for (size_t i = 0; i < kBuckets; ++i) {
-      seen += b_[i].load(std::memory_order_relaxed);
-      if (seen >= rank) return mid(i);
-    }
-    return mid(kBuckets - 1);
-  }
+  void add(uint64_t ns) { lt_hist_add_atomic(&h_, ns); }
+  uint64_t count() const { return lt_hist_count(&h_); }
+  uint64_t total() const { return lt_hist_sum(&h_); }
+  double percentile(double q) const { return lt_hist_percentile(&h_, q); }
 
  private:
-  static constexpr size_t kBuckets = 8 + 61 * 8;
-  static size_t bucket(uint64_t v) {
-    if (v < 8) return size_t(v);
-    int e = 63 - __builtin_clzll(v);  // >= 3
-    size_t b = 8 + size_t(e - 3) * 8 + size_t((v >> (e - 3)) & 7);
-    return b < kBuckets ? b : kBuckets - 1;
-  }
-  static double mid(size_t b) {
-    if (b < 8) return double(b);
-    int e = int((b - 8) / 8) + 3;
-    double w = double(uint64_t(1) << (e - 3));
-    return double(uint64_t(1) << e) + double((b - 8) % 8) * w + w / 2;
-  }
-  std::atomic<uint64_t> n_{0}, sum_{0};
-  std::atomic<uint64_t> b_[kBuckets] = {};
+  lt_latency_hist h_ = LT_LATENCY_HIST_INIT(3);
 };
+
+// The classes the heap was built with (predictor_class_bounds_ns; until it is called,
+// the project's defaults), for start() to check the loaded model against.
+uint64_t g_heap_bounds[sim::kMaxBoundaries];
+int g_heap_nb = -1;  // -1: predictor_class_bounds_ns not called (sim::kDefaultBoundsNs)
+
+std::string bounds_text(const uint64_t* b, int n) {
+  std::string t;
+  for (int i = 0; i < n; ++i) t += (i ? "," : "") + std::to_string(b[i]);
+  return t + " ns";
+}
 
 // The first kServed model runs' contexts (class, frame strings as the model read them),
 // for the stats file: what the allocator served, to be checked against the offline
@@ -120,6 +111,7 @@ class ModelPredictor final : public Predictor {
             (": the model has " + std::to_string(info->num_classes) + " lifetime classes, the allocator " +
              std::to_string(num_classes_))
                 .c_str());
+    check_boundaries(info, lt_online_model_info_size());
     if (!lt_online_set_revalidate_every(long(revalidate_every_)))
       fatal("LIFETIME_ALLOC_REVALIDATE: the model plugin ", plugin_.c_str(), " cannot set the revalidation period");
     model_id_ = info->model_id ? info->model_id : "";
@@ -143,6 +135,28 @@ class ModelPredictor final : public Predictor {
     times_.add(call.ns);
     if (cls < 0 || cls >= num_classes_) return {kFallback, Source::kFailed};
     return {cls, call.ran == 2 ? Source::kRevalidation : Source::kMiss};
+  }
+
+  // The model's own class boundaries (its info struct) must be the heap's deadlines: the
+  // ones predictor_class_bounds_ns read from the plugin's file (the same export), or the
+  // defaults the heap was built with when it was not asked.
+  void check_boundaries(const lifetime_model_info* info, size_t info_size) const {
+    if (!LIFETIME_MODEL_INFO_HAS(info_size, boundaries_ns))
+      fatal(LT_MODEL_PLUGIN_ENV ": ", plugin_.c_str(),
+            ": the model records no class boundaries (exported before they were): re-export it "
+            "with `lifetime export`, so that the allocator's deadlines are the model's classes");
+    const uint64_t* heap = g_heap_nb < 0 ? sim::kDefaultBoundsNs : g_heap_bounds;
+    const int nb = g_heap_nb < 0 ? sim::kNumDefaultBounds : g_heap_nb;
+    if (!info->boundaries_ns)
+      fatal(LT_MODEL_PLUGIN_ENV ": ", plugin_.c_str(),
+            ": the model's classes are on the bytes clock; the allocator's deadlines need "
+            "wall-clock class boundaries (a model trained with --clock wall)");
+    if (info->num_boundaries != nb ||
+        std::memcmp(info->boundaries_ns, heap, sizeof(uint64_t) * size_t(nb)) != 0)
+      fatal(LT_MODEL_PLUGIN_ENV ": ", plugin_.c_str(),
+            (": the model's class boundaries (" + bounds_text(info->boundaries_ns, info->num_boundaries) +
+             ") are not the heap's deadlines (" + bounds_text(heap, nb) + ")")
+                .c_str());
   }
 
   void fork_child() override { lt_online_reset_child(); }
@@ -197,9 +211,8 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_class
   if (spec.empty()) return std::make_unique<ConstantPredictor>(0);
   if (spec.compare(0, 9, "constant:") == 0) {
     const std::string v = spec.substr(9);
-    char* end = nullptr;
-    long c = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || v[0] == '-' || v[0] == '+' || c >= num_classes)
+    uint64_t c = 0;
+    if (lt_parse_u64(v.c_str(), &c) != LT_NUMBER_OK || c >= uint64_t(num_classes))
       fatal(("LIFETIME_ALLOC_PREDICTOR: constant:C takes a class index 0.." + std::to_string(num_classes - 1) +
              ", got '" + v + "'").c_str());
     return std::make_unique<ConstantPredictor>(int(c));
@@ -209,6 +222,97 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_class
           "=PLUGIN (the sampler's and the allocator's one variable; lifetime run --model EXPORT_DIR sets it)");
   fatal("LIFETIME_ALLOC_PREDICTOR: unknown predictor '", spec.c_str(),
         "' (constant:C; a model: " LT_MODEL_PLUGIN_ENV "=PLUGIN)");
+}
+
+namespace {
+
+// The words of the section export/codegen.py writes (LABELS_SECTION): magic, version,
+// classes, B, clock (0: wall), then the B boundaries in ns.
+constexpr char kLabelsSection[] = "lifetime_labels";
+constexpr uint64_t kLabelsMagic = 0x314c4542414c544cull;  // "LTLABEL1", little-endian
+constexpr int kLabelsHead = 5;
+
+bool read_at(int fd, void* buf, size_t n, uint64_t off) {
+  return ::pread(fd, buf, n, off_t(off)) == ssize_t(n);
+}
+
+// The kLabelsSection of an ELF64 file as words into out[cap]: how many the section holds
+// (read only when at most cap), 0 when the file has no such section, -1 when it cannot be
+// read as ELF64.  open/pread/close into the caller's buffer: nothing allocated.
+int read_labels_section(const char* path, uint64_t* out, int cap) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int found = -1;
+  Elf64_Ehdr eh;
+  Elf64_Shdr strtab;
+  if (read_at(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_ident[EI_DATA] == ELFDATA2LSB &&
+      eh.e_shentsize == sizeof(Elf64_Shdr) && eh.e_shstrndx < eh.e_shnum &&
+      read_at(fd, &strtab, sizeof strtab, eh.e_shoff + uint64_t(eh.e_shstrndx) * sizeof(Elf64_Shdr))) {
+    found = 0;
+    for (unsigned i = 0; i < eh.e_shnum; ++i) {
+      Elf64_Shdr sh;
+      char name[sizeof kLabelsSection];
+      if (!read_at(fd, &sh, sizeof sh, eh.e_shoff + uint64_t(i) * sizeof sh)) {
+        found = -1;
+        break;
+      }
+      if (sh.sh_name >= strtab.sh_size || !read_at(fd, name, sizeof name, strtab.sh_offset + sh.sh_name) ||
+          std::memcmp(name, kLabelsSection, sizeof name) != 0)
+        continue;
+      if (sh.sh_type == SHT_NOBITS || sh.sh_size % 8 || sh.sh_size / 8 > 1u << 20)
+        found = -1;
+      else if (sh.sh_size / 8 > uint64_t(cap))
+        found = int(sh.sh_size / 8);
+      else
+        found = read_at(fd, out, size_t(sh.sh_size), sh.sh_offset) ? int(sh.sh_size / 8) : -1;
+      break;
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+}  // namespace
+
+std::vector<uint64_t> predictor_class_bounds_ns() {
+  const uint64_t* bounds = sim::kDefaultBoundsNs;
+  int nb = sim::kNumDefaultBounds;
+  uint64_t words[kLabelsHead + sim::kMaxBoundaries];
+  const char* plugin = lt_online_plugin();
+  const int cap = kLabelsHead + sim::kMaxBoundaries;
+  const int n = plugin ? read_labels_section(plugin, words, cap) : 0;
+  // Not an ELF64 file, or one without the section (an older export): the defaults here,
+  // and start() refuses the model when it loads (or cannot load it).
+  if (n > 0) {
+    auto bad = [&](const std::string& what) {
+      fatal(LT_MODEL_PLUGIN_ENV ": ", plugin, (": " + what).c_str());
+    };
+    if (n > cap)
+      bad("the model records " + std::to_string(n - kLabelsHead) + " class boundaries (1.." +
+          std::to_string(sim::kMaxBoundaries) + ")");
+    if (n < kLabelsHead || words[0] != kLabelsMagic || words[1] != 1)
+      bad(std::string("its ") + kLabelsSection + " section is not one `lifetime export` writes");
+    if (words[4] != 0)
+      bad("the model's classes are on the bytes clock; the allocator's deadlines need wall-clock "
+          "class boundaries (a model trained with --clock wall)");
+    if (words[3] < 1 || words[3] > uint64_t(sim::kMaxBoundaries))
+      bad("the model records " + std::to_string(words[3]) + " class boundaries (1.." +
+          std::to_string(sim::kMaxBoundaries) + ")");
+    if (uint64_t(n) != kLabelsHead + words[3])
+      bad(std::string("its ") + kLabelsSection + " section is not one `lifetime export` writes");
+    if (words[2] != words[3] + 2)
+      bad("the model has " + std::to_string(words[2]) + " lifetime classes but " +
+          std::to_string(words[3]) + " class boundaries (classes = boundaries + 2)");
+    for (int i = kLabelsHead; i < n; ++i)
+      if (words[i] == 0 || words[i] >= uint64_t(1) << 63 || (i > kLabelsHead && words[i] <= words[i - 1]))
+        bad("the model's class boundaries are not increasing ns below 2^63");
+    bounds = words + kLabelsHead;
+    nb = n - kLabelsHead;
+  }
+  std::memcpy(g_heap_bounds, bounds, sizeof(uint64_t) * size_t(nb));
+  g_heap_nb = nb;
+  return std::vector<uint64_t>(bounds, bounds + nb);
 }
 
 }  // namespace lalloc

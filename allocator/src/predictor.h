@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sim {
 class JsonWriter;
@@ -62,5 +63,19 @@ class Predictor {
 // fatal on a bad one.
 // revalidate_every: the model cache's period (LIFETIME_ALLOC_REVALIDATE; -1: the plugin's).
 std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every);
+
+// The lifetime class boundaries (ns) the heap must be built with, the deadlines of the
+// predictor make_predictor will give: LIFETIME_MODEL_PLUGIN's model's, read from the
+// plugin's file (its "lifetime_labels" section, export/codegen.py) without loading it,
+// or the project's defaults (sim::kDefaultBoundsNs) for constant:C.  For the heap's
+// init, inside the first malloc and before make_predictor: only open/pread/close into
+// fixed buffers (the vector returned is the one allocation, the caller's).  Fatal (one
+// line) for a model whose class count does not match its boundaries, with more than
+// sim::kMaxBoundaries, or on the bytes clock.  A file it cannot read as ELF, or an export
+// older than the section, gives the defaults here; the model's start() then refuses it
+// (it cannot load it, or it records no boundaries).  start() checks the loaded model's
+// own info (lifetime_model_info.boundaries_ns) against what this returned (or against
+// the defaults when this was never called).
+std::vector<uint64_t> predictor_class_bounds_ns();
 
 }  // namespace lalloc

@@ -290,6 +290,8 @@ const lifetime_model_info* lifetime_model_get_info(void) {
   return &lifetime_model::generated::kInfo;
 }
 
+size_t lifetime_model_info_size(void) { return sizeof(lifetime_model_info); }
+
 lifetime_predictor* lifetime_predictor_create(void) {
   lifetime_predictor* p = new (std::nothrow) lifetime_predictor();
   if (p && !p->predictor.ok()) {

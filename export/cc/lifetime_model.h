@@ -62,9 +62,29 @@ typedef struct lifetime_model_info {
   // LLVM CPU the model code was compiled for: "generic" (any x86-64) or "x86-64-v3"
   // (AVX2, FMA, BMI; lifetime_predictor_create checks the running CPU).
   const char* target_cpu;
+  // ---- Appended fields (ABI: new fields only ever go below, never between).  A library
+  // exported before a field has no such member: read it only when
+  // LIFETIME_MODEL_INFO_HAS(info_size, field) with info_size = lifetime_model_info_size()
+  // (0 when that function is absent, as in exports before these fields).
+  //
+  // The label scheme the model was trained with (its dataset's, core/lifetimes.py):
+  // class i < num_boundaries is "lifetime < boundaries[i]", class num_boundaries is
+  // ">= the last", class num_boundaries + 1 "never freed"; num_classes = num_boundaries + 2.
+  const char* label_clock;       // "wall" (ms of CLOCK_MONOTONIC) or "bytes" (allocated)
+  int num_boundaries;            // B
+  const double* boundaries;      // B bounds in the clock's unit: ms (wall) or bytes
+  const uint64_t* boundaries_ns; // wall clock: the B bounds in ns (round(ms * 1e6)), the
+                                 // deadlines an allocator uses; NULL on the bytes clock
 } lifetime_model_info;
 
 const lifetime_model_info* lifetime_model_get_info(void);
+
+// sizeof(lifetime_model_info) of the library that fills it.  A host that loads a model
+// built by another export (dlopen of its plugin) resolves this with dlsym: absent, the
+// library predates the appended fields, and its info ends at target_cpu.
+size_t lifetime_model_info_size(void);
+#define LIFETIME_MODEL_INFO_HAS(info_size, field)   \
+  ((info_size) >= offsetof(lifetime_model_info, field) + sizeof(((lifetime_model_info*)0)->field))
 
 typedef struct lifetime_predictor lifetime_predictor;
 

@@ -38,6 +38,7 @@ static struct {
                        lifetime_frames_fn, void *);
   void (*cache_stats)(const lifetime_cache *, lifetime_cache_stats *);
   void (*cache_set_revalidate_every)(lifetime_cache *, uint32_t); /* optional */
+  size_t (*info_size)(void); /* optional: absent in exports before the label scheme */
 } api;
 
 static lifetime_predictor *pool[POOL];
@@ -89,6 +90,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   RESOLVE(cache_predict, "lifetime_cache_predict");
   RESOLVE(cache_stats, "lifetime_cache_get_stats");
   *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
+  *(void **)&api.info_size = dlsym(h, "lifetime_model_info_size");
   for (int i = 0; i < POOL; i++) {
     pool[i] = api.create();
     if (!pool[i])
@@ -134,6 +136,10 @@ int lt_online_open(const char *path, char *why, size_t why_cap) {
   if (!lt_unwind_prepare()) return refuse(why, why_cap, "cannot map the unwinder's rule cache", NULL, NULL);
   lt_unwind_init(LT_UNWIND_BUILTIN);
   return lt_online_load(path, why, why_cap);
+}
+
+size_t lt_online_model_info_size(void) {
+  return atomic_load_explicit(&enabled, memory_order_acquire) && api.info_size ? api.info_size() : 0;
 }
 
 const lifetime_model_info *lt_online_model_info(void) {

@@ -39,6 +39,10 @@ LT_ONLINE_VISIBILITY const char *lt_online_plugin(void);
 LT_ONLINE_VISIBILITY int lt_online_open(const char *path, char *why, size_t why_cap);
 /* The loaded model's info; NULL before a successful load. */
 LT_ONLINE_VISIBILITY const lifetime_model_info *lt_online_model_info(void);
+/* Its size as the model's library fills it (lifetime_model_info_size): read a field
+ * appended to lifetime_model_info only when LIFETIME_MODEL_INFO_HAS(this, field).  0
+ * before a load, or for a model exported before the appended fields. */
+LT_ONLINE_VISIBILITY size_t lt_online_model_info_size(void);
 
 struct lt_online_call {
   int cls;       /* the class (-1: the model ran and failed) */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "parse_number.h"
 #include "sampler.h"
 #include "wire.h"
 
@@ -34,18 +35,6 @@ int lt_symbolize_stacks;
 
 /* ---------------- initialisation ---------------- */
 
-static int parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s) return 0;
-  uint64_t v = 0;
-  for (const char *p = s; *p; p++) {
-    if (*p < '0' || *p > '9') return 0;
-    if (v > (UINT64_MAX - 9) / 10) return 0;
-    v = v * 10 + (uint64_t)(*p - '0');
-  }
-  *out = v;
-  return 1;
-}
-
 static void disable(const char *a, const char *b, const char *c) {
   lt_log(a, b, c);
   atomic_store(&lt_g.state, LT_DISABLED);
@@ -55,7 +44,7 @@ static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, co
   const char *s = getenv(name);
   if (!s) return 1;
   uint64_t v;
-  if (!parse_u64(s, &v) || v < lo || v > hi) {
+  if (lt_parse_u64(s, &v) != LT_NUMBER_OK || v < lo || v > hi) {
     char msg[512];
     size_t n = lt_strlcpy(msg, name, sizeof msg);
     n += lt_strlcpy(msg + n, "='", sizeof msg - n);

@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "llama.h"
 #include "files.h"
+#include "parse_number.h"  // inprocess/src: the project's one integer parser
 
 namespace {
 
@@ -53,10 +54,9 @@ const char kUsage[] =
     "exit status: 0 ok, 2 bad input or usage, 3 invariant violated, 4 out of memory\n";
 
 uint64_t parse_u64(const std::string& opt, const char* s) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (!*s || *end || errno || s[0] == '-') throw sim::SimError(opt + ": expected a non-negative integer, got '" + s + "'");
+  uint64_t v = 0;
+  if (lt_parse_u64(s, &v) != LT_NUMBER_OK)
+    throw sim::SimError(opt + ": expected a non-negative integer, got '" + s + "'");
   return v;
 }
 

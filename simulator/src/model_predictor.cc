@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "json.h"
+#include "latency_histogram.h"  // inprocess/src: the project's one latency histogram
 #include "lifetime_model.h"  // export/cc: the C API's types only; no model is linked
 #include "files.h"
+#include "parse_number.h"  // inprocess/src: the project's one integer parser
 
 namespace sim {
 
@@ -22,54 +24,27 @@ namespace {
 
 constexpr char kFormat[] = "lifetime-model-contexts-v1";
 
-// Latency histogram: exact below 16 ns, then 16 linear sub-buckets per power of two
-// (percentiles within ~6%); the mean is exact.
+// Latency histogram (inprocess/src/latency_histogram.h): exact below 16 ns, then 16
+// linear sub-buckets per power of two (percentiles within ~6%); the mean is exact.
 class Histogram {
  public:
-  void add(uint64_t ns) {
-    ++count_;
-    sum_ += ns;
-    ++buckets_[bucket(ns)];
-  }
-  uint64_t count() const { return count_; }
-  double mean() const { return count_ ? double(sum_) / double(count_) : 0.0; }
-  double percentile(double q) const {
-    if (!count_) return 0.0;
-    uint64_t rank = uint64_t(q * double(count_ - 1)) + 1, seen = 0;
-    for (size_t b = 0; b < kBuckets; ++b) {
-      seen += buckets_[b];
-      if (seen >= rank) return midpoint(b);
-    }
-    return midpoint(kBuckets - 1);
-  }
+  void add(uint64_t ns) { lt_hist_add(&h_, ns); }
   // untimed: calls of this kind that were not timed (their cost taken as the mean).
   void describe(JsonWriter& j, uint64_t untimed = 0) const {
+    const uint64_t count = lt_hist_count(&h_);
+    const double mean = lt_hist_mean(&h_);
     j.begin_object();
-    j.kv("calls", count_ + untimed);
-    j.kv("timed_calls", count_);
-    j.kv_double("mean", mean());
-    j.kv_double("p50", percentile(0.5));
-    j.kv_double("p99", percentile(0.99));
-    j.kv_double("total_s", (double(sum_) + mean() * double(untimed)) / 1e9);
+    j.kv("calls", count + untimed);
+    j.kv("timed_calls", count);
+    j.kv_double("mean", mean);
+    j.kv_double("p50", lt_hist_percentile(&h_, 0.5));
+    j.kv_double("p99", lt_hist_percentile(&h_, 0.99));
+    j.kv_double("total_s", (double(lt_hist_sum(&h_)) + mean * double(untimed)) / 1e9);
     j.end_object();
   }
 
  private:
-  static constexpr size_t kBuckets = 16 + 60 * 16;
-  static size_t bucket(uint64_t v) {
-    if (v < 16) return size_t(v);
-    int e = 63 - __builtin_clzll(v);  // >= 4
-    size_t b = 16 + size_t(e - 4) * 16 + size_t((v >> (e - 4)) & 15);
-    return std::min(b, kBuckets - 1);
-  }
-  static double midpoint(size_t b) {
-    if (b < 16) return double(b);
-    int e = int((b - 16) / 16) + 4;
-    double lo = double(uint64_t(1) << e) + double((b - 16) % 16) * double(uint64_t(1) << (e - 4));
-    return lo + double(uint64_t(1) << (e - 4)) / 2.0;
-  }
-  uint64_t count_ = 0, sum_ = 0;
-  uint64_t buckets_[kBuckets] = {};
+  lt_latency_hist h_ = LT_LATENCY_HIST_INIT(4);
 };
 
 struct Api {
@@ -103,7 +78,7 @@ uint64_t fnv1a(uint64_t h, const std::string& s) {
 class ModelPredictor final : public Predictor {
  public:
   ModelPredictor(const std::string& file, const ClassScheme& classes, const PredictorOptions& opts)
-      : file_(file), num_classes_(classes.num_classes()) {
+      : file_(file), num_classes_(classes.num_classes()), bounds_ns_(classes.bounds_ns) {
     read_contexts();
     load_plugin();
     if (opts.model_revalidate_every >= 0) {
@@ -279,10 +254,8 @@ class ModelPredictor final : public Predictor {
       return l.substr(n + 1);
     };
     auto number = [&](const std::string& s) -> uint64_t {
-      char* end = nullptr;
-      errno = 0;
-      unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-      if (s.empty() || *end || errno || s[0] == '-') bad(lineno, "bad number '" + s + "'");
+      uint64_t v = 0;
+      if (lt_parse_u64(s.c_str(), &v) != LT_NUMBER_OK) bad(lineno, "bad number '" + s + "'");
       return v;
     };
     if (next() != kFormat) bad(lineno, std::string("expected the format line '") + kFormat + "'");
@@ -377,6 +350,18 @@ class ModelPredictor final : public Predictor {
       throw SimError(plugin_ + ": the model has " + std::to_string(info->num_classes) +
                      " lifetime classes, the trace " + std::to_string(num_classes_) +
                      " (train the model on the dataset's label scheme)");
+    // The class boundaries too, when the model records them (exports since
+    // lifetime_model_info_size; an older one has only its class count checked).
+    size_t (*info_size)(void) = nullptr;
+    *reinterpret_cast<void**>(&info_size) = dlsym(handle_, "lifetime_model_info_size");
+    if (info_size && LIFETIME_MODEL_INFO_HAS(info_size(), boundaries_ns)) {
+      if (!info->boundaries_ns)
+        throw SimError(plugin_ + ": the model's classes are on the bytes clock, the trace's on the "
+                       "wall clock (train the model on the dataset's label scheme)");
+      if (std::vector<uint64_t>(info->boundaries_ns, info->boundaries_ns + info->num_boundaries) != bounds_ns_)
+        throw SimError(plugin_ + ": the model's class boundaries are not the trace's"
+                       " (train the model on the dataset's label scheme)");
+    }
     predictor_ = api_.create();
     if (!predictor_)
       throw SimError(plugin_ + ": cannot create a predictor (out of memory, or this CPU lacks "
@@ -390,6 +375,7 @@ class ModelPredictor final : public Predictor {
 
   std::string file_, plugin_, model_id_, context_version_;
   int max_frames_ = 0, num_classes_;
+  std::vector<uint64_t> bounds_ns_;  // the trace's class boundaries
   std::vector<std::string> wrappers_, frames_;
   std::vector<Stack> stacks_;
   std::unordered_map<uint64_t, uint32_t> index_;

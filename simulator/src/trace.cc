@@ -18,7 +18,6 @@ constexpr uint64_t kMaxTime = uint64_t(1) << 63;
 // Bound on the sum of all objects' sizes and alignments: it keeps every byte count, and
 // huge page ids x 2 MiB (fresh ids for every object of several huge pages), within 64 bits.
 constexpr uint64_t kMaxTotalBytes = uint64_t(1) << 62;
-constexpr uint32_t kMaxBoundaries = 62;
 
 }  // namespace
 
@@ -42,7 +41,7 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
   uint64_t reserved = rd64(fixed + 40);
   if (record_bytes != kRecordBytes)
     fail("record size " + std::to_string(record_bytes) + " (version 1 has " + std::to_string(kRecordBytes) + ")");
-  if (nb < 1 || nb > kMaxBoundaries)
+  if (nb < 1 || nb > uint32_t(kMaxBoundaries))  // classes.h: the label scheme's limit
     fail("bad number of class boundaries " + std::to_string(nb) + " (1.." + std::to_string(kMaxBoundaries) + ")");
   if (header_bytes != kFixedHeaderBytes + 8 * nb)
     fail("header size " + std::to_string(header_bytes) + " does not match " + std::to_string(nb) + " boundaries");

@@ -6,7 +6,7 @@
 //     8  u32 version          = 1
 //    12  u32 header_bytes     = 48 + 8*B
 //    16  u32 record_bytes     = 40
-//    20  u32 B                number of finite class boundaries (>= 1); classes = B + 2
+//    20  u32 B                number of finite class boundaries (1..kMaxBoundaries); classes = B + 2
 //    24  u64 num_records
 //    32  u64 end_ns           end of the trace (>= every alloc and free time in it)
 //    40  u64 reserved         = 0

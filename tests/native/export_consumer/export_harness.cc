@@ -104,7 +104,14 @@ int Info() {
          "\"class_names\": [", i.max_frames, i.tokens_per_frame, i.max_tokens, i.num_classes,
          i.vocab_size, i.graph, i.model_id);
   for (int c = 0; c < i.num_classes; ++c) printf("%s\"%s\"", c ? ", " : "", i.class_names[c]);
-  printf("]}\n");
+  // The appended label scheme fields (this library is this export's: they are there).
+  printf("], \"info_size\": %zu, \"label_clock\": \"%s\", \"boundaries\": [",
+         lifetime_model_info_size(), i.label_clock);
+  for (int b = 0; b < i.num_boundaries; ++b) printf("%s%.17g", b ? ", " : "", i.boundaries[b]);
+  printf("], \"boundaries_ns\": %s", i.boundaries_ns ? "[" : "null");
+  for (int b = 0; i.boundaries_ns && b < i.num_boundaries; ++b)
+    printf("%s%llu", b ? ", " : "", (unsigned long long)i.boundaries_ns[b]);
+  printf("%s}\n", i.boundaries_ns ? "]" : "");
   return 0;
 }
 
