@@ -146,8 +146,6 @@ def _preloaded_line(plugin: pathlib.Path) -> str:
     return lines[0]
 
 
-@pytest.mark.xfail(strict=True, reason="allocator/src/heap.cc does not call "
-                   "lalloc::predictor_class_bounds_ns() at init yet (issue 31, item 2)")
 def test_the_allocator_refuses_a_model_whose_classes_are_not_its_boundaries(tmp_path):
     words = codegen.labels_words(LabelScheme())
     words[2] += 1  # 9 classes, 6 boundaries

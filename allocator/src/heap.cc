@@ -34,7 +34,6 @@ std::atomic<State*> g_built{nullptr};
 namespace {
 
 constexpr unsigned kDeadlineK = 2;                    // the engine's default
-constexpr uint64_t kMs = 1000000;
 
 // The thread's number for the policy (AllocRequest::thread_id), from 1.
 __thread uint32_t t_thread __attribute__((tls_model("initial-exec"))) = 0;
@@ -121,8 +120,9 @@ uint32_t slot_of(uintptr_t p) {
 void init() REQUIRES(heap_lock) {
   g_state = new (g_mem) State();
   g_state->cfg = read_config();
-  // The project's default lifetime classes (simulator/trace.py): 10 ms .. 1000 s, then inf.
-  g_state->classes.bounds_ns = {10 * kMs, 100 * kMs, 1000 * kMs, 10000 * kMs, 100000 * kMs, 1000000 * kMs};
+  // The served model's classes (its plugin's lifetime_labels section), or the project's
+  // defaults (core/lifetimes.py, heap/src/classes.h) for constant:C: the deadlines follow.
+  g_state->classes.bounds_ns = predictor_class_bounds_ns();
   const bool baseline = g_state->cfg.policy == "baseline";
   sim::LlamaPolicy pol;
   if (!baseline) {

@@ -28,7 +28,7 @@ struct Counters {
   uint64_t lock_acquisitions = 0, checks = 0, stats_writes = 0, threads = 0;
   uint64_t peak_huge_pages = 0;
   // Allocations by where their class came from (predictor.h: Source) and by class.
-  static constexpr size_t kMaxClasses = 16;
+  static constexpr size_t kMaxClasses = sim::kMaxBoundaries + 2;  // every class of any scheme
   uint64_t by_source[size_t(Source::kCount)] = {};
   uint64_t class_allocs[kMaxClasses] = {};
 };
