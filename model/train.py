@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from core.files import write_json
+from core.native_log import native_notices_dropped
 from model import io
 from model.card import model_card
 from model.compare import compare
@@ -125,8 +126,9 @@ class Fitter:
         self._reset(hp)
         model, trainer = self.model, self.trainer
         if evl is None:  # a refit for a known number of epochs
-            history = trainer.fit(train_ds, epochs=hp.epochs, steps_per_epoch=steps,
-                                  verbose=verbose, shuffle=False)
+            with native_notices_dropped():
+                history = trainer.fit(train_ds, epochs=hp.epochs, steps_per_epoch=steps,
+                                      verbose=verbose, shuffle=False)
             return model, {k: [float(v) for v in vals] for k, vals in history.history.items()}, \
                 hp.epochs
         eval_ds = tf.data.Dataset.from_tensor_slices(
@@ -137,9 +139,10 @@ class Fitter:
                                                  min_delta=hp.min_delta,
                                                  restore_best_weights=True,
                                                  start_from_epoch=hp.min_epochs)
-        history = trainer.fit(train_ds, validation_data=eval_ds, epochs=hp.epochs,
-                              steps_per_epoch=steps, callbacks=[stopping], verbose=verbose,
-                              shuffle=False)
+        with native_notices_dropped():
+            history = trainer.fit(train_ds, validation_data=eval_ds, epochs=hp.epochs,
+                                  steps_per_epoch=steps, callbacks=[stopping],
+                                  verbose=verbose, shuffle=False)
         if checkpoint_dir:
             # The weights early stopping kept (restored above), written once rather than
             # at every improving epoch (40 ms each).
@@ -162,7 +165,8 @@ def fit(train: Examples, evl: Examples | None, hp: HParams, num_classes: int,
 def predict_classes(model, examples: Examples, hp: HParams) -> np.ndarray:
     if not len(examples):
         return np.zeros(0, np.int32)
-    probs = model.predict(encode(examples, hp), batch_size=2048, verbose=0)
+    with native_notices_dropped():
+        probs = model.predict(encode(examples, hp), batch_size=2048, verbose=0)
     return np.argmax(probs, axis=-1).astype(np.int32)
 
 
