@@ -19,9 +19,9 @@ $(STAMP): requirements.txt setup.py scripts/system-deps.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-proto: profiler_proto/profile_pb2.py interop/pprof/profile_pb2.py
+proto: profile_format/profile_pb2.py interop/pprof/profile_pb2.py
 
-profiler_proto/profile_pb2.py: profiler_proto/profile.proto $(STAMP)
+profile_format/profile_pb2.py: profile_format/profile.proto $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. $<
 
 # pprof's profile.proto (vendored, Apache-2.0): `lifetime pprof` writes it
@@ -58,5 +58,5 @@ bench: setup
 	$(BIN)/python benchmarks/profiler_overhead.py
 
 clean:
-	rm -rf $(BUILD) out profiler_proto/profile_pb2.py profiler_proto/profile_pb2.pyi \
+	rm -rf $(BUILD) out profile_format/profile_pb2.py profile_format/profile_pb2.pyi \
 		interop/pprof/profile_pb2.py interop/pprof/profile_pb2.pyi

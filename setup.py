@@ -11,11 +11,11 @@ ROOT = pathlib.Path(__file__).parent
 
 
 def generate_proto() -> None:
-    """Generates profiler_proto/profile_pb2.py and interop/pprof/profile_pb2.py (pprof's
+    """Generates profile_format/profile_pb2.py and interop/pprof/profile_pb2.py (pprof's
     schema) with the pinned grpcio-tools protoc."""
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--pyi_out=.",
-         "profiler_proto/profile.proto", "interop/pprof/profile.proto"],
+         "profile_format/profile.proto", "interop/pprof/profile.proto"],
         cwd=ROOT, check=True)
 
 
@@ -30,7 +30,7 @@ def requirements() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-TOP_PACKAGES = ("core", "lifetime", "pipeline", "model", "profiler", "profiler_proto", "export",
+TOP_PACKAGES = ("core", "lifetime", "pipeline", "model", "profiler", "profile_format", "export",
                 "simulator", "interop", "allocator")
 
 setup(
@@ -41,7 +41,7 @@ setup(
     python_requires=">=3.11",
     # Every package and sub-package of the project's folders (a new sub-package needs no edit).
     packages=find_packages(include=[f"{top}{sub}" for top in TOP_PACKAGES for sub in ("", ".*")]),
-    package_data={"profiler_proto": ["profile.proto", "README.md"],
+    package_data={"profile_format": ["profile.proto", "README.md"],
                   "interop.pprof": ["profile.proto"]},
     install_requires=requirements(),
     entry_points={"console_scripts": ["lifetime=lifetime.cli:main"]},

@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 
 from pipeline.dataset import DatasetConfig, build_dataset  # noqa: E402
 from profiler import launch  # noqa: E402
-from profiler_proto import read_profile  # noqa: E402
+from profile_format import read_profile  # noqa: E402
 
 
 def count_samples(paths):
@@ -104,7 +104,7 @@ def main() -> int:
         stats.sort_stats("tottime").print_stats(20)
         print("cumulative, the job's own code:")
         stats.sort_stats("cumulative").print_stats(
-            r"pipeline/|profiler_proto/|elftools|beam/runners/portability", 25)
+            r"pipeline/|profile_format/|elftools|beam/runners/portability", 25)
     result = {"profiles": len(files), "samples": samples, "contexts": contexts,
               "seconds": elapsed, "seconds_runs": walls, "cpu_seconds_runs": cpus,
               "samples_per_second": rate, "beam_args": args.beam_arg}

@@ -51,7 +51,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from profiler import launch  # noqa: E402
-from profiler_proto.container import last_chunk  # noqa: E402
+from profile_format.container import last_chunk  # noqa: E402
 
 
 def _mean_sd(xs):

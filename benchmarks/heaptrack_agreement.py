@@ -100,7 +100,7 @@ def context_bytes(profile: str, dataset_dir: str) -> dict[tuple[str, ...], int]:
     (the dataset job's own steps: machinery_free, then the definition's cut)."""
     from core import context
     from pipeline.manifest import dataset_context
-    from profiler_proto import ProfileReader
+    from profile_format import ProfileReader
 
     definition = dataset_context(dataset_dir)
     reader = ProfileReader(profile)

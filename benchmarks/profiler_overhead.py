@@ -56,7 +56,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from profiler import launch  # noqa: E402
-from profiler_proto import read_profile  # noqa: E402
+from profile_format import read_profile  # noqa: E402
 
 BENCH = REPO / "workloads" / "bench"
 TARGETS = {"default": 2.0, "64KiB": 15.0}  # overhead targets, percent of CPU

@@ -1,7 +1,7 @@
 """Peak memory of the profile readers against the size of the profile.
 
 Generates (once, deterministically) a large profile with
-profiler_proto.container.write_profile -- realistic shape: a few mappings, a few
+profile_format.container.write_profile -- realistic shape: a few mappings, a few
 thousand distinct stacks of 8-64 frames, ~1.4 M samples in chunks of 10 000 (one
 periodic flush each), a trailer with the censored samples -- then runs, each in its own
 process, and reads the child's peak RSS (ru_maxrss from wait4):
@@ -35,8 +35,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from profiler_proto import profile_pb2  # noqa: E402
-from profiler_proto.container import write_record  # noqa: E402
+from profile_format import profile_pb2  # noqa: E402
+from profile_format.container import write_record  # noqa: E402
 
 SEED = 20240611
 SAMPLES_PER_CHUNK = 10_000
@@ -175,11 +175,11 @@ def main() -> int:
     lifetime = [sys.executable, "-m", "lifetime.cli"]
     results = {"code_root": code, "file": big, "file_bytes": os.path.getsize(big)}
     commands = {"inspect": lambda f: lifetime + ["inspect", f]}
-    with open(os.path.join(code, "profiler_proto", "summary.py"), encoding="utf-8") as f:
+    with open(os.path.join(code, "profile_format", "summary.py"), encoding="utf-8") as f:
         streaming = "def summarize_file" in f.read()
     if streaming:  # what `lifetime inspect` runs once it calls summarize_file
         commands["summarize_file"] = lambda f: [
-            sys.executable, "-c", "import sys; from profiler_proto.summary import "
+            sys.executable, "-c", "import sys; from profile_format.summary import "
             "summarize_file; print(summarize_file(sys.argv[1])[0])", f]
     if not args.skip_build_dataset:
         def build(f):

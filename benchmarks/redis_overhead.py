@@ -151,7 +151,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def _count_samples(profiles: str) -> int:
     try:
-        from profiler_proto.container import read_profile
+        from profile_format.container import read_profile
     except ImportError:
         return -1
     n = 0

@@ -19,7 +19,7 @@ LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 MB = 1 << 20
 # the code whose changes make earlier outputs stale
 CODE_PATHS = ("benchmarks", "core", "pipeline", "model", "simulator", "profiler", "export",
-              "lifetime", "profiler_proto")
+              "lifetime", "profile_format")
 
 
 class Log:

@@ -175,7 +175,7 @@ def base_inputs(work: pathlib.Path) -> dict:
          str(sim)])
     b["trace"] = sim / "trace.lttrace"
     b["tcmalloc"] = REPO / "tests" / "data" / "tcmalloc_lifetimes.pb.gz"
-    from profiler_proto import read_profile
+    from profile_format import read_profile
     b["du_samples"] = len(read_profile(str(b["du_profile"])).samples)
     return b
 
@@ -183,13 +183,13 @@ def base_inputs(work: pathlib.Path) -> dict:
 # ---------------------------------------------------------------- profile mutants
 
 def _chunks(path) -> list:
-    from profiler_proto import container, profile_pb2
+    from profile_format import container, profile_pb2
     return [profile_pb2.ProfileChunk.FromString(r) for r in container.iter_records(str(path))]
 
 
 def _encode(chunks) -> bytes:
     import io
-    from profiler_proto import container
+    from profile_format import container
     buf = io.BytesIO()
     for c in chunks:
         container.write_record(buf, c.SerializeToString(deterministic=True))
@@ -243,7 +243,7 @@ def _field_mutants(path) -> dict[str, bytes]:
 def _byte_mutants(path, rng: random.Random, n: int) -> dict[str, bytes]:
     import io
 
-    from profiler_proto import container
+    from profile_format import container
     data = pathlib.Path(path).read_bytes()
     records = list(container.iter_records(str(path)))
     out = {}
@@ -369,7 +369,7 @@ def importer_cases(b: dict, work: pathlib.Path, rng: random.Random, scale: float
                                                       str(p), "-o", str(work / "imported" / name)]))
     good = work / "imported-good"
     _sh([LIFETIME, "import", "--format", "heaptrack", str(b["du_heaptrack"]), "-o", str(good)])
-    from profiler_proto import read_profile
+    from profile_format import read_profile
     du = sum(len(read_profile(str(p)).samples) for p in good.glob("*.ltprof"))
     pick = ["allocation-2^64", "trace-index-2^64-1", "cut-zstd", "not-zstd"]
     pick += rng.sample([n for n in ht if n.startswith("lines-")], k=int(12 * scale) or 2)
@@ -566,7 +566,7 @@ def host_cases(work: pathlib.Path) -> list[Case]:
         line = [ln for ln in r.stderr.splitlines() if ln.startswith("writes ")]
         if not line or line[0] != "writes EBADF 0 ok":
             return f"wrong: the host's writes to its closed stdout: {line}"
-        from profiler_proto import read_profile
+        from profile_format import read_profile
         for p in closed_out.glob("*.ltprof"):
             try:
                 read_profile(str(p))
@@ -577,7 +577,7 @@ def host_cases(work: pathlib.Path) -> list[Case]:
     forks_out = d / "forks-out"
 
     def forks_check(r: Result) -> str | None:
-        from profiler_proto import read_profile
+        from profile_format import read_profile
         counts, seen = [], []
         for p in forks_out.glob("*.ltprof"):
             prof = read_profile(str(p))

@@ -10,7 +10,7 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["core", "profiler_proto", "pipeline", "interop", "simulator",
+with atheris.instrument_imports(include=["core", "profile_format", "pipeline", "interop", "simulator",
                                          "lifetime", "model", "fuzz"]):
     from fuzz import targets
 

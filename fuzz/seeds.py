@@ -12,7 +12,7 @@ import pathlib
 import struct
 import subprocess
 
-from profiler_proto import container, profile_pb2
+from profile_format import container, profile_pb2
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SAMPLER = REPO / "build" / "profiler" / "liblifetime_sampler.so"

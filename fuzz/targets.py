@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from profiler_proto import container
-from profiler_proto.container import ProfileFormatError
+from profile_format import container
+from profile_format.container import ProfileFormatError
 
 # Expected outcomes of bad input; everything else propagates to libFuzzer.
 EXPECTED = (ProfileFormatError,)
@@ -51,7 +51,7 @@ def stream(data: bytes) -> None:
 
 def inspect(data: bytes) -> None:
     """`lifetime inspect`'s summary (streamed)."""
-    from profiler_proto.summary import summarize_file
+    from profile_format.summary import summarize_file
 
     summarize_file(_as_file(data), max_samples=5)
 
@@ -199,7 +199,7 @@ def load() -> None:
     import interop.pprof.convert  # noqa: F401
     import interop.tcmalloc  # noqa: F401
     import pipeline.dataset  # noqa: F401
-    import profiler_proto.summary  # noqa: F401
+    import profile_format.summary  # noqa: F401
     import simulator.trace  # noqa: F401
     import lifetime.cli  # noqa: F401
 

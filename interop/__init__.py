@@ -29,7 +29,7 @@ from elftools.elf.elffile import ELFFile
 
 from core import symbolize
 from core.errors import UsageError
-from profiler_proto.container import open_regular
+from profile_format.container import open_regular
 
 @dataclasses.dataclass
 class ImportSummary:

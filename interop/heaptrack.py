@@ -28,7 +28,7 @@ Raw format (file format version 3; 2 is read too), one record per line, numbers 
                           every ~10 ms and once at shutdown
     R PAGES               RSS (ignored);  A  attached at runtime;  S  LSan suppressions
 
-Mapping to our profile (profiler_proto/README.md):
+Mapping to our profile (profile_format/README.md):
 
 * Every allocation is a sample of weight 1: `Header.full_trace`, interval 1, as in the
   sampler's full-trace mode.  A free pairs with the live allocation at its pointer; a
@@ -110,8 +110,8 @@ import zstandard  # a dependency of apache-beam
 from interop import ImportSummary, module_file
 from core.errors import InputError, LifetimeError
 from core.files import under_sysroot
-from profiler_proto import profile_pb2
-from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
+from profile_format import profile_pb2
+from profile_format.container import MAX_STACK_DEPTH, open_regular, write_record
 
 NAME = "heaptrack"
 

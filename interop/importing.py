@@ -21,7 +21,7 @@ import sys
 import interop
 from core.errors import InputError, LifetimeError, UsageError, printable
 from core.files import writable_dir, write_json
-from profiler_proto.container import SUFFIX
+from profile_format.container import SUFFIX
 
 LOG = logging.getLogger(__name__)
 _COMPRESSION = re.compile(r"(\.raw)?(\.zst|\.gz|\.txt)?$")

@@ -90,8 +90,8 @@ from google.protobuf.message import DecodeError
 from interop import ImportSummary, module_file
 from core.errors import InputError
 from core.files import under_sysroot
-from profiler_proto import profile_pb2
-from profiler_proto.container import MAX_STACK_DEPTH, open_regular, write_record
+from profile_format import profile_pb2
+from profile_format.container import MAX_STACK_DEPTH, open_regular, write_record
 
 try:
     from interop.pprof import profile_pb2 as pprof_pb2

@@ -93,7 +93,7 @@ class _EscapeArguments(logging.Filter):
 # "Assets written"): hidden unless --verbose.  tests/test_cli_noise.py checks that every
 # package in the tree is listed.
 OWN_LOGGERS = ("allocator", "core", "export", "interop", "lifetime", "model", "pipeline",
-               "profiler", "profiler_proto", "simulator")
+               "profiler", "profile_format", "simulator")
 
 
 class _DropNoise(logging.Filter):

@@ -30,8 +30,8 @@ from core import context as context_def
 from core import lifetimes, symbolize
 from pipeline import context_stats
 from pipeline.context_stats import ContextStats
-from profiler_proto import ProfileReader
-from profiler_proto.container import dead_letter
+from profile_format import ProfileReader
+from profile_format.container import dead_letter
 from core.errors import LifetimeError
 
 

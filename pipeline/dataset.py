@@ -45,8 +45,8 @@ from pipeline import context_stats, examples, sources
 from pipeline.manifest import DEAD_LETTERS, MANIFEST, VOCAB, make_manifest, summarize_contexts
 from pipeline.context_stats import MergeContextStats
 from pipeline.runner import make_pipeline
-from profiler_proto import profile_pb2
-from profiler_proto.container import ProfileFormatError, dead_letter
+from profile_format import profile_pb2
+from profile_format.container import ProfileFormatError, dead_letter
 
 LOG = logging.getLogger(__name__)
 DEAD_LETTER = "dead_letter"
@@ -79,7 +79,7 @@ class DatasetConfig:
 class ProfileToContextsFn(beam.DoFn):
     """One profile file -> ((program, version label, machinery-free stack), partial
     ContextStats) per distinct stack, with every problem of the file as a dead letter
-    ({"file", "category", "reason"}: see profiler_proto.container.CATEGORIES) and one
+    ({"file", "category", "reason"}: see profile_format.container.CATEGORIES) and one
     summary of the file.
 
     The file is read through its source (pipeline/sources.py: ours, or an importer's

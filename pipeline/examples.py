@@ -15,7 +15,7 @@ a context's shard is its id modulo the shard count, and a shard's records are so
 by context id, so the same inputs give the same bytes on any runner.  They are written
 through Beam's file sink (`fileio.WriteToFiles`: a temporary file, then a rename), one
 element per shard, so each shard is exactly one file whatever the bundling.  The
-TFRecord framing is profiler_proto.container.write_record, the one writer of it.
+TFRecord framing is profile_format.container.write_record, the one writer of it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.value_provider import StaticValueProvider
 
 from core import tokenizer
-from profiler_proto.container import write_record
+from profile_format.container import write_record
 
 SUFFIX = ".tfrecord"
 

@@ -2,7 +2,7 @@
 
 A source is a name (the `--format` value), `sniff(path) -> bool` (does this file look
 like one of mine?), `open(path)` (a context manager giving a reader with the
-interface of `profiler_proto.ProfileReader`: header, stacks, mappings, samples(),
+interface of `profile_format.ProfileReader`: header, stacks, mappings, samples(),
 kept, dropped, problems, trailer) and the globs a directory given to `--profiles`
 stands for.  Built in: `ltprof`, our sampler's files.  Every importer listed in
 `interop.IMPORTERS` is a source too: its `open` converts the file into a temporary
@@ -26,8 +26,8 @@ from typing import Callable, ContextManager, Iterator
 
 import interop
 from core.errors import LifetimeError, UsageError
-from profiler_proto import ProfileReader
-from profiler_proto import container
+from profile_format import ProfileReader
+from profile_format import container
 
 LOG = logging.getLogger(__name__)
 AUTO = "auto"

@@ -9,7 +9,7 @@ import sys
 from core import options
 from core.errors import UsageError, printable
 from profiler import launch
-from profiler_proto.summary import summarize_file
+from profile_format.summary import summarize_file
 
 
 def add_parser(sub) -> None:

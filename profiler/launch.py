@@ -45,7 +45,7 @@ from typing import Mapping, Sequence
 from core.errors import LifetimeError, UsageError
 from core.files import writable_dir
 from export import serve  # the model's plugin, and PLUGIN_ENV: the one variable that serves it
-from profiler_proto.container import last_chunk
+from profile_format.container import last_chunk
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LIBRARY_ENV = "LIFETIME_SAMPLER_LIB"

@@ -48,7 +48,7 @@ from core.errors import LifetimeError
 from core.files import read_json
 from core import lifetimes
 from core.lifetimes import LabelScheme
-from profiler_proto.container import ProfileReader
+from profile_format.container import ProfileReader
 from simulator import trace as tr
 
 STACKS_FORMAT = "lifetime-trace-stacks-v1"

@@ -114,8 +114,8 @@ def write_profile(path: pathlib.Path, binary: str, addresses: dict, contexts: in
                   seed: int) -> None:
     """A profile of `contexts` random call chains, each with 1-4 sampled objects
     whose lifetimes put the chain in its class."""
-    from profiler_proto import profile_pb2
-    from profiler_proto import write_profile as write_chunks
+    from profile_format import profile_pb2
+    from profile_format import write_profile as write_chunks
 
     rng = random.Random(seed)
     functions = sorted(addresses)

@@ -2,7 +2,7 @@
 
 They run the real liblifetime_sampler.so on real processes: small C programs from
 tests/native/ compiled here with gcc, and read the profiles back with the project's
-reader (profiler_proto.read_profile), which checks every record's CRC and parses
+reader (profile_format.read_profile), which checks every record's CRC and parses
 every chunk with the real protobuf library.
 """
 
@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from profiler import launch
-from profiler_proto import profile_pb2, read_profile
+from profile_format import profile_pb2, read_profile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 NATIVE = REPO / "tests" / "native"

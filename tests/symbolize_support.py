@@ -1,7 +1,7 @@
 """Helpers shared by the symbolizer tests (test_symbolize, test_dwarf_inline,
 test_debug_files): reading what a test program prints, rewriting mappings."""
 
-from profiler_proto import profile_pb2
+from profile_format import profile_pb2
 
 
 def parse_run(output, build_ids):

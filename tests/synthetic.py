@@ -11,7 +11,7 @@ import subprocess
 
 from elftools.elf.elffile import ELFFile
 
-from profiler_proto import profile_pb2, write_profile
+from profile_format import profile_pb2, write_profile
 
 SITES_C = pathlib.Path(__file__).parent / "native" / "sites.c"
 LOAD = 0x400000  # where the synthetic process "mapped" the binary

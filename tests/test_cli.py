@@ -155,7 +155,7 @@ def test_every_public_exception_class_is_a_lifetime_error():
     import pkgutil
 
     found = {}
-    for package in ("core", "lifetime", "pipeline", "model", "export", "profiler", "profiler_proto",
+    for package in ("core", "lifetime", "pipeline", "model", "export", "profiler", "profile_format",
                     "simulator"):
         pkg = importlib.import_module(package)
         for info in pkgutil.iter_modules(pkg.__path__, package + "."):

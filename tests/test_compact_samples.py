@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from profiler_proto import ProfileReader, container, profile_pb2, read_profile
+from profile_format import ProfileReader, container, profile_pb2, read_profile
 
 M64 = (1 << 64) - 1
 

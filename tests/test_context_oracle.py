@@ -183,7 +183,7 @@ def mixed_dataset(tmp_path_factory):
     """`lifetime build-dataset` on a hand-built sampled profile over the same modules (the
     simulate command needs a training dataset: its context definition and tables)."""
     from lifetime import cli
-    from profiler_proto import profile_pb2, write_profile
+    from profile_format import profile_pb2, write_profile
 
     d = tmp_path_factory.mktemp("mixed-ds")
     chunk = profile_pb2.ProfileChunk()

@@ -12,7 +12,7 @@ from pipeline import dataset
 from pipeline.dataset import DatasetConfig, LabelContexts, ReadProfiles
 from pipeline.manifest import dataset_context
 from core.tokenizer import Vocabulary
-from profiler_proto import CATEGORIES
+from profile_format import CATEGORIES
 from tests.dataset_support import EXPECTED_LABELS, SAMPLES_B, write_profiles
 from tests.synthetic import make_profile
 
@@ -163,8 +163,8 @@ def test_context_definition_wrappers_purity_and_like(profiles, tmp_path):
 
 def _mutate_samples(path, **fields):
     """Rewrites a synthetic profile with `fields` set on its first sample."""
-    from profiler_proto import profile_pb2, write_profile
-    from profiler_proto.container import iter_records
+    from profile_format import profile_pb2, write_profile
+    from profile_format.container import iter_records
 
     chunks = [profile_pb2.ProfileChunk.FromString(r) for r in iter_records(str(path))]
     for k, v in fields.items():
@@ -178,7 +178,7 @@ def test_read_step_dead_letters_impossible_records_and_never_dies(profiles):
     import os
     import struct
 
-    from profiler_proto.container import masked_crc32c
+    from profile_format.container import masked_crc32c
 
     d = profiles
     (d / "b.ltprof").unlink()
@@ -197,7 +197,7 @@ def test_read_step_dead_letters_impossible_records_and_never_dies(profiles):
     (d / "zero.ltprof").write_bytes(data)
     chunks = _mutate_samples(d / "zero.ltprof")
     chunks[0].header.sampling_interval_bytes = 0
-    from profiler_proto import write_profile
+    from profile_format import write_profile
     write_profile(str(d / "zero.ltprof"), chunks)
     files = [(str(p), "") for p in sorted(d.iterdir())]
     with TestPipeline() as p:
@@ -230,7 +230,7 @@ def test_build_dataset_survives_a_huge_declared_length(profiles, tmp_path):
     import json
     import struct
 
-    from profiler_proto.container import masked_crc32c
+    from profile_format.container import masked_crc32c
 
     raw = struct.pack("<Q", 2**63)
     (profiles / "huge.ltprof").write_bytes(raw + struct.pack("<I", masked_crc32c(raw)))

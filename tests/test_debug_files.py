@@ -13,7 +13,7 @@ import pytest
 
 from core.errors import UsageError
 from core import symbolize as sym
-from profiler_proto import profile_pb2
+from profile_format import profile_pb2
 from tests.symbolize_support import name_at
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from core import symbolize as sym
 from core.symbolize.dwarf_inline import DwarfInlines
-from profiler_proto import profile_pb2
+from profile_format import profile_pb2
 from tests.symbolize_support import parse_run, with_path
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("strip") is None,

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from core import symbolize as sym
-from profiler_proto import profile_pb2
+from profile_format import profile_pb2
 
 
 # ---------------------------------------------------------------- names and stripping

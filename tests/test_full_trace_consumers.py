@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from profiler_proto import ProfileReader, container, profile_pb2
+from profile_format import ProfileReader, container, profile_pb2
 from tests.sampler_support import profile_files, run_sampled
 
 FULL = {"LIFETIME_FULL_TRACE": "1"}
@@ -42,7 +42,7 @@ def test_consumers_see_the_same_trace(bins, tmp_path):
     sa, sb = list(a.samples()), list(b.samples())
     assert len(sa) > 3000 and sa == sb and a.problems == b.problems == []
 
-    from profiler_proto.summary import summarize_file
+    from profile_format.summary import summarize_file
     ta, _ = summarize_file(compact, 20)
     tb, _ = summarize_file(plain, 20)
     assert ta.replace(compact, "F") == tb.replace(plain, "F")

@@ -28,7 +28,7 @@ import pytest
 
 from core.errors import LifetimeError
 from profiler import launch
-from profiler_proto import read_profile
+from profile_format import read_profile
 from tests.sampler_support import (SANITIZERS, compile_c, harness_binary, only_profile, pb,
                                    plain_env, profile_files, read_all, run_harness,
                                    run_sampled)

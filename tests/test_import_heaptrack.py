@@ -18,7 +18,7 @@ import zstandard
 from interop import heaptrack, importing
 from lifetime import cli
 from core.errors import InputError
-from profiler_proto import profile_pb2, read_profile
+from profile_format import profile_pb2, read_profile
 
 needs_heaptrack = pytest.mark.skipif(shutil.which("heaptrack") is None,
                                      reason="heaptrack not installed")

@@ -20,7 +20,7 @@ from interop.pprof import profile_pb2 as pprof
 from lifetime import cli
 from core.errors import InputError
 from core import context, lifetimes
-from profiler_proto import profile_pb2, read_profile
+from profile_format import profile_pb2, read_profile
 from tests.synthetic import LOAD
 
 REAL = os.path.join(os.path.dirname(__file__), "data", "tcmalloc_lifetimes.pb.gz")

@@ -5,7 +5,7 @@ commands (below, NATIVE).
     tools        benchmarks/, fuzz/, scripts/ (and tests/): may import anything
     CLI          lifetime/: the `lifetime` command, on top of what it runs
     middle       pipeline/, model/, export/, simulator/, interop/, profiler/ and
-                 allocator/ (Python side: their launchers), profiler_proto/, runners/,
+                 allocator/ (Python side: their launchers), profile_format/, runners/,
                  workloads/: never the CLI
     base         core/: imports nothing of the project
 
@@ -37,7 +37,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"core"}
 CLI = {"lifetime"}
-MIDDLE = {"pipeline", "model", "export", "simulator", "interop", "profiler", "profiler_proto",
+MIDDLE = {"pipeline", "model", "export", "simulator", "interop", "profiler", "profile_format",
           "runners", "workloads", "allocator"}
 TOOLS = {"benchmarks", "fuzz", "scripts"}
 NOT_CODE = {"tests", "build", "out", "o", "docs"}  # tests/ may import anything, too
@@ -47,16 +47,16 @@ ARROWS = {
     ("allocator", "export"),        # lifetime run --model: the model's plugin (export/serve.py)
     ("export", "model"),            # the exporter compiles a trained model directory
     ("model", "pipeline"),          # evaluate-online aggregates profiles like the dataset job
-    ("model", "profiler_proto"),
+    ("model", "profile_format"),
     ("pipeline", "interop"),        # build-dataset --format: other profilers' recordings
-    ("pipeline", "profiler_proto"),
-    ("interop", "profiler_proto"),
+    ("pipeline", "profile_format"),
+    ("interop", "profile_format"),
     ("profiler", "export"),         # lifetime profile --model: the model's plugin
-    ("profiler", "profiler_proto"),
+    ("profiler", "profile_format"),
     ("simulator", "export"),        # lifetime simulate --model: the model's plugin
     ("simulator", "model"),
     ("simulator", "pipeline"),
-    ("simulator", "profiler_proto"),
+    ("simulator", "profile_format"),
 }
 
 # Folder cycles still there.  Remove an entry once its cycle is gone (the test says so).

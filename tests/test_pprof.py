@@ -21,7 +21,7 @@ import pytest
 from interop import pprof
 from lifetime import cli
 from core import lifetimes, symbolize
-from profiler_proto import read_profile
+from profile_format import read_profile
 from tests.sampler_support import compile_c, profile_files, sampler_library
 
 GO_CANDIDATES = ("go", "/usr/lib/go/bin/go")  # PATH first, then Debian's golang-go
@@ -252,7 +252,7 @@ def _imported(tmp_path) -> str:
 def _overflowing(tmp_path) -> str:
     """That profile with the issue's values, which `lifetime inspect` accepts: a weight
     of 1e30, sizes of 2^63 and 2^64 - 1, a weight of 1e308 on a huge size."""
-    from profiler_proto import container, profile_pb2
+    from profile_format import container, profile_pb2
 
     path = _imported(tmp_path)
     chunks = [container.parse_chunk(path, i, r) for i, r in
@@ -320,7 +320,7 @@ def test_directory_output_is_refused_up_front_and_no_temp_file_is_left(tmp_path,
 def test_a_mapping_path_with_a_nul_is_an_unsymbolized_module_not_a_crash(tmp_path):
     """Found by the pprof fuzz target: os.stat raised ValueError on a recorded mapping
     path holding a NUL byte (core/symbolize/module_cache.py)."""
-    from profiler_proto import container
+    from profile_format import container
 
     path = _imported(tmp_path)
     chunks = [container.parse_chunk(path, i, r) for i, r in

@@ -6,7 +6,7 @@ import pytest
 
 from lifetime import cli
 from fuzz.seeds import valid_chunks
-from profiler_proto import ProfileFormatError, profile_pb2, read_profile, write_profile
+from profile_format import ProfileFormatError, profile_pb2, read_profile, write_profile
 
 
 def _chunks():

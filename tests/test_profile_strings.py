@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from profiler_proto import ProfileReader, container, profile_pb2, write_profile
-from profiler_proto.container import MAX_ARGV, MAX_BUILD_ID_BYTES, MAX_STRING_BYTES
+from profile_format import ProfileReader, container, profile_pb2, write_profile
+from profile_format.container import MAX_ARGV, MAX_BUILD_ID_BYTES, MAX_STRING_BYTES
 from tests.synthetic import make_profile
 
 HOSTILE = "evil\x1b[2J\r\x00"

@@ -16,8 +16,8 @@ import pytest
 
 from lifetime import cli
 from core.errors import LifetimeError
-from profiler_proto import ProfileFormatError, profile_pb2, read_profile, write_profile
-from profiler_proto.container import masked_crc32c, write_record
+from profile_format import ProfileFormatError, profile_pb2, read_profile, write_profile
+from profile_format.container import masked_crc32c, write_record
 
 
 def _chunks(samples=None, stacks=None, **header):
@@ -93,7 +93,7 @@ def test_huge_length_after_good_records_keeps_the_good_part(tmp_path):
 
 
 def test_record_over_the_maximum_is_refused_before_reading(tmp_path):
-    from profiler_proto.container import ProfileReader
+    from profile_format.container import ProfileReader
 
     path = _write(tmp_path, _chunks())
     reader = ProfileReader(path, max_record_bytes=16)
@@ -134,7 +134,7 @@ def test_unknown_enum_values_are_kept_and_printed(tmp_path, capsys):
 
 
 def test_summarize_file_counts_unknown_values(tmp_path):
-    from profiler_proto.summary import summarize_file
+    from profile_format.summary import summarize_file
 
     path = _write(tmp_path, _chunks([{"alloc_function": 17}] * 3))
     text, problems = summarize_file(path)
@@ -254,7 +254,7 @@ def test_printable():
 # -- streaming API -----------------------------------------------------------------
 
 def test_stream_profile_yields_valid_samples_with_counts(tmp_path):
-    from profiler_proto import stream_profile
+    from profile_format import stream_profile
 
     path = _write(tmp_path, _chunks([{}, {"weight": math.nan}, {"censored": True,
                                                                    "free_monotonic_ns": 0,
@@ -271,7 +271,7 @@ def test_stream_profile_yields_valid_samples_with_counts(tmp_path):
 
 
 def test_summarize_file_streams_and_reports_problems(tmp_path):
-    from profiler_proto.summary import summarize_file
+    from profile_format.summary import summarize_file
 
     path = _write(tmp_path, _chunks([{}, {"free_monotonic_ns": 1}]))
     text, problems = summarize_file(path, max_samples=1)
@@ -315,7 +315,7 @@ def _mutants(data: bytes, rng: random.Random, n: int):
 
 
 def test_arbitrary_bytes_only_ever_give_profile_format_errors(tmp_path):
-    from profiler_proto.summary import summarize, summarize_file
+    from profile_format.summary import summarize, summarize_file
 
     chunks = _chunks([{}, {"censored": True, "free_monotonic_ns": 0, "free_allocated_bytes": 0,
                           "free_function": 0, "stack_id": 8}],
@@ -381,7 +381,7 @@ def test_evaluate_online_counts_names_and_skips_bad_files(tmp_path):
 
 
 def test_last_chunk_seeks_to_the_last_intact_record(tmp_path):
-    from profiler_proto.container import last_chunk
+    from profile_format.container import last_chunk
 
     path = tmp_path / "p.ltprof"
     write_profile(str(path), _chunks())

@@ -90,7 +90,7 @@ def site_table(profile, binary: str) -> tuple[dict[str, dict], dict[str, sym.Mod
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_profiled_sites_match_ground_truth(version, proxy_profile):
-    from profiler_proto.container import read_profile
+    from profile_format.container import read_profile
 
     binary = _binary(version)
     profile = read_profile(proxy_profile(version))
@@ -127,7 +127,7 @@ def test_profiled_sites_match_ground_truth(version, proxy_profile):
 def test_profiled_sites_take_their_call_paths(version, proxy_profile):
     """Each site is reached through each of its designed callers, every stack through
     exactly one: so the site has (at least) one allocation context per caller."""
-    from profiler_proto.container import read_profile
+    from profile_format.container import read_profile
 
     profile = read_profile(proxy_profile(version))
     symbolizer = sym.Symbolizer(profile.mappings, cache=sym.ModuleCache())

@@ -66,7 +66,7 @@ def test_reply_counter_handles_every_reply_kind_split_anywhere():
 def test_real_server_receives_the_plan(tmp_path):
     """~6 s: redis-server 6.2.14 under the sampler gets exactly the planned commands."""
     from profiler import launch
-    from profiler_proto.container import read_profile
+    from profile_format.container import read_profile
 
     if not os.path.exists(launch.DEFAULT_LIBRARY) and not os.environ.get(launch.LIBRARY_ENV):
         pytest.skip("the sampler is not built (make native)")

@@ -22,7 +22,7 @@ import pytest
 
 from lifetime import cli
 from profiler import launch
-from profiler_proto import ProfileReader
+from profile_format import ProfileReader
 from tests.sampler_support import (PRODUCERS, SANITIZERS, harness_binary,
                                    only_profile, pb, plain_env, profile_files, read_all,
                                    run_harness, run_sampled)

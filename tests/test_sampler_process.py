@@ -12,7 +12,7 @@ import time
 import pytest
 
 from profiler import launch
-from profiler_proto import read_profile
+from profile_format import read_profile
 from tests.sampler_support import only_profile, pb, profile_files, read_all, run_sampled
 
 

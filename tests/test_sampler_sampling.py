@@ -1,7 +1,7 @@
 """The sampler's statistics, entry points and stacks, on real processes.
 
 Every test runs a small C program (tests/native/) with liblifetime_sampler.so
-preloaded and reads the profile back with profiler_proto.read_profile.
+preloaded and reads the profile back with profile_format.read_profile.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_real_redis_profile(tmp_path):
     """~5 s: redis-server 6.0.16 (glibc malloc, -g) under the sampler, one short plan,
     SHUTDOWN NOSAVE: one complete profile with freed and censored samples."""
     _needs_redis_build()
-    from profiler_proto.container import read_profile
+    from profile_format.container import read_profile
 
     record = redis.profile("6.0.16", str(tmp_path), seconds=4, interval=64 * 1024, seed=7)
     assert record["exit_code"] == 0

@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from lifetime import cli
-from profiler_proto import profile_pb2, write_profile
+from profile_format import profile_pb2, write_profile
 from simulator import NEVER, read_trace
 from simulator.convert import ConvertError, convert_profile, load_stacks, stacks_path
 from tests.proxy_support import proxy_binary

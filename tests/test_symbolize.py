@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from core import symbolize as sym
-from profiler_proto import profile_pb2
+from profile_format import profile_pb2
 from tests.symbolize_support import name_at, parse_run, with_path
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("strip") is None,

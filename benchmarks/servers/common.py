@@ -2,7 +2,7 @@
 versions, loopback ports, the unprivileged user, profile-directory summaries.
 
 Nothing here needs the project's virtual environment except ``summarize_profiles``
-(which reads profiles through ``profiler_proto``); fetching, building and driving the
+(which reads profiles through ``profile_format``); fetching, building and driving the
 servers run on any Python 3.9+.
 """
 
@@ -279,9 +279,9 @@ def move_profiles(staging: str, out_dir: str) -> int:
 
 def summarize_profiles(profiles_dir: str) -> dict:
     """Files, samples, freed and censored counts, bad files, of a profiles directory
-    (reads them with profiler_proto: needs the project's virtual environment)."""
+    (reads them with profile_format: needs the project's virtual environment)."""
     sys.path.insert(0, str(REPO))
-    from profiler_proto.container import ProfileFormatError, read_profile
+    from profile_format.container import ProfileFormatError, read_profile
 
     files = sorted(glob.glob(os.path.join(profiles_dir, "*.ltprof")))
     out = {"files": len(files), "samples": 0, "freed": 0, "censored": 0, "stacks": 0,

@@ -7,7 +7,7 @@
 
 The layout follows TCMalloc's lifetime and allocation profiles (convert.py says what
 and where from); `profile.proto` is google/pprof's, vendored (Apache-2.0), and its
-Python bindings (`profile_pb2`) are generated at build time like profiler_proto's.
+Python bindings (`profile_pb2`) are generated at build time like profile_format's.
 """
 
 from interop.pprof.builder import ProfileBuilder, profile_pb2

@@ -30,7 +30,7 @@ Two views (`--view`):
   type is ``space`` (weighted by sampled bytes; TCMalloc's default there is objects:
   ``-sample_index=objects``).
 
-Scaling.  A sample stands for ``weight`` allocations (profiler_proto/README.md), as a
+Scaling.  A sample stands for ``weight`` allocations (profile_format/README.md), as a
 TCMalloc sample does (its ``weight`` / size).  Per group, with W the sum of its samples'
 weights and S the requested size: objects = round(W), space = round(W x S).  TCMalloc
 (``Iterate``) rounds the space up to whole objects (objects = ceil(lround(W x S) / S),
@@ -79,7 +79,7 @@ from core.errors import InputError
 from core import lifetimes
 from core import symbolize
 from core.files import writable_parent
-from profiler_proto import ProfileFormatError, stream_profile
+from profile_format import ProfileFormatError, stream_profile
 
 LIFETIMES = "lifetimes"
 ALLOCATIONS = "allocations"

@@ -3,7 +3,7 @@
  * Interposes the allocator entry points, Poisson-samples allocations by bytes (as
  * TCMalloc does), records each sampled object's stack, size and birth on two clocks,
  * and its death when it is freed (or realloc'ed), and appends the finished samples to
- * a TFRecord file of ProfileChunk messages (profiler_proto/profile.proto).
+ * a TFRecord file of ProfileChunk messages (profile_format/profile.proto).
  *
  * Environment (set by profiler/launch.py):
  *   LIFETIME_OUT_DIR         required: directory for <program>.<pid>.<start_ns>.ltprof

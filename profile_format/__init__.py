@@ -4,12 +4,12 @@
 """
 
 try:
-    from profiler_proto import profile_pb2
+    from profile_format import profile_pb2
 except ImportError as e:  # pragma: no cover - only before the build step
     raise ImportError(
-        "profiler_proto/profile_pb2.py is generated at build time; run `make setup`") from e
+        "profile_format/profile_pb2.py is generated at build time; run `make setup`") from e
 
-from profiler_proto.container import (  # noqa: E402
+from profile_format.container import (  # noqa: E402
     CATEGORIES, SUFFIX, Profile, ProfileFormatError, ProfileReader, enum_name, iter_records,
     read_profile, stream_profile, write_profile)
 

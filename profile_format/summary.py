@@ -14,8 +14,8 @@ import datetime
 import os
 
 from core.errors import printable
-from profiler_proto import profile_pb2
-from profiler_proto.container import (
+from profile_format import profile_pb2
+from profile_format.container import (
     Profile, ProfileFormatError, ProfileReader, enum_name)
 
 _NS_PER_MS = 1e6

@@ -42,7 +42,7 @@ import numpy as np
 
 from core import files
 from core.errors import LifetimeError
-from profiler_proto import profile_pb2
+from profile_format import profile_pb2
 
 SUFFIX = ".ltprof"
 # 2: a full trace that may hold compact rows (ProfileChunk.compact_samples).
