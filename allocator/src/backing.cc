@@ -2,8 +2,10 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <string>
 
+#include "address_space.h"
 #include "fatal.h"
 #include "segregated.h"
 
@@ -13,33 +15,64 @@ namespace {
 constexpr uint64_t kLocalMask = (uint64_t(1) << sim::SegregatedHeap::kIdShift) - 1;
 }
 
-void Backing::init(unsigned groups, uint64_t reserve_bytes) {
+void Backing::init(unsigned groups, uint64_t reserve_bytes, bool table) {
   if (groups == 0 || groups > kMaxGroups) fatal("backing: 1 to 8 heaps");
-  per_group_pages_ = reserve_bytes / kHuge;
-  const uint64_t want = groups * per_group_pages_ * kHuge;
-  // Over-reserve by one huge page and trim, so the base is 2 MiB aligned.
+  table_ = table;
+  // Per heap: reserve_bytes (LIFETIME_ALLOC_RESERVE_GIB, 64 GiB), or under an
+  // address-space limit (RLIMIT_AS, `ulimit -v`) at most half of what is left of it,
+  // shared by the heaps and their object table (a quarter of a heap's size); the rest is
+  // the program's (its objects past a huge page, stacks, libraries).  Less when the kernel
+  // refuses, down to kLeastPages per heap.  An id past the reservation fails its
+  // allocation (ENOMEM), as before.
+  constexpr uint64_t kLeastPages = 2;
+  uint64_t per = reserve_bytes / kHuge;
+  if (const uint64_t left = address_space_left(); left != UINT64_MAX) {
+    const uint64_t share = left / 2 / groups / kHuge;
+    per = std::min(per, std::max(table ? share * 4 / 5 : share, kLeastPages));
+  }
+  for (; per >= kLeastPages; per /= 2)
+    if (reserve(groups, per)) return;
+  fatal(("cannot reserve " + std::to_string(groups * kLeastPages * (kHuge >> 20)) +
+         " MiB of address space (LIFETIME_ALLOC_RESERVE_GIB; ulimit -v)").c_str());
+}
+
+bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
+  const uint64_t want = groups * per_group_pages * kHuge;
+  // Over-reserve by one huge page and trim, so the base is 2 MiB aligned.  PROT_NONE:
+  // under vm.overcommit_memory=2 (which ignores MAP_NORESERVE) an inaccessible private
+  // mapping is not charged; taken() charges what it makes read/write.
   void* p = mmap(nullptr, want + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED)
-    fatal(("cannot reserve " + std::to_string(want >> 30) + " GiB of address space (LIFETIME_ALLOC_RESERVE_GIB)").c_str());
+  if (p == MAP_FAILED) return false;
   uintptr_t raw = uintptr_t(p), base = (raw + kHuge - 1) & ~(kHuge - 1);
+  // The object table (2 MiB aligned, huge pages; PROT_NONE, made read/write as the heap
+  // grows: taken()), then a bit per heap page and a count per chunk (read/write).
+  const uint64_t pages = want / kHuge, chunks = (pages + kChunkPages - 1) / kChunkPages;
+  const uint64_t table = table_ ? chunks * kHuge : 0, bits = (pages + 63) / 64 * 8;
+  const uint64_t len = table + kHuge + bits + chunks;
+  void* idx = mmap(nullptr, len, table_ ? PROT_NONE : PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (idx == MAP_FAILED) {
+    munmap(p, want + kHuge);
+    return false;
+  }
+  const uintptr_t t = (uintptr_t(idx) + kHuge - 1) & ~(kHuge - 1);
+  // (the bitmap and counts after the table, in the slack the alignment left or beyond)
+  if (table_ && mprotect(reinterpret_cast<void*>(t + table), uintptr_t(idx) + len - (t + table), PROT_READ | PROT_WRITE) != 0) {
+    munmap(p, want + kHuge);
+    munmap(idx, len);
+    return false;
+  }
   if (base > raw) munmap(p, base - raw);
   if (base + want < raw + want + kHuge) munmap(reinterpret_cast<void*>(base + want), raw + want + kHuge - base - want);
-  // The object table (2 MiB aligned, huge pages), a bit per heap page, a count per chunk.
-  const uint64_t pages = want / kHuge, chunks = (pages + kChunkPages - 1) / kChunkPages;
-  const uint64_t table = chunks * kHuge, bits = (pages + 63) / 64 * 8;
-  void* idx = mmap(nullptr, table + kHuge + bits + chunks, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (idx == MAP_FAILED)
-    fatal(("cannot reserve " + std::to_string(want >> 32) + " GiB of address space for the object table (LIFETIME_ALLOC_RESERVE_GIB)").c_str());
-  const uintptr_t t = (uintptr_t(idx) + kHuge - 1) & ~(kHuge - 1);
-  madvise(reinterpret_cast<void*>(t), table, MADV_HUGEPAGE);
+  if (table_) madvise(reinterpret_cast<void*>(t), table, MADV_HUGEPAGE);
   index_ = reinterpret_cast<uint32_t*>(t);
-  // (the bitmap and counts after the table, in the slack the alignment left or beyond)
   committed_ = reinterpret_cast<uint64_t*>(t + table);
   chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + bits);
   base_ = base;
   total_ = want;
+  per_group_pages_ = per_group_pages;
   groups_ = groups;
+  return true;
 }
 
 bool Backing::locate(uint64_t id, unsigned& g, uint64_t& local) const {
@@ -102,6 +135,15 @@ void Backing::taken(uint64_t first, uint64_t n) {
     return;
   }
   madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
+  if (table_) {
+    // The object table's chunks over the new pages: read/write too (charged as they are).
+    const uint64_t from = (g * per_group_pages_ + hw_[g]) / kChunkPages;
+    const uint64_t to = (g * per_group_pages_ + local + n + kChunkPages - 1) / kChunkPages;
+    if (mprotect(index_ + from * (kHuge / 4), (to - from) * kHuge, PROT_READ | PROT_WRITE) != 0) {
+      overflowed_ = true;
+      return;
+    }
+  }
   hw_[g] = local + n;
 }
 

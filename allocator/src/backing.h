@@ -18,8 +18,11 @@ namespace lalloc {
 class Backing {
  public:
   static constexpr uint64_t kHuge = uint64_t(2) << 20;
-  // groups heaps of reserve_bytes each (rounded down to huge pages); fatal if no room.
-  void init(unsigned groups, uint64_t reserve_bytes);
+  // groups heaps of reserve_bytes each (rounded down to huge pages; less under an
+  // address-space limit or when the kernel refuses), with the object table or without it
+  // (table false: the policy keeps its own address -> slot map, HeapAllocator::slot_at);
+  // fatal if not even a few huge pages fit.
+  void init(unsigned groups, uint64_t reserve_bytes, bool table);
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
   void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }
   // Returns held pages whose delay is over (heap.cc, when the policy's clock moves).
@@ -41,10 +44,9 @@ class Backing {
   // it (2 MiB aligned, MADV_HUGEPAGE: in huge pages as the heap is) and touched only where
   // objects live (4 bytes per 16 of committed heap at most).  One huge page of it covers
   // four of the heap (a chunk), and goes back once none of the four is committed.
-  // Without the table (no_table(), before any page is taken: the policy keeps its own
-  // address -> slot map, HeapAllocator::slot_at), nothing of it is touched or counted.
+  // Without the table (init's table false: the policy keeps its own address -> slot map,
+  // HeapAllocator::slot_at), none of it is reserved, touched or counted.
   static constexpr uint32_t kNoSlot = UINT32_MAX;
-  void no_table() { table_ = false; }
   bool has_table() const { return table_; }
   // The policy's address of a real one inside the reservation (real()'s inverse).
   uint64_t abstract(uintptr_t p) const;
@@ -67,6 +69,7 @@ class Backing {
 
  private:
   static constexpr unsigned kMaxGroups = 8;
+  bool reserve(unsigned groups, uint64_t per_group_pages);  // false: the kernel refused
   bool locate(uint64_t id, unsigned& g, uint64_t& local) const;
   void give_back(uint64_t first, uint64_t n);  // MADV_DONTNEED now
   void expire();

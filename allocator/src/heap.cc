@@ -30,6 +30,7 @@ __thread bool t_arena __attribute__((tls_model("initial-exec"))) = false;
 
 State* g_state GUARDED_BY(heap_lock) = nullptr;
 std::atomic<State*> g_built{nullptr};
+std::atomic<uint32_t> g_policy_small_pad{8192};
 
 namespace {
 
@@ -62,6 +63,16 @@ void on_released(uint64_t first, uint64_t n) REQUIRES(heap_lock) { g_state->back
 
 bool grouped(const sim::LlamaPolicy& p) {
   return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
+}
+
+// The heaps of the policy (sim::make_policy_heap's rule): LLAMA's alone; a size-class heap
+// per group of classes; or LLAMA's and one size-class heap.  Group g's ids start at
+// g << SegregatedHeap::kIdShift; an id of a heap past these would fail its allocation.
+unsigned heap_count(const sim::LlamaPolicy& p, int num_classes) {
+  if (!grouped(p)) return 1;
+  if (!p.size_classes) return 2;
+  const std::vector<unsigned> g = p.size_class_groups(num_classes);
+  return std::min<unsigned>(g.empty() ? 1 : g.back() + 1, sim::SegregatedHeap::kMaxGroups);
 }
 
 uint32_t thread_id() REQUIRES(heap_lock) {
@@ -132,10 +143,9 @@ void init() REQUIRES(heap_lock) {
       fatal(e.what(), " (or baseline)");
     }
   }
+  // The size-class heaps give a span of 256 pages fresh ids (heap_internal.h: fits_policy).
+  g_policy_small_pad.store(!baseline && !grouped(pol) ? 0 : 8192, std::memory_order_relaxed);
   g_state->predictor = make_predictor(g_state->cfg.predictor, g_state->classes.num_classes(), g_state->cfg.revalidate_every);
-  g_state->backing.init(!baseline && grouped(pol) ? sim::SegregatedHeap::kMaxGroups : 1, g_state->cfg.reserve_bytes);
-  g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
-  sim::huge_page_hooks = {on_taken, on_released};
   guarded("policy: ", [&]() REQUIRES(heap_lock) {
     if (baseline) g_state->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else g_state->policy = sim::make_policy_heap("llama", g_state->classes, pol, kDeadlineK, false);
@@ -143,7 +153,12 @@ void init() REQUIRES(heap_lock) {
   // A policy that maps addresses to slots itself (the size-class heaps) replaces the
   // object table: 4 B per object place of its live spans instead of 4 B per 16 B of heap.
   const bool slot_mapped = g_state->policy->enable_slot_map();
-  if (slot_mapped) g_state->backing.no_table();
+  // The reservation, once the policy says whether it needs the table (no id is taken
+  // before its first allocation): a heap per heap of the policy.
+  g_state->backing.init(baseline ? 1 : heap_count(pol, g_state->classes.num_classes()), g_state->cfg.reserve_bytes,
+                        !slot_mapped);
+  g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
+  sim::huge_page_hooks = {on_taken, on_released};
   tc::setup(slot_mapped);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();
   g_state->start_ns = g_state->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)

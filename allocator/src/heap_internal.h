@@ -109,9 +109,15 @@ void check_pages(uint64_t addr, uint64_t size) REQUIRES(heap_lock);
 void full_check() REQUIRES(heap_lock);
 
 // direct.cc: objects past a huge page, in their own mapping.
+// Objects the policy would give fresh huge page ids (HugePageIds::take_fresh, never
+// reused: a loop of them runs past any reservation) go there too.  The policy's large
+// objects pad by the alignment beyond its 8 KiB blocks / pages; LLAMA's heap takes fresh
+// ids past 256 blocks (2 MiB), the size-class heaps' (TcmallocBaseline) for a span of 256
+// pages or more, so for them an unaligned object of more than 2 MiB - 8 KiB goes direct
+// too.  g_policy_small_pad: 0 for LLAMA's heap alone, 8192 otherwise (and before init).
+extern std::atomic<uint32_t> g_policy_small_pad;
 inline bool fits_policy(size_t size, size_t align) {
-  // The policy's large objects pad by the alignment beyond its 8 KiB blocks / pages.
-  return size + (align > 8192 ? align : 0) <= Backing::kHuge;
+  return size + (align > 8192 ? align : g_policy_small_pad.load(std::memory_order_relaxed)) <= Backing::kHuge;
 }
 void* direct_alloc(size_t size, size_t align) EXCLUDES(heap_lock);
 // true: key was a direct object, now unmapped.

@@ -2,8 +2,10 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 
+#include "address_space.h"
 #include "fatal.h"
 
 namespace lalloc::arena {
@@ -51,19 +53,30 @@ uint64_t carved_[kClasses + kBigCensus] GUARDED_BY(heap_lock), nfree_[kClasses +
 // the range's size and the class sizes, written once by reserve() (under the lock)
 // before the range's base is published here (release); owns() reads it (acquire) first.
 size_t reserved_ = 0;
+// Read/write: [0, rw_lo_) for the small blocks, [rw_hi_, reserved_) for the big ones.
+size_t rw_lo_ GUARDED_BY(heap_lock) = 0, rw_hi_ GUARDED_BY(heap_lock) = 0;
 size_t class_size_[kClasses];
 std::atomic<char*> published_base_{nullptr};
 
 void reserve() REQUIRES(heap_lock) {
-  // Address space only (MAP_NORESERVE): pages are backed as they are touched.
-  for (size_t sz = size_t(64) << 30; sz >= (size_t(1) << 30); sz /= 2) {
-    void* p = mmap(nullptr, sz + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // Address space only (PROT_NONE, MAP_NORESERVE; made read/write as blocks are carved,
+  // writable_below/from, so vm.overcommit_memory=2 charges what is used): pages are backed
+  // as they are touched.  64 GiB, or under an address-space limit (RLIMIT_AS) an eighth of
+  // what is left of it (the heaps take half of the rest, backing.cc); less if the kernel
+  // refuses, down to 16 MiB.
+  constexpr size_t kMost = size_t(64) << 30, kLeast = size_t(16) << 20;
+  size_t sz = kMost;
+  if (const uint64_t left = address_space_left(); left != UINT64_MAX)
+    sz = std::clamp<size_t>(left / 8 & ~(kHuge - 1), kLeast, kMost);
+  for (; sz >= kLeast; sz = sz / 2 & ~(kHuge - 1)) {
+    void* p = mmap(nullptr, sz + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
       const uintptr_t raw = uintptr_t(p), base = (raw + kHuge - 1) & ~uintptr_t(kHuge - 1);
       if (base > raw) munmap(p, base - raw);
       if (base + sz < raw + sz + kHuge) munmap(reinterpret_cast<void*>(base + sz), raw + kHuge - base);
       base_ = reinterpret_cast<char*>(base);
-      reserved_ = top_ = sz;
+      reserved_ = top_ = rw_hi_ = sz;
+      rw_lo_ = 0;
       madvise(base_, reserved_, MADV_HUGEPAGE);
       class_size_[0] = 32;
       class_size_[1] = 48;
@@ -104,6 +117,23 @@ size_t returnable(char* block, size_t bytes) {
   return b > a ? b - a : 0;
 }
 
+// The range read/write before it is carved: small blocks up to `end`, by 2 MiB steps
+// from the bottom; big ones from `start` (huge pages) up, from the top.  false: the kernel
+// refused (a commit limit).
+bool writable_below(size_t end) REQUIRES(heap_lock) {
+  if (end <= rw_lo_) return true;
+  const size_t to = std::min((end + kHuge - 1) & ~(kHuge - 1), reserved_);
+  if (mprotect(base_ + rw_lo_, to - rw_lo_, PROT_READ | PROT_WRITE) != 0) return false;
+  rw_lo_ = to;
+  return true;
+}
+bool writable_from(size_t start) REQUIRES(heap_lock) {
+  if (start >= rw_hi_) return true;
+  if (mprotect(base_ + start, rw_hi_ - start, PROT_READ | PROT_WRITE) != 0) return false;
+  rw_hi_ = start;
+  return true;
+}
+
 // fresh: carved now (not a kept free block).
 char* big_alloc(size_t& pages, bool& fresh) REQUIRES(heap_lock) {
   // The smallest kept free block that fits (its pages are unfaulted; a bigger one's
@@ -120,7 +150,7 @@ char* big_alloc(size_t& pages, bool& fresh) REQUIRES(heap_lock) {
     return f.block;
   }
   const size_t bytes = pages * kHuge;
-  if (top_ < bump_ + bytes) return nullptr;
+  if (top_ < bump_ + bytes || !writable_from(top_ - bytes)) return nullptr;
   top_ -= bytes;
   return base_ + top_;
 }
@@ -154,7 +184,7 @@ void* alloc(size_t size, size_t align) {
       if (class_size_[cls] >= kReturnFrom) returned_ -= returnable(block, class_size_[cls]);
     } else {
       const size_t bytes = class_size_[cls];
-      if (bump_ + bytes > top_) return nullptr;
+      if (bump_ + bytes > top_ || !writable_below(bump_ + bytes)) return nullptr;
       block = base_ + bump_;
       bump_ += bytes;
       ++carved_[cls];
