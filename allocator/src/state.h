@@ -21,6 +21,9 @@ namespace lalloc {
 
 struct Counters {
   uint64_t allocs = 0, frees = 0, failed_allocs = 0, foreign_frees = 0;
+  // realloc of memory the allocator never handed out (moved into a new object);
+  // malloc_trim calls and the bytes they returned to the kernel.
+  uint64_t foreign_reallocs = 0, trims = 0, trimmed_bytes = 0;
   uint64_t live_objects = 0, peak_objects = 0;
   // live_/peak_requested: as asked of the policy (rounded up to 16 B); total: the program's.
   uint64_t live_requested = 0, peak_requested = 0, total_requested = 0, live_usable = 0;

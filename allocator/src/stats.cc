@@ -46,6 +46,9 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("frees", c.frees);
   j.kv("failed_allocs", c.failed_allocs);
   j.kv("foreign_frees", c.foreign_frees);
+  j.kv("foreign_reallocs", c.foreign_reallocs);
+  j.kv("trims", c.trims);
+  j.kv("trimmed_bytes", c.trimmed_bytes);
   j.kv("direct_allocs", c.direct_allocs);
   j.kv("bytes_requested", c.live_requested);
   j.kv("peak_bytes_requested", c.peak_requested);
