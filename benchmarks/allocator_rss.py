@@ -8,6 +8,7 @@ workloads (issue 22's benchmark):
           again (unpaced: runs as fast as the machine lets it)
   mixed   benchmarks/servers/redis_mixed.py: mixed fates, paced by the wall clock in
           20 ms ticks (66 s; what the server receives is a function of the load seed)
+  fates   benchmarks/servers/redis_fates.py: plain stores whose fate comes later (80 s)
 
 Allocators (--allocators): glibc, jemalloc, mimalloc, tcmalloc-gperftools, tcmalloc
 (Google's, hugepage-aware), and LLAMA (allocator/, liblifetime_alloc.so) with one class
@@ -117,7 +118,8 @@ def python_mode(repeat: int) -> int:
 
 VERSION = "6.2.14"
 EXPORTS = {"phases": "out/redis21/phases-wrap/load{seed}/export-seed0",
-           "mixed": "out/redis21/mixed/load{seed}/export-seed0"}
+           "mixed": "out/redis21/mixed/load{seed}/export-seed0",
+           "fates": "out/redis21/fates/load{seed}/export-seed0"}
 # config name -> (allocator, lifetime run options; "{model}" is the load seed's export)
 REDIS_CONFIGS = {
     "glibc": ("glibc", []),
@@ -296,8 +298,10 @@ def drive_phases(port: int, seed: int, keys: int, t0: float, workdir: str) -> di
             "grow_commands_per_s": round(keys / grow_s, 1) if grow_s > 0 else None}
 
 
-def drive_mixed(port: int, seed: int, scale: float, t0: float, phases=None) -> dict:
-    from benchmarks.servers import redis_mixed as rm
+def drive_mixed(port: int, seed: int, scale: float, t0: float, phases=None, rm=None) -> dict:
+    from benchmarks.servers import redis_mixed
+
+    rm = rm or redis_mixed  # or redis_fates: the same Plan / drive / PHASES shape
 
     plan = rm.Plan(seed, scale, phases or rm.PHASES)
     marks, commands = {}, {}
@@ -384,6 +388,9 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
                 machine.Monitor(pid=pid) as mon:
             if workload == "phases":
                 record["load"] = drive_phases(port, seed, args.keys, t0, workdir)
+            elif workload == "fates":
+                from benchmarks.servers import redis_fates
+                record["load"] = drive_mixed(port, seed, args.scale, t0, rm=redis_fates)
             else:
                 record["load"] = drive_mixed(port, seed, args.scale, t0, args.mixed_phases)
             sampler.sample()  # one at the end of the load
@@ -493,7 +500,7 @@ def aggregate(runs: list[dict]) -> dict:
     by = {}
     for r in runs:
         by.setdefault(r["workload"], {}).setdefault(r["config"], {})[r["load_seed"]] = r
-    for wl, cfgs in sorted(by.items(), key=lambda kv: ("phases", "mixed").index(kv[0])):
+    for wl, cfgs in sorted(by.items(), key=lambda kv: ("phases", "mixed", "fates").index(kv[0])):
         rows = {}
         tc = {s: r["metrics"] for s, r in cfgs.get("tcmalloc", {}).items() if r["metrics"]}
         gl = {s: r["metrics"] for s, r in cfgs.get("glibc", {}).items() if r["metrics"]}
@@ -983,7 +990,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="redis (default): the issue's benchmark; python: the first slice's "
                          "dict-churn script, peak RSS and wall time")
     ap.add_argument("--repeat", type=int, default=3, help="python: runs per allocator (median shown)")
-    ap.add_argument("--workloads", nargs="+", choices=("phases", "mixed"), default=["phases", "mixed"])
+    ap.add_argument("--workloads", nargs="+", choices=("phases", "mixed", "fates"),
+                    default=["phases", "mixed"])
     ap.add_argument("--allocators", nargs="+", default=list(REDIS_CONFIGS), metavar="CONFIG",
                     help=f"from: {', '.join(REDIS_CONFIGS)}")
     ap.add_argument("--load-seeds", nargs="+", type=int, default=[1, 2, 3])

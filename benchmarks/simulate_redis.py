@@ -66,7 +66,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks.servers import machine, redis, redis_mixed, redis_phases  # noqa: E402
+from benchmarks.servers import machine, redis, redis_fates, redis_mixed, redis_phases  # noqa: E402
 from core import export_dir  # noqa: E402
 from benchmarks.table3 import (check_stamp, loaded, machine_rows, policy_tag, spread,  # noqa: E402
                                write_combined)
@@ -85,7 +85,7 @@ def sh(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-WORKLOADS = {"phases": redis_phases, "mixed": redis_mixed}
+WORKLOADS = {"phases": redis_phases, "mixed": redis_mixed, "fates": redis_fates}
 
 
 def profile(version: str, run: int, out: str, args, full_trace: bool) -> str:
