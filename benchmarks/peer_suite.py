@@ -1,0 +1,464 @@
+"""A peer's suite, not only ours (issue 32, item 7): the kinds of program mimalloc-bench
+runs, under every allocator `lifetime run` knows, measured as mimalloc-bench measures
+(elapsed, peak RSS) and additionally by the steady RSS after the peak.
+
+Programs
+  larson   build/workloads/stress/larson_sim   slot arrays passed between threads
+  mstress  build/workloads/stress/mstress_sim  mixed lifetimes, transfers, a retention
+                                               then its release (marker)
+  rptest   build/workloads/stress/rptest_sim   random sizes to a peak, a drain (marker)
+  gs       Ghostscript renders a 200-page PDF made here (random curves, fills, text;
+           PostScript written by this script, turned into PDF once, under glibc); the
+           ppmraw device at 100 dpi, output discarded (mimalloc-bench: gs -dNODISPLAY on
+           a large PDF it downloads)
+  lua      lua5.4 benchmarks/peer_inputs/bench.lua (trees, strings, a peak of records
+           dropped (marker), a cache churned; mimalloc-bench instead times `make` of Lua)
+  z3       z3 on an SMT-LIB2 file made here: random 3-SAT near the threshold and
+           bit-vector factoring (mimalloc-bench: a bit-vector maximization, test1.smt2)
+  rocksdb  db_bench --benchmarks=fillrandom,readrandom (mimalloc-bench: fillrandom)
+The Debian programs are ghostscript, lua5.4, z3 and rocksdb-tools (scripts/system-deps.txt);
+a missing one is skipped with a note.  Redis, which mimalloc-bench runs too, is measured
+by benchmarks/allocator_rss.py.
+
+Allocators (--allocators): glibc, jemalloc, mimalloc, tcmalloc-gperftools, tcmalloc
+(Google's; only when built: `make tcmalloc-preload`, else skipped with a note) and llama
+(liblifetime_alloc.so, the paper's policy, --predictor constant:0: no model).
+
+Per run: `nice lifetime run --allocator A -- CMD`; elapsed and peak RSS are lifetime run's
+(wait4) from its stderr line; a thread samples VmRSS of the program (the process tree
+under lifetime run's launcher) every 0.1 s.  Steady RSS: the mean of the samples after
+the program's "STEADY" line when it prints one (mstress, rptest, lua: basis "marker"),
+else over the last third of the run (basis "last third").  Each program's result line
+(checksum, z3's answers, db_bench's found count) must agree across allocators; a
+mismatch is flagged.  Writes OUT/results.json and OUT/results.md.
+
+    nice .venv/bin/python benchmarks/peer_suite.py [--runs 3] [--out out/peer_suite]
+        [--programs larson gs ...] [--allocators glibc llama ...] [--threads N] [--scale S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
+STRESS = ROOT / "build" / "workloads" / "stress"
+INPUTS = ROOT / "benchmarks" / "peer_inputs"
+ALLOCATORS = ("glibc", "jemalloc", "mimalloc", "tcmalloc-gperftools", "tcmalloc", "llama")
+PROGRAMS = ("larson", "mstress", "rptest", "gs", "lua", "z3", "rocksdb")
+SAMPLE_S = 0.1
+LAUNCHER_COMM = "lifetime_run_me"  # allocator/tools' lifetime_run_measured, 15 chars
+
+RUN_LINE = re.compile(r"lifetime run: (?P<alloc>\S+)(?: \((?P<detail>[^)]*)\))?: exit (?P<exit>-?\d+), "
+                      r"peak RSS (?P<peak>[\d.]+) MiB, wall (?P<wall>[\d.]+) s")
+MARKER = re.compile(r"\bSTEADY\b")
+
+
+def parse_run_line(stderr: str) -> dict | None:
+    """lifetime run's summary line (its last match on stderr) as numbers."""
+    found = None
+    for m in RUN_LINE.finditer(stderr):
+        found = m
+    if found is None:
+        return None
+    return {"allocator": found["alloc"], "detail": found["detail"], "exit": int(found["exit"]),
+            "peak_rss_mib": float(found["peak"]), "elapsed_s": float(found["wall"])}
+
+
+def steady_rss(samples: list[tuple[float, float]], end: float, marker: float | None) -> tuple[float | None, str]:
+    """Mean RSS (MiB) of the samples (t, MiB) after the marker, else over the last third
+    of [first sample, end]; the last sample when the window holds none."""
+    if not samples:
+        return None, "none"
+    if marker is not None:
+        win, basis = [r for t, r in samples if t >= marker], "marker"
+    else:
+        t0 = samples[0][0]
+        cut = t0 + (end - t0) * 2 / 3
+        win, basis = [r for t, r in samples if t >= cut], "last third"
+    if not win:
+        return samples[-1][1], basis + " (last sample)"
+    return statistics.fmean(win), basis
+
+
+def result_key(program: str, stdout: str) -> str:
+    """What must agree across allocators: the program's result, not its timings."""
+    if program in ("larson", "mstress", "rptest", "lua"):
+        m = re.findall(r"checksum=([0-9a-f]+)", stdout)
+        key = m[-1] if m else ""
+        if program != "lua":
+            ops = re.findall(r"\bops=(\d+)", stdout)
+            key += f" ops={ops[-1]}" if ops else ""
+        return key
+    if program == "rocksdb":
+        return " ".join(re.findall(r"\(\d+ of \d+ found\)", stdout))
+    return hashlib.sha1(stdout.encode()).hexdigest()[:12]
+
+
+# --- inputs -------------------------------------------------------------------------
+
+def make_postscript(path: pathlib.Path, pages: int = 200, seed: int = 1) -> None:
+    r = random.Random(seed)
+    lines = ["%!PS-Adobe-3.0", "/Helvetica findfont 10 scalefont setfont"]
+    for page in range(pages):
+        for i in range(400):
+            pts = " ".join(f"{r.randint(0, 600)} {r.randint(0, 800)}" for _ in range(3))
+            lines.append(f"{r.random():.3f} {r.random():.3f} {r.random():.3f} setrgbcolor newpath "
+                         f"{r.randint(0, 600)} {r.randint(0, 800)} moveto {pts} curveto closepath "
+                         + ("fill" if i % 2 else "stroke"))
+            if i % 4 == 0:
+                lines.append(f"{r.randint(0, 550)} {r.randint(0, 780)} moveto "
+                             f"(page {page} item {i} {r.random():.6f}) show")
+        lines.append("showpage")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _prime_below(n: int) -> int:
+    def prime(k):
+        return k > 1 and all(k % d for d in range(2, int(k ** 0.5) + 1))
+    while not prime(n):
+        n -= 1
+    return n
+
+
+def make_smt2(path: pathlib.Path, seed: int = 1) -> None:
+    """Random 3-SAT near the threshold (4 instances of 240 variables) and bit-vector
+    factoring of 5 semiprimes of 16-20-bit primes, each in its own push/pop scope."""
+    r = random.Random(seed)
+    out = []
+    for q in range(4):
+        n = 240
+        out.append("(push 1)")
+        out += [f"(declare-const b{q}_{i} Bool)" for i in range(n)]
+        for _ in range(int(n * 4.26)):
+            lits = [f"b{q}_{v}" if r.random() < 0.5 else f"(not b{q}_{v})" for v in r.sample(range(n), 3)]
+            out.append(f"(assert (or {' '.join(lits)}))")
+        out += ["(check-sat)", "(pop 1)"]
+    for q in range(5):
+        w = 16 + q
+        p = _prime_below(r.randrange(1 << (w - 1), 1 << w))
+        s = _prime_below(r.randrange(1 << (w - 1), 1 << w))
+        out += ["(push 1)", f"(declare-const x{q} (_ BitVec {w}))", f"(declare-const y{q} (_ BitVec {w}))",
+                f"(assert (= (bvmul ((_ zero_extend {w}) x{q}) ((_ zero_extend {w}) y{q})) (_ bv{p * s} {2 * w})))",
+                f"(assert (bvugt x{q} (_ bv1 {w})))", f"(assert (bvugt y{q} (_ bv1 {w})))",
+                f"(assert (bvule x{q} y{q}))", "(check-sat)", f"(get-value (x{q} y{q}))", "(pop 1)"]
+    path.write_text("\n".join(out) + "\n")
+
+
+def prepare_inputs(out: pathlib.Path, programs: list[str]) -> pathlib.Path:
+    d = out / "inputs"
+    d.mkdir(parents=True, exist_ok=True)
+    if "gs" in programs and not (d / "doc.pdf").exists():
+        make_postscript(d / "doc.ps")
+        subprocess.run(["gs", "-q", "-dBATCH", "-dNOPAUSE", "-dSAFER", "-sDEVICE=pdfwrite",
+                        f"-sOutputFile={d / 'doc.pdf'}", str(d / "doc.ps")], check=True)
+    if "z3" in programs:
+        make_smt2(d / "problem.smt2")
+    return d
+
+
+def commands(inputs: pathlib.Path, tmp: pathlib.Path, threads: int, scale: float) -> dict:
+    stress = ["-t", str(threads), "-s", f"{scale:g}"]
+    return {
+        "larson": [str(STRESS / "larson_sim"), *stress],
+        "mstress": [str(STRESS / "mstress_sim"), *stress],
+        "rptest": [str(STRESS / "rptest_sim"), *stress],
+        "gs": ["gs", "-q", "-dBATCH", "-dNOPAUSE", "-dSAFER", "-sDEVICE=ppmraw", "-r100",
+               "-sOutputFile=/dev/null", str(inputs / "doc.pdf")],
+        "lua": ["lua5.4", str(INPUTS / "bench.lua")],
+        "z3": ["z3", str(inputs / "problem.smt2")],
+        "rocksdb": ["db_bench", "--benchmarks=fillrandom,readrandom", "--num=1000000",
+                    "--value_size=100", f"--db={tmp / 'rocksdb'}", "--threads=1",
+                    "--compression_type=none", "--seed=1", "--use_existing_db=0",
+                    "--cache_size=33554432"],
+    }
+
+
+def missing_program(name: str, argv: list[str]) -> str | None:
+    exe = argv[0]
+    if os.sep in exe:
+        return None if os.path.exists(exe) else f"{exe} not built (cmake --build build)"
+    if shutil.which(exe) is None:
+        pkg = {"gs": "ghostscript", "lua5.4": "lua5.4", "z3": "z3", "db_bench": "rocksdb-tools"}[exe]
+        return f"{exe} not installed (Debian package {pkg}; scripts/install-system-deps.sh)"
+    return None
+
+
+def missing_allocator(name: str) -> str | None:
+    from allocator import run as lrun
+    from core.errors import LifetimeError
+    try:
+        lrun.library(name)
+    except LifetimeError as e:
+        return str(e)
+    return None
+
+
+# --- one run --------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return kids
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def program_rss_kib(root: int) -> int | None:
+    """VmRSS summed over the processes under lifetime run's launcher (None: not started)."""
+    stack, launcher = [root], None
+    while stack and launcher is None:
+        pid = stack.pop()
+        if _comm(pid) == LAUNCHER_COMM:
+            launcher = pid
+        stack += _children(pid)
+    if launcher is None:
+        return None
+    total, stack, seen = 0, _children(launcher), 0
+    while stack:
+        pid = stack.pop()
+        total += _rss_kib(pid)
+        seen += 1
+        stack += _children(pid)
+    return total if seen else None
+
+
+def run_once(program: str, allocator: str, argv: list[str], timeout: float,
+             cwd: pathlib.Path) -> dict:
+    cmd = ["nice", "-n", "10", LIFETIME, "run", "--allocator", allocator]
+    if allocator == "llama":
+        cmd += ["--predictor", "constant:0"]
+    cmd += ["--", *argv]
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, env=env)
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            kib = program_rss_kib(proc.pid)
+            if kib is not None:
+                samples.append((time.monotonic() - start, kib / 1024))
+            done.wait(SAMPLE_S)
+
+    err_chunks: list[str] = []
+    sampler = threading.Thread(target=sample, daemon=True)
+    reader = threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True)
+    sampler.start()
+    reader.start()
+    marker, out_lines, timed_out = None, [], False
+    killer = threading.Timer(timeout, lambda: proc.kill())
+    killer.start()
+    for line in proc.stdout:
+        out_lines.append(line)
+        if marker is None and MARKER.search(line):
+            marker = time.monotonic() - start
+    proc.wait()
+    timed_out = not killer.is_alive() and proc.returncode != 0
+    killer.cancel()
+    end = time.monotonic() - start
+    done.set()
+    sampler.join()
+    reader.join()
+    stderr = "".join(err_chunks)
+    stdout = "".join(out_lines)
+    summary = parse_run_line(stderr)
+    rec = {"program": program, "allocator": allocator, "command": cmd, "exit": proc.returncode,
+           "error": None, "marker_s": marker, "end_s": round(end, 3),
+           "samples": [[round(t, 2), round(r, 1)] for t, r in samples]}
+    steady, basis = steady_rss(samples, end, marker)
+    rec.update(steady_rss_mib=steady, steady_basis=basis,
+               sampled_peak_mib=max((r for _, r in samples), default=None),
+               result=result_key(program, stdout), stdout_tail=stdout[-400:])
+    if summary:
+        rec.update(elapsed_s=summary["elapsed_s"], peak_rss_mib=summary["peak_rss_mib"],
+                   detail=summary["detail"])
+    else:
+        rec.update(elapsed_s=None, peak_rss_mib=None)
+    if timed_out:
+        rec["error"] = f"timed out after {timeout:.0f} s"
+    elif proc.returncode != 0 or summary is None:
+        rec["error"] = f"exit {proc.returncode}: " + (stderr.strip().splitlines() or ["?"])[-1][:300]
+    return rec
+
+
+# --- report ---------------------------------------------------------------------------
+
+def aggregate(records: list[dict]) -> dict:
+    """(program, allocator) -> elapsed median/worst, peak and steady RSS medians."""
+    cells: dict = {}
+    for r in records:
+        cells.setdefault((r["program"], r["allocator"]), []).append(r)
+    agg = {}
+    for (prog, alloc), rs in cells.items():
+        ok = [r for r in rs if not r["error"]]
+        cell = {"runs": len(rs), "ok": len(ok), "errors": sorted({r["error"] for r in rs if r["error"]})}
+        if ok:
+            el = [r["elapsed_s"] for r in ok]
+            cell.update(elapsed_median=statistics.median(el), elapsed_worst=max(el),
+                        peak_rss_median=statistics.median(r["peak_rss_mib"] for r in ok),
+                        steady_basis=ok[0]["steady_basis"])
+            st = [r["steady_rss_mib"] for r in ok if r["steady_rss_mib"] is not None]
+            cell["steady_rss_median"] = statistics.median(st) if st else None
+            cell["results"] = sorted({r["result"] for r in ok})
+        agg[(prog, alloc)] = cell
+    return agg
+
+
+def render(agg: dict, programs: list[str], allocators: list[str], notes: list[str], meta: dict) -> str:
+    L = ["# Peer suite (issue 32 item 7)", "",
+         f"{meta['runs']} run(s) per cell; {meta['machine']}; stress programs -t {meta['threads']} "
+         f"-s {meta['scale']:g}; LLAMA: paper policy, constant:0.  Elapsed: lifetime run's wall "
+         "time (median, worst); peak RSS: wait4 (median); steady RSS: mean VmRSS sampled every "
+         "0.1 s after the program's STEADY line (basis marker) or over the last third of the "
+         "run (median over runs).  ×best: against the best of the non-LLAMA allocators on "
+         "that program (1.00 = best).", ""]
+    L += ["| program | allocator | elapsed s (med / worst) | ×best | peak RSS MiB | ×best | "
+          "steady RSS MiB | ×best | steady basis | result |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    mism = []
+    for prog in programs:
+        peers = [agg[(prog, a)] for a in allocators if a != "llama" and (prog, a) in agg
+                 and agg[(prog, a)].get("ok")]
+
+        def best(key):
+            vals = [c[key] for c in peers if c.get(key) is not None]
+            return min(vals) if vals else None
+        b_el, b_pk, b_st = best("elapsed_median"), best("peak_rss_median"), best("steady_rss_median")
+        results = set()
+        for a in allocators:
+            c = agg.get((prog, a))
+            if c is None:
+                continue
+            if not c.get("ok"):
+                L.append(f"| {prog} | {a} | failed: {'; '.join(c['errors'])[:120]} | | | | | | | |")
+                continue
+            results.update(c["results"])
+
+            def ratio(v, b):
+                return f"{v / b:.2f}" if v is not None and b else "–"
+            st = c["steady_rss_median"]
+            L.append(f"| {prog} | {a} | {c['elapsed_median']:.2f} / {c['elapsed_worst']:.2f} | "
+                     f"{ratio(c['elapsed_median'], b_el)} | {c['peak_rss_median']:.1f} | "
+                     f"{ratio(c['peak_rss_median'], b_pk)} | "
+                     f"{'–' if st is None else f'{st:.1f}'} | {ratio(st, b_st)} | {c['steady_basis']} | "
+                     f"{', '.join(c['results'])[:24]} |")
+        if len(results) > 1:
+            mism.append(f"{prog}: results differ across allocators: {sorted(results)}")
+    L.append("")
+    if mism:
+        L += ["**Result mismatches:**", ""] + [f"* {m}" for m in mism] + [""]
+    if notes:
+        L += ["Notes:", ""] + [f"* {n}" for n in notes] + [""]
+    return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "out" / "peer_suite"))
+    ap.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
+    ap.add_argument("--allocators", nargs="+", default=list(ALLOCATORS), choices=ALLOCATORS)
+    ap.add_argument("--threads", type=int, default=max(2, os.cpu_count() or 2),
+                    help="stress programs' threads (default: the CPUs, at least 2)")
+    ap.add_argument("--scale", type=float, default=1.0, help="stress programs' work multiplier")
+    ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
+    args = ap.parse_args(argv)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    notes = []
+    allocators = []
+    for a in args.allocators:
+        why = missing_allocator(a)
+        if why:
+            notes.append(f"allocator {a} skipped: {why}")
+            print(f"peer_suite: skip allocator {a}: {why}", file=sys.stderr)
+        else:
+            allocators.append(a)
+    tmp = out / "tmp"
+    probe = commands(out / "inputs", tmp, args.threads, args.scale)
+    programs = []
+    for p in args.programs:
+        why = missing_program(p, probe[p])
+        if why:
+            notes.append(f"program {p} skipped: {why}")
+            print(f"peer_suite: skip program {p}: {why}", file=sys.stderr)
+        else:
+            programs.append(p)
+    inputs = prepare_inputs(out, programs)
+    cmds = commands(inputs, tmp, args.threads, args.scale)
+    records = []
+    total = len(programs) * len(allocators) * args.runs
+    i = 0
+    for run in range(args.runs):
+        for prog in programs:
+            for alloc in allocators:
+                i += 1
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+                rec = run_once(prog, alloc, cmds[prog], args.timeout, tmp)
+                rec["run"] = run
+                records.append(rec)
+                shutil.rmtree(tmp, ignore_errors=True)
+                if rec["error"]:
+                    msg = f"FAILED: {rec['error']}"
+                else:
+                    st = rec["steady_rss_mib"]
+                    msg = (f"{rec['elapsed_s']:.2f} s, peak {rec['peak_rss_mib']:.1f} MiB, steady "
+                           f"{'-' if st is None else f'{st:.1f}'} MiB ({rec['steady_basis']}), {rec['result']}")
+                print(f"[{i}/{total}] {prog} {alloc} run {run}: {msg}", file=sys.stderr, flush=True)
+    agg = aggregate(records)
+    meta = {"runs": args.runs, "threads": args.threads, "scale": args.scale,
+            "machine": f"{os.cpu_count()} CPUs", "allocators": allocators, "programs": programs,
+            "commands": {p: cmds[p] for p in programs}}
+    (out / "results.json").write_text(json.dumps(
+        {"meta": meta, "notes": notes, "records": records,
+         "cells": [{"program": p, "allocator": a, **c} for (p, a), c in agg.items()]}, indent=1))
+    md = render(agg, programs, allocators, notes, meta)
+    (out / "results.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

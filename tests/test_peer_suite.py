@@ -1,0 +1,115 @@
+"""benchmarks/peer_suite.py and its stress programs (workloads/stress/), fast: the
+programs build and, at a tiny scale, give the same result line (checksum, operations)
+under glibc and under LLAMA's allocator; the suite's parsing of a run works."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import peer_suite  # noqa: E402
+
+BUILD = ROOT / "build"
+LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
+TINY = {  # program -> arguments of a run well under a second
+    "larson_sim": ["-t", "3", "-s", "0.002", "-n", "300"],
+    "mstress_sim": ["-t", "3", "-s", "0.005", "-R", "4"],
+    "rptest_sim": ["-t", "3", "-s", "0.002", "-p", "6"],
+}
+
+
+@pytest.fixture(scope="module")
+def stress_bin():
+    if not (BUILD / "build.ninja").exists() and not (BUILD / "Makefile").exists():
+        pytest.skip("native build not configured (make native)")
+    proc = subprocess.run(["cmake", "--build", str(BUILD), "--target", *TINY],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return BUILD / "workloads" / "stress"
+
+
+def _result(out: str, name: str) -> tuple[str, str]:
+    m = re.search(rf"^{name}: .*\bops=(\d+) .*checksum=([0-9a-f]{{16}}) errors=0$", out, re.M)
+    assert m, out
+    return m.group(1), m.group(2)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_stress_same_result_glibc_and_llama(stress_bin, name):
+    argv = [str(stress_bin / name), *TINY[name]]
+    direct = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert direct.returncode == 0, direct.stderr
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert _result(again.stdout, name) == _result(direct.stdout, name)  # deterministic
+    other_seed = subprocess.run(argv + ["-r", "7"], capture_output=True, text=True, timeout=60)
+    assert _result(other_seed.stdout, name)[1] != _result(direct.stdout, name)[1]
+    if not (BUILD / "allocator" / "liblifetime_alloc.so").exists():
+        pytest.skip("liblifetime_alloc.so not built")
+    results = {}
+    for alloc in ("glibc", "llama"):
+        proc = subprocess.run([LIFETIME, "run", "--allocator", alloc, "--", *argv],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        rec = peer_suite.parse_run_line(proc.stderr)
+        assert rec and rec["allocator"] == alloc and rec["exit"] == 0
+        results[alloc] = _result(proc.stdout, name)
+        if name != "larson_sim":
+            assert peer_suite.MARKER.search(proc.stdout)
+    assert results["glibc"] == results["llama"] == _result(direct.stdout, name)
+
+
+def test_stress_rejects_bad_arguments(stress_bin):
+    proc = subprocess.run([str(stress_bin / "larson_sim"), "-t", "0"], capture_output=True,
+                          text=True, timeout=10)
+    assert proc.returncode == 64 and "usage" in proc.stderr
+
+
+def test_parse_run_line():
+    err = ("some program noise\n"
+           "lifetime run: llama (paper, constant:0): exit 0, peak RSS 341.4 MiB, wall 2.36 s; "
+           "huge pages 6 live, 114 peak; objects 560 live, 7071236 allocated; 5 lock acquisitions\n")
+    assert peer_suite.parse_run_line(err) == {
+        "allocator": "llama", "detail": "paper, constant:0", "exit": 0,
+        "peak_rss_mib": 341.4, "elapsed_s": 2.36}
+    rec = peer_suite.parse_run_line("lifetime run: tcmalloc-gperftools: exit 1, peak RSS 12.0 MiB, wall 0.05 s\n")
+    assert rec["allocator"] == "tcmalloc-gperftools" and rec["detail"] is None and rec["exit"] == 1
+    assert peer_suite.parse_run_line("no summary here") is None
+
+
+def test_steady_rss_marker_and_last_third():
+    samples = [(t / 10, 100.0 if t < 50 else 20.0) for t in range(100)]
+    assert peer_suite.steady_rss(samples, 10.0, 6.0) == (20.0, "marker")
+    value, basis = peer_suite.steady_rss(samples, 10.0, None)
+    assert basis == "last third" and value == 20.0
+    assert peer_suite.steady_rss([], 1.0, None) == (None, "none")
+    assert peer_suite.steady_rss([(0.0, 5.0)], 1.0, 2.0) == (5.0, "marker (last sample)")
+
+
+def test_result_key_and_report():
+    out = "mstress_sim: STEADY released\nmstress_sim: threads=2 scale=1 seed=1 ops=10 elapsed=0.1 ops/s=100 checksum=00000000000000ab errors=0\n"
+    assert peer_suite.result_key("mstress", out) == "00000000000000ab ops=10"
+    assert peer_suite.result_key("rocksdb", "readrandom : ... (253472 of 400000 found)\n") == "(253472 of 400000 found)"
+    recs = []
+    for alloc, el, res in (("glibc", 2.0, "a"), ("jemalloc", 1.0, "a"), ("llama", 4.0, "b")):
+        recs.append({"program": "larson", "allocator": alloc, "error": None, "elapsed_s": el,
+                     "peak_rss_mib": 10.0, "steady_rss_mib": 5.0, "steady_basis": "last third",
+                     "result": res})
+    recs.append(dict(recs[0], error="exit 1: boom"))
+    agg = peer_suite.aggregate(recs)
+    assert agg[("larson", "glibc")]["runs"] == 2 and agg[("larson", "glibc")]["ok"] == 1
+    md = peer_suite.render(agg, ["larson"], ["glibc", "jemalloc", "llama"], ["a note"],
+                           {"runs": 1, "machine": "x", "threads": 2, "scale": 1.0})
+    assert "| larson | llama | 4.00 / 4.00 | 4.00 |" in md  # against jemalloc's 1.0 s
+    assert "results differ" in md and "a note" in md
+
+
+def test_program_rss_of_a_tree():
+    # the sampler finds the program under lifetime run's launcher: here, no launcher
+    assert peer_suite.program_rss_kib(os.getpid()) is None
