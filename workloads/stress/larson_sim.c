@@ -14,14 +14,8 @@
 static long g_slots = 5000, g_min = 8, g_max = 1000;
 
 static int other_opt(char opt, const char *v) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*end || x < 1) return 0;
-  if (opt == 'n') g_slots = x;
-  else if (opt == 'm') g_min = x;
-  else if (opt == 'M') g_max = x;
-  else return 0;
-  return 1;
+  long *to = opt == 'n' ? &g_slots : opt == 'm' ? &g_min : opt == 'M' ? &g_max : NULL;
+  return to && parse_long_min(v, 1, to);
 }
 
 typedef struct {
@@ -81,9 +75,7 @@ int main(int argc, char **argv) {
   uint64_t ops = 0;
   for (int t = 0; t < T; t++) {
     pthread_join(th[t], NULL);
-    total.sum += ws[t].tally.sum;
-    total.errors += ws[t].tally.errors;
-    ops += ws[t].ops;
+    add_worker(&total, &ops, &ws[t].tally, ws[t].ops);
   }
   for (int t = 0; t < T; t++) {
     for (long i = 0; i < g_slots; i++) obj_free(arrays[t][i], &total);

@@ -26,22 +26,9 @@ static long g_retain_mib = 256;
 static _Atomic(void *) g_table[TABLE];
 
 static int other_opt(char opt, const char *v) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*end || x < 0 || opt != 'R') return 0;
-  g_retain_mib = x;
-  return 1;
+  return opt == 'R' && parse_long_min(v, 0, &g_retain_mib);
 }
 
-typedef struct { void **p; long n, cap; } vec_t;
-static void vec_push(vec_t *v, void *p) {
-  if (v->n == v->cap) {
-    v->cap = v->cap ? v->cap * 2 : 1024;
-    v->p = realloc(v->p, (size_t)v->cap * sizeof *v->p);
-    if (!v->p) { fprintf(stderr, "out of memory\n"); exit(2); }
-  }
-  v->p[v->n++] = p;
-}
 static void vec_free_all(vec_t *v, rng_t *shuffle, tally_t *t) {
   if (shuffle)
     for (long i = v->n - 1; i > 0; i--) {
@@ -136,9 +123,7 @@ int main(int argc, char **argv) {
   uint64_t ops = 0;
   for (int t = 0; t < T; t++) {
     pthread_join(th[t], NULL);
-    total.sum += ws[t].tally.sum;
-    total.errors += ws[t].tally.errors;
-    ops += ws[t].ops;
+    add_worker(&total, &ops, &ws[t].tally, ws[t].ops);
   }
   for (long i = 0; i < TABLE; i++) obj_free(atomic_exchange(&g_table[i], NULL), &total);
   double secs = now_s() - t0;

@@ -20,21 +20,7 @@
 static long g_peak_mib = 512;
 
 static int other_opt(char opt, const char *v) {
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (*end || x < 1 || opt != 'p') return 0;
-  g_peak_mib = x;
-  return 1;
-}
-
-typedef struct { void **p; long n, cap; } vec_t;
-static void vec_push(vec_t *v, void *p) {
-  if (v->n == v->cap) {
-    v->cap = v->cap ? v->cap * 2 : 4096;
-    v->p = realloc(v->p, (size_t)v->cap * sizeof *v->p);
-    if (!v->p) { fprintf(stderr, "out of memory\n"); exit(2); }
-  }
-  v->p[v->n++] = p;
+  return opt == 'p' && parse_long_min(v, 1, &g_peak_mib);
 }
 
 typedef struct worker {

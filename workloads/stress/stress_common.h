@@ -82,6 +82,33 @@ static void obj_free(void *obj, tally_t *t) {
   free(p);
 }
 
+/* A whole-string decimal >= min into *out: 1, or 0 (not a number, or below min). */
+static inline int parse_long_min(const char *v, long min, long *out) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (!*v || *end || x < min) return 0;
+  *out = x;
+  return 1;
+}
+
+/* A growable array of object pointers (the thread's own; realloc'd, never shared). */
+typedef struct { void **p; long n, cap; } vec_t;
+static inline void vec_push(vec_t *v, void *p) {
+  if (v->n == v->cap) {
+    v->cap = v->cap ? v->cap * 2 : 1024;
+    v->p = realloc(v->p, (size_t)v->cap * sizeof *v->p);
+    if (!v->p) { fprintf(stderr, "out of memory\n"); exit(2); }
+  }
+  v->p[v->n++] = p;
+}
+
+/* After pthread_join: one worker's checksum, errors and operations into the totals. */
+static inline void add_worker(tally_t *total, uint64_t *ops, const tally_t *t, uint64_t n) {
+  total->sum += t->sum;
+  total->errors += t->errors;
+  *ops += n;
+}
+
 static inline double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
