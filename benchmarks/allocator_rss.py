@@ -67,6 +67,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from core import export_dir  # noqa: E402
+from benchmarks.servers.machine import (STATS_SAMPLED, Sampler,  # noqa: E402,F401
+                                        llama_stats_path, time_mean)
 
 LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
 MIB = 1024 * 1024
@@ -147,113 +149,6 @@ LABELS = {
 
 def log(msg: str) -> None:
     print(f"[allocator_rss {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# LLAMA's stats fields kept from each interval write (LIFETIME_ALLOC_STATS_INTERVAL)
-STATS_SAMPLED = ("uptime_ns", "live_huge_pages", "committed_bytes", "held_free_pages",
-                 "direct_bytes", "bytes_requested", "objects")
-
-
-def llama_stats_path(pid: int) -> pathlib.Path | None:
-    """The stats file the allocator in server PID writes.  `lifetime run` points
-    LIFETIME_ALLOC_STATS at its own temporary directory (stats.%p.json) and copies the file
-    to --stats only at exit; the launcher (the server's parent) carries that variable
-    unaltered (Redis's setproctitle overwrites its own environment block), so read it
-    there, then in the server's own."""
-    try:
-        ppid = int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    for p in (ppid, pid):
-        try:
-            env = pathlib.Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for kv in env:
-            if kv.startswith(b"LIFETIME_ALLOC_STATS="):
-                value = kv.split(b"=", 1)[1].decode(errors="replace")
-                return pathlib.Path(value.replace("%p", str(pid)))
-    return None
-
-
-class Sampler:
-    """/proc/PID/smaps_rollup (kB fields) and utime+stime every INTERVAL s, in a thread;
-    with LLAMA_STATS, also the allocator's stats file whenever it was rewritten (the
-    allocator's interval writes), as stats_samples (STATS_SAMPLED fields; t: when this
-    sampler saw it, at most INTERVAL s after the write)."""
-
-    FIELDS = ("Rss", "Anonymous", "AnonHugePages")
-
-    def __init__(self, pid: int, t0: float, interval: float, llama_stats: bool = False):
-        self.pid, self.t0, self.interval = pid, t0, interval
-        self.samples: list[dict] = []
-        self.stats_samples: list[dict] = []
-        self._llama_stats = llama_stats
-        self._stats_path: pathlib.Path | None = None
-        self._stats_mtime: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _read_llama_stats(self, t: float) -> None:
-        if self._stats_path is None:
-            self._stats_path = llama_stats_path(self.pid)
-            if self._stats_path is None:
-                return
-        try:  # written to a temporary file and renamed: never seen half-written
-            mtime = self._stats_path.stat().st_mtime_ns
-            if mtime == self._stats_mtime:
-                return
-            data = json.loads(self._stats_path.read_text())
-        except (OSError, ValueError):
-            return
-        self._stats_mtime = mtime
-        if self.stats_samples and self.stats_samples[-1]["uptime_ns"] == data.get("uptime_ns"):
-            return
-        self.stats_samples.append({"t": t, **{k: data.get(k) for k in STATS_SAMPLED}})
-
-    def sample(self) -> dict | None:
-        try:
-            text = pathlib.Path(f"/proc/{self.pid}/smaps_rollup").read_text()
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        s = {"t": round(time.monotonic() - self.t0, 3)}
-        for line in text.splitlines():
-            name, _, rest = line.partition(":")
-            if name in self.FIELDS:
-                s[name] = int(rest.split()[0])
-        s["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
-        self.samples.append(s)
-        if self._llama_stats:
-            self._read_llama_stats(s["t"])
-        return s
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            if self.sample() is None:
-                return
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "Sampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
-def time_mean(samples: list[dict], key: str, lo: float, hi: float) -> float | None:
-    """Time-weighted mean of KEY over [LO, HI] (each sample holds until the next)."""
-    pts = [(s["t"], s[key]) for s in samples if s.get(key) is not None]
-    total = acc = 0.0
-    for (t, v), nxt in zip(pts, pts[1:] + [(hi, None)]):
-        a, b = max(t, lo), min(nxt[0], hi)
-        if b > a:
-            acc += v * (b - a)
-            total += b - a
-    return acc / total if total else None
 
 
 def _commands(port: int) -> int:

@@ -272,7 +272,6 @@ def run(version: str, out_dir: str, seed: int = 1, full_trace: bool = False,
     run --allocator ALLOCATOR ALLOCATOR_ARGS`).  Either way the server's RSS is sampled
     every RSS_INTERVAL s: peak, steady (steady_window) and at each phase start.  Returns
     the record, also written to OUT_DIR/run.json."""
-    from benchmarks.allocator_rss import Sampler, time_mean
 
     redis.check_version(version)
     build = redis.ensure(version)
@@ -301,7 +300,7 @@ def run(version: str, out_dir: str, seed: int = 1, full_trace: bool = False,
                           os.path.join(workdir, "redis.log"))
         pid = int(redis.info(port)["process_id"])
         t0 = time.monotonic()
-        with Sampler(pid, t0, rss_interval) as rss, machine.Monitor(pid=pid) as mon:
+        with machine.Sampler(pid, t0, rss_interval) as rss, machine.Monitor(pid=pid) as mon:
             record["driver"] = drive(port, plan, lambda p: marks.setdefault(
                 p, round(time.monotonic() - t0, 3)))
             marks["end"] = round(time.monotonic() - t0, 3)
@@ -323,7 +322,7 @@ def run(version: str, out_dir: str, seed: int = 1, full_trace: bool = False,
                                          "total_commands", "bytes", "sha256", "by_command",
                                          "stored_by_fate", "fate_commands", "live_at_phase_end")},
         "rss": {"peak_mib": round(max(s["Rss"] for s in kib) / 1024, 2),
-                "steady_mib": round(time_mean(kib, "Rss", lo, hi) / 1024, 2),
+                "steady_mib": round(machine.time_mean(kib, "Rss", lo, hi) / 1024, 2),
                 "steady_window_s": [lo, hi],
                 "at_phase_start_mib": {p: round(next((s["Rss"] for s in kib if s["t"] >= t), 0)
                                                / 1024, 2) for p, t in marks.items()},
