@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="stress programs' work multiplier")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
     args = ap.parse_args(argv)
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(args.out).resolve()  # the programs run in a scratch directory
     out.mkdir(parents=True, exist_ok=True)
     notes = []
     allocators = []
