@@ -1,9 +1,5 @@
 #include "predictor.h"
 
-#include <elf.h>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -232,45 +228,13 @@ constexpr char kLabelsSection[] = "lifetime_labels";
 constexpr uint64_t kLabelsMagic = 0x314c4542414c544cull;  // "LTLABEL1", little-endian
 constexpr int kLabelsHead = 5;
 
-bool read_at(int fd, void* buf, size_t n, uint64_t off) {
-  return ::pread(fd, buf, n, off_t(off)) == ssize_t(n);
-}
-
 // The kLabelsSection of an ELF64 file as words into out[cap]: how many the section holds
 // (read only when at most cap), 0 when the file has no such section, -1 when it cannot be
-// read as ELF64.  open/pread/close into the caller's buffer: nothing allocated.
+// read as ELF64 or the section is not whole words.  Nothing allocated (lt_elf_section).
 int read_labels_section(const char* path, uint64_t* out, int cap) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int found = -1;
-  Elf64_Ehdr eh;
-  Elf64_Shdr strtab;
-  if (read_at(fd, &eh, sizeof eh, 0) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
-      eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_ident[EI_DATA] == ELFDATA2LSB &&
-      eh.e_shentsize == sizeof(Elf64_Shdr) && eh.e_shstrndx < eh.e_shnum &&
-      read_at(fd, &strtab, sizeof strtab, eh.e_shoff + uint64_t(eh.e_shstrndx) * sizeof(Elf64_Shdr))) {
-    found = 0;
-    for (unsigned i = 0; i < eh.e_shnum; ++i) {
-      Elf64_Shdr sh;
-      char name[sizeof kLabelsSection];
-      if (!read_at(fd, &sh, sizeof sh, eh.e_shoff + uint64_t(i) * sizeof sh)) {
-        found = -1;
-        break;
-      }
-      if (sh.sh_name >= strtab.sh_size || !read_at(fd, name, sizeof name, strtab.sh_offset + sh.sh_name) ||
-          std::memcmp(name, kLabelsSection, sizeof name) != 0)
-        continue;
-      if (sh.sh_type == SHT_NOBITS || sh.sh_size % 8 || sh.sh_size / 8 > 1u << 20)
-        found = -1;
-      else if (sh.sh_size / 8 > uint64_t(cap))
-        found = int(sh.sh_size / 8);
-      else
-        found = read_at(fd, out, size_t(sh.sh_size), sh.sh_offset) ? int(sh.sh_size / 8) : -1;
-      break;
-    }
-  }
-  ::close(fd);
-  return found;
+  const long bytes = lt_elf_section(path, kLabelsSection, out, sizeof(uint64_t) * size_t(cap));
+  if (bytes < 0 || bytes % 8 || bytes / 8 > 1l << 20) return -1;
+  return int(bytes / 8);
 }
 
 }  // namespace

@@ -61,6 +61,11 @@ LT_ONLINE_VISIBILITY void lt_online_set_served(lt_online_served_fn fn);
  * plugin's default, 1000), from each thread's next first classify; call it before any.
  * 0 when the plugin cannot set it. */
 LT_ONLINE_VISIBILITY int lt_online_set_revalidate_every(long n);
+/* The section `name` of the ELF64 file at path (symtab.c): its size in bytes, its contents
+ * copied into out when they fit in cap; 0 when the file has no such section, -1 when it
+ * cannot be read as ELF64.  mmap/munmap only, no malloc: the allocator reads the model
+ * plugin's class boundaries with it inside its first malloc, before the plugin loads. */
+LT_ONLINE_VISIBILITY long lt_elf_section(const char *path, const char *name, void *out, size_t cap);
 /* fork child: the predictors' and the symbol index's locks. */
 LT_ONLINE_VISIBILITY void lt_online_reset_child(void);
 

@@ -262,9 +262,10 @@ static uint32_t crc32_of(const uint8_t *p, size_t n) {
   return c ^ 0xffffffffu;
 }
 
-/* .gnu_debuglink: the file name (NUL-terminated in the mapping) and its CRC32. */
-static const char *debuglink(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec,
-                             uint32_t *crc) {
+/* The first section with contents named `wanted`, inside the mapping; NULL if there is
+ * none (or it runs past the file's end). */
+static const Elf64_Shdr *find_section(const uint8_t *file, size_t len, const Elf64_Shdr *sh,
+                                      int nsec, const char *wanted) {
   const Elf64_Ehdr *eh = (const Elf64_Ehdr *)file;
   if (eh->e_shstrndx >= nsec) return NULL;
   const Elf64_Shdr *names = &sh[eh->e_shstrndx];
@@ -272,16 +273,36 @@ static const char *debuglink(const uint8_t *file, size_t len, const Elf64_Shdr *
   for (int i = 0; i < nsec; i++) {
     if (sh[i].sh_name >= names->sh_size || sh[i].sh_type == SHT_NOBITS) continue;
     const char *sname = (const char *)file + names->sh_offset + sh[i].sh_name;
-    if (strncmp(sname, ".gnu_debuglink", names->sh_size - sh[i].sh_name) != 0) continue;
-    if (sh[i].sh_offset + sh[i].sh_size > len) return NULL;
-    const char *name = (const char *)file + sh[i].sh_offset;
-    size_t n = strnlen(name, sh[i].sh_size);
-    size_t at = (n + 4) & ~(size_t)3;
-    if (n == 0 || at + 4 > sh[i].sh_size || memchr(name, '/', n)) return NULL;
-    memcpy(crc, name + at, 4); /* little-endian, like the file (x86-64) */
-    return name;
+    if (strncmp(sname, wanted, names->sh_size - sh[i].sh_name) != 0) continue;
+    return sh[i].sh_offset + sh[i].sh_size > len ? NULL : &sh[i];
   }
   return NULL;
+}
+
+/* .gnu_debuglink: the file name (NUL-terminated in the mapping) and its CRC32. */
+static const char *debuglink(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec,
+                             uint32_t *crc) {
+  const Elf64_Shdr *s = find_section(file, len, sh, nsec, ".gnu_debuglink");
+  if (!s) return NULL;
+  const char *name = (const char *)file + s->sh_offset;
+  size_t n = strnlen(name, s->sh_size);
+  size_t at = (n + 4) & ~(size_t)3;
+  if (n == 0 || at + 4 > s->sh_size || memchr(name, '/', n)) return NULL;
+  memcpy(crc, name + at, 4); /* little-endian, like the file (x86-64) */
+  return name;
+}
+
+long lt_elf_section(const char *path, const char *name, void *out, size_t cap) {
+  size_t len = 0;
+  const Elf64_Shdr *sh;
+  int nsec = 0;
+  const uint8_t *file = map_elf(path, &len, &sh, &nsec);
+  if (!file) return -1;
+  const Elf64_Shdr *s = find_section(file, len, sh, nsec, name);
+  long size = s ? (long)s->sh_size : 0;
+  if (s && s->sh_size <= cap) memcpy(out, file + s->sh_offset, s->sh_size);
+  munmap((void *)file, len);
+  return size;
 }
 
 /* Uses path's .symtab for m if it is the module's debug file: the same build id (where
