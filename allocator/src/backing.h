@@ -30,6 +30,13 @@ class Backing {
     now_ = now;
     if (nheld_ && held_[0].at + delay_ns_ <= now) expire();
   }
+  // Returns every held page now, whatever its delay (malloc_trim).
+  void release_held() {
+    while (nheld_) {
+      give_back(held_[0].first, held_[0].n);
+      drop_held(0);
+    }
+  }
   // The real address of an abstract one, or 0 when it lies outside the reservation.
   uintptr_t real(uint64_t abstract) const;
   bool contains(const void* p) const {

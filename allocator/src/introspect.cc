@@ -73,13 +73,10 @@ uint64_t trim() EXCLUDES(heap_lock) {
   // The policy's per-slot records give back their tail (as every 1024 frees do).
   const uint64_t meta_before = arena::held_bytes();
   guarded("policy: ", [&]() REQUIRES(heap_lock) { s.policy->trim(uint32_t(s.slots.end())); });
-  // Every held free huge page back to the kernel now: with a zero delay every one is due
-  // (Backing's public API; the delay is put back at once).
+  // Every held free huge page back to the kernel now.
   Backing& b = s.backing;
   const uint64_t returned_before = b.pages_returned();
-  b.set_release_delay(s.cfg.release_keep_pages, 0);
-  b.set_now(s.last_now);
-  b.set_release_delay(s.cfg.release_keep_pages, s.cfg.release_delay_ns);
+  b.release_held();
   const uint64_t bytes = (b.pages_returned() - returned_before) * Backing::kHuge + sub0(meta_before, arena::held_bytes());
   ++s.c.trims;
   s.c.trimmed_bytes += bytes;
