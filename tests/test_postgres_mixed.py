@@ -13,6 +13,7 @@ import re
 import pytest
 
 from benchmarks.servers import postgres, postgres_mixed
+from benchmarks.servers.common import PrerequisiteMissing
 
 SHORT = (("warm", 0.4), ("grow", 1.2), ("peak", 0.4), ("shrink", 0.8), ("steady", 1.2))
 
@@ -82,7 +83,7 @@ def test_real_server_runs_the_plan(tmp_path):
         pytest.skip("the sampler is not built (make native)")
     try:
         postgres.ensure("15.5")  # the pgserver wheel from PyPI, cached
-    except Exception as e:  # noqa: BLE001 - no network: say so
+    except PrerequisiteMissing as e:  # not cached, and no network / PyPI / pip to fetch it
         pytest.skip(f"postgres 15.5 could not be fetched: {e}")
     rec = postgres_mixed.run("15.5", str(tmp_path), seed=5, interval=65536, phases=SHORT)
     plan = postgres_mixed.Plan(5, 1.0, SHORT)

