@@ -167,6 +167,64 @@ def test_drops_from_a_tiny_table_are_counted_and_reported(bins, tmp_path, capsys
     assert "recording:       full trace (every allocation; live table of 1000)" in text
 
 
+@pytest.mark.parametrize("program, chunk", [(["seq", "20000"], 1), (["seq", "20000"], 5),
+                                            (["live", "100"], 1)],
+                         ids=["first-chunk", "fifth-chunk", "only-chunk"])
+def test_an_overflowed_chunk_is_counted_as_dropped(bins, tmp_path, program, chunk):
+    """A chunk that overflows its buffer is never written (flush.c); its samples are
+    counted as dropped, the stacks and mappings it named are named again, a header it
+    held is written with the next chunk, a trailer it held is written again ("live 100"
+    with the default buffer makes one chunk).  The overflow cannot happen with
+    flush.c's size bounds: LIFETIME_TEST_OVERFLOW_CHUNK=N makes the Nth chunk overflow."""
+    env = {**FULL, "LIFETIME_TEST_OVERFLOW_CHUNK": str(chunk)}
+    if program[0] == "seq":
+        env["LIFETIME_FULL_TRACE_BUFFER"] = "64"  # a flush (a chunk) every 64 records
+    proc = run_sampled([bins["full_trace"], *program], tmp_path, extra_env=env)
+    assert proc.stderr.count("internal error: chunk overflow in ") == 1, proc.stderr
+    [path] = profile_files(tmp_path)
+    reader = ProfileReader(path)
+    samples = list(reader.samples())
+    assert not reader.problems, reader.problems
+    t = reader.trailer
+    assert reader.header is not None and reader.header.full_trace and t is not None
+    # sampled + dropped = taken: every allocation is a written sample or a counted drop
+    assert t.dropped_samples > 0 and t.dropped_stacks == 0
+    assert t.samples == len(samples) == reader.kept
+    assert t.samples + t.dropped_samples == t.total_allocations
+    assert t.censored_samples == sum(s.censored for s in samples)
+    assert {s.stack_id for s in samples} <= reader.stacks.keys()
+    assert [m for m in reader.mappings if m.path == bins["full_trace"]]  # written again
+    if program[0] == "seq":  # one flush of the 64-record buffer lost, the rest written
+        assert t.dropped_samples <= 64 + 1 and len(samples) > int(program[1]) - 64
+    else:  # everything was in the one chunk
+        assert t.samples == 0 and t.dropped_samples == t.total_allocations > 100
+
+
+def test_an_overflowed_chunk_around_a_failed_exec_is_counted_once(bins, tmp_path):
+    """Two failed execs, each ending the file tentatively (truncated when the exec
+    fails), then more allocations: whichever of the first chunks overflows, the file is
+    complete and counts what it lost; a dropped tentative end (its censored samples
+    still live, written at the real end) is no loss."""
+    dropped = []
+    for chunk in (1, 2, 3, 4):
+        out = tmp_path / str(chunk)
+        proc = run_sampled([bins["host_safety"], "execfail", "-"], out,
+                           extra_env={**FULL, "LIFETIME_TEST_OVERFLOW_CHUNK": str(chunk)})
+        assert proc.stdout == "execfail continued errno 2\n"
+        assert proc.stderr.count("internal error: chunk overflow in ") == 1, proc.stderr
+        [path] = profile_files(out)
+        reader = ProfileReader(path)
+        samples = list(reader.samples())
+        t = reader.trailer
+        assert not reader.problems and t is not None, (chunk, reader.problems)
+        assert t.samples == len(samples) and t.censored_samples == sum(s.censored
+                                                                       for s in samples)
+        assert t.samples + t.dropped_samples == t.total_allocations, chunk
+        assert {s.stack_id for s in samples} <= reader.stacks.keys()
+        dropped.append(t.dropped_samples)
+    assert 0 in dropped and max(dropped) > 0, dropped
+
+
 def test_threads_with_back_pressure_lose_nothing(bins, tmp_path):
     """4 threads free each other's objects; a 16-record done buffer makes threads
     wait for the flush lock and flush themselves all the time."""

@@ -133,6 +133,10 @@ struct lt_global {
   int file_failed;
   uint64_t file_bytes;      /* bytes this image has appended to its file */
   uint64_t samples_written, censored_written;
+  uint64_t chunk_dropped;   /* samples lost with chunks flush.c could not write (an
+                             * overflow); also counted in dropped_samples */
+  uint64_t test_overflow_chunk; /* LIFETIME_TEST_OVERFLOW_CHUNK (tests only): this
+                                 * image's Nth chunk is treated as overflowed; 0: none */
   uint32_t gen_seq;         /* source of file_gen and mark_gen values, never reused */
   uint32_t file_gen;        /* per file; a stack is emitted once per gen */
   uint32_t mark_gen;        /* gen stamped on stacks emitted now: file_gen, or a fresh
@@ -203,6 +207,8 @@ LT_HIDDEN void lt_done_reset_child(void);
 LT_HIDDEN size_t lt_read_file(const char *path, char *buf, size_t cap);
 struct lt_pb;
 LT_HIDDEN void lt_maps_reset(void);
+LT_HIDDEN int lt_maps_emitted(void);
+LT_HIDDEN void lt_maps_forget(int kept);
 /* Encodes every executable file-backed mapping not yet written to this file as
  * ProfileChunk.mappings; calls ensure(bytes) before each so the caller can start a
  * new chunk when the current one is full. */

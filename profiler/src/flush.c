@@ -35,6 +35,11 @@ const struct lt_done *lt_flush_extra;
 static uint8_t *chunk; /* LT_TFRECORD_HEAD + LT_CHUNK_CAP + LT_TFRECORD_FOOT */
 static struct lt_pb pb;
 static int chunk_has_data;
+/* The samples (of them censored) encoded into the chunk being built: counted in
+ * samples_written / censored_written as they are encoded, taken back if it is dropped. */
+static uint64_t chunk_samples, chunk_censored;
+static int chunk_maps_from; /* lt_maps_emitted() when the chunk was started */
+static uint64_t chunks_seen; /* chunks this image has tried to write (test_overflow_chunk) */
 static char argv_buf[ARGV_MAX];
 
 /* Full trace: the chunk's completed samples as CompactSamples rows (profile.proto),
@@ -60,11 +65,15 @@ void lt_flush_reset_child(void) {
   lt_g.samples_written = 0;
   lt_g.censored_written = 0;
   lt_g.file_bytes = 0;
+  lt_g.chunk_dropped = 0;
+  chunks_seen = 0;
 }
 
 static void chunk_start(void) {
   lt_pb_init(&pb, chunk + LT_TFRECORD_HEAD, LT_CHUNK_CAP);
   chunk_has_data = 0;
+  chunk_samples = chunk_censored = 0;
+  chunk_maps_from = lt_maps_emitted();
   crows_len = 0;
   crows_count = 0;
   prev_addr = prev_free_ns = prev_free_bytes = 0;
@@ -109,12 +118,37 @@ static void write_all(const uint8_t *p, size_t n) {
   close(fd);
 }
 
-static void chunk_write(void) {
+static void encode_header(void);
+
+/* A chunk that overflowed is never written (a bad record would end the file for a
+ * reader).  What it held is accounted for: its samples leave samples_written (and
+ * censored_written) for dropped_samples; the stacks it named are named again when next
+ * used (fresh generations: a stack named twice in one file is read once); a header it
+ * held is encoded again into the next chunk; the mappings it held are emitted again by
+ * the next flush that emits mappings (one with samples; a final one; lt_flush's
+ * rewritten end). */
+static void chunk_drop(void) {
+  lt_log("internal error: chunk overflow in ", lt_g.path,
+         "; chunk dropped, its samples counted as dropped");
+  lt_g.samples_written -= chunk_samples;
+  lt_g.censored_written -= chunk_censored;
+  lt_g.chunk_dropped += chunk_samples;
+  atomic_fetch_add_explicit(&lt_g.dropped_samples, chunk_samples, memory_order_relaxed);
+  int tentative = lt_g.mark_gen != lt_g.file_gen; /* the end before an exec */
+  lt_g.file_gen = ++lt_g.gen_seq;
+  lt_g.mark_gen = tentative ? ++lt_g.gen_seq : lt_g.file_gen;
+  lt_maps_forget(chunk_maps_from);
+}
+
+/* Writes the chunk and starts the next; 0 when it was dropped (an overflow). */
+static int chunk_write(void) {
   compact_append();
-  if (pb.len == 0) return;
-  if (pb.overflow) {
-    /* cannot happen with the size bounds used by ensure(); never write a bad record */
-    lt_log("internal error: chunk overflow in ", lt_g.path, "; chunk dropped");
+  if (pb.len == 0) return 1;
+  if (lt_g.test_overflow_chunk && ++chunks_seen == lt_g.test_overflow_chunk) pb.overflow = 1;
+  int written = !pb.overflow;
+  if (!written) {
+    /* cannot happen with the size bounds used by ensure() */
+    chunk_drop();
   } else {
     size_t n = lt_tfrecord_frame(chunk, pb.len);
     write_all(chunk, n);
@@ -122,10 +156,12 @@ static void chunk_write(void) {
     lt_g.header_written = 1;
   }
   chunk_start();
+  if (!lt_g.header_written) encode_header(); /* it was in the dropped chunk */
+  return written;
 }
 
 static void ensure(size_t need) {
-  if (lt_pb_room(&pb) < need + crows_len + (crows_count ? COMPACT_TAIL : 0)) chunk_write();
+  if (lt_pb_room(&pb) < need + crows_len + (crows_count ? COMPACT_TAIL : 0)) (void)chunk_write();
   chunk_has_data = 1;
 }
 
@@ -220,6 +256,7 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
     crows_len += n;
     crows_count++;
     lt_g.samples_written++;
+    chunk_samples++;
     return;
   }
   /* The Sample, encoded inline into a scratch buffer (the hottest message: one per
@@ -265,7 +302,11 @@ static void emit_sample(const struct lt_done *d, int censored, uint64_t end_ns,
   lt_pb_raw(&pb, head, h);
   lt_pb_raw(&pb, body, n);
   lt_g.samples_written++;
-  if (censored) lt_g.censored_written++;
+  chunk_samples++;
+  if (censored) {
+    lt_g.censored_written++;
+    chunk_censored++;
+  }
 }
 
 struct censor_ctx {
@@ -279,6 +320,43 @@ static void emit_censored(const struct lt_live *e, void *vctx) {
                       .stack_id = e->stack_id, .tid = e->tid, .fn = e->fn,
                       .pred = e->pred, .pred_hit = e->pred_hit, .pred_ns = e->pred_ns};
   emit_sample(&d, 1, c->end_ns, c->end_bytes);
+}
+
+#define TRAILER_MAX (512 + sizeof lt_g.exec_note_path)
+
+/* The Trailer (ProfileChunk field 5), with the counts as they are now. */
+static void encode_trailer(int mode, int reason, const struct censor_ctx *c) {
+  ensure(TRAILER_MAX);
+  lt_pb_begin(&pb, 5);
+  lt_pb_uint(&pb, 1, (uint64_t)reason);
+  lt_pb_int(&pb, 2, lt_unix_ns());
+  lt_pb_uint(&pb, 3, c->end_ns);
+  lt_pb_uint(&pb, 4, c->end_bytes);
+  lt_pb_uint(&pb, 5, atomic_load(&lt_g.total_allocs));
+  lt_pb_uint(&pb, 6, atomic_load(&lt_g.clock_bytes));
+  lt_pb_uint(&pb, 7, lt_g.samples_written);
+  lt_pb_uint(&pb, 8, lt_g.censored_written);
+  lt_pb_uint(&pb, 9, atomic_load(&lt_g.dropped_samples));
+  lt_pb_uint(&pb, 10, atomic_load(&lt_g.dropped_stacks));
+  if (lt_online_enabled()) {
+    lt_pb_begin(&pb, 11);
+    lt_pb_uint(&pb, 1, atomic_load(&lt_online.calls));
+    lt_pb_uint(&pb, 2, atomic_load(&lt_online.hits));
+    lt_pb_uint(&pb, 3, atomic_load(&lt_online.misses));
+    lt_pb_uint(&pb, 4, atomic_load(&lt_online.model_runs));
+    lt_pb_uint(&pb, 5, atomic_load(&lt_online.revalidations));
+    lt_pb_uint(&pb, 6, atomic_load(&lt_online.disagreements));
+    lt_pb_uint(&pb, 7, atomic_load(&lt_online.failures));
+    lt_pb_uint(&pb, 8, atomic_load(&lt_online.total_ns));
+    lt_pb_end(&pb);
+  }
+  if (mode == LT_FLUSH_TENTATIVE && lt_g.exec_note_reason) {
+    lt_pb_begin(&pb, 12); /* Trailer.unprofiled_exec */
+    lt_pb_string(&pb, 1, lt_g.exec_note_path);
+    lt_pb_string(&pb, 2, lt_g.exec_note_reason);
+    lt_pb_end(&pb);
+  }
+  lt_pb_end(&pb);
 }
 
 void lt_flush(int mode, int reason) {
@@ -299,41 +377,19 @@ void lt_flush(int mode, int reason) {
       lt_flush_extra = NULL;
     }
   }
+  struct censor_ctx c = {0, 0};
   if (final) {
-    struct censor_ctx c = {lt_mono_ns(), atomic_load(&lt_g.clock_bytes)};
+    c.end_ns = lt_mono_ns();
+    c.end_bytes = atomic_load(&lt_g.clock_bytes);
     for (int s = 0; s < LT_STRIPES; s++) lt_live_for_each_stripe(s, emit_censored, &c);
-    ensure(512 + sizeof lt_g.exec_note_path);
-    lt_pb_begin(&pb, 5);
-    lt_pb_uint(&pb, 1, (uint64_t)reason);
-    lt_pb_int(&pb, 2, lt_unix_ns());
-    lt_pb_uint(&pb, 3, c.end_ns);
-    lt_pb_uint(&pb, 4, c.end_bytes);
-    lt_pb_uint(&pb, 5, atomic_load(&lt_g.total_allocs));
-    lt_pb_uint(&pb, 6, atomic_load(&lt_g.clock_bytes));
-    lt_pb_uint(&pb, 7, lt_g.samples_written);
-    lt_pb_uint(&pb, 8, lt_g.censored_written);
-    lt_pb_uint(&pb, 9, atomic_load(&lt_g.dropped_samples));
-    lt_pb_uint(&pb, 10, atomic_load(&lt_g.dropped_stacks));
-    if (lt_online_enabled()) {
-      lt_pb_begin(&pb, 11);
-      lt_pb_uint(&pb, 1, atomic_load(&lt_online.calls));
-      lt_pb_uint(&pb, 2, atomic_load(&lt_online.hits));
-      lt_pb_uint(&pb, 3, atomic_load(&lt_online.misses));
-      lt_pb_uint(&pb, 4, atomic_load(&lt_online.model_runs));
-      lt_pb_uint(&pb, 5, atomic_load(&lt_online.revalidations));
-      lt_pb_uint(&pb, 6, atomic_load(&lt_online.disagreements));
-      lt_pb_uint(&pb, 7, atomic_load(&lt_online.failures));
-      lt_pb_uint(&pb, 8, atomic_load(&lt_online.total_ns));
-      lt_pb_end(&pb);
-    }
-    if (mode == LT_FLUSH_TENTATIVE && lt_g.exec_note_reason) {
-      lt_pb_begin(&pb, 12); /* Trailer.unprofiled_exec */
-      lt_pb_string(&pb, 1, lt_g.exec_note_path);
-      lt_pb_string(&pb, 2, lt_g.exec_note_reason);
-      lt_pb_end(&pb);
-    }
-    lt_pb_end(&pb);
+    encode_trailer(mode, reason, &c);
     chunk_has_data = 1;
   }
-  if (chunk_has_data) chunk_write();
+  if (chunk_has_data && !chunk_write() && final) {
+    /* The trailer went with a dropped chunk: write it again (after the header and the
+     * mappings if they went too), counting that chunk's samples as dropped. */
+    if (mode != LT_FLUSH_TENTATIVE) lt_maps_emit(&pb, ensure);
+    encode_trailer(mode, reason, &c);
+    (void)chunk_write();
+  }
 }

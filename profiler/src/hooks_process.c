@@ -203,8 +203,8 @@ static const char *search_problem(const char *file, char *found, size_t cap) {
  * hook: its child runs only glibc-internal code before exec, and the new image
  * profiles itself. */
 struct exec_undo {
-  int held;
-  uint64_t offset, samples, censored, countdown;
+  int held, header_written;
+  uint64_t offset, samples, censored, chunk_dropped, countdown;
 };
 
 enum { EXEC_PATH, EXEC_SEARCH, EXEC_FD, EXEC_AT };
@@ -238,6 +238,8 @@ static void before_exec(struct exec_undo *u, int how, int dirfd, const char *pat
   u->offset = lt_g.file_bytes;
   u->samples = lt_g.samples_written;
   u->censored = lt_g.censored_written;
+  u->chunk_dropped = lt_g.chunk_dropped;
+  u->header_written = lt_g.header_written; /* 0 only if the commit's chunk was dropped */
   const char *why = NULL;
   char *note = lt_g.exec_note_path;
   size_t cap = sizeof lt_g.exec_note_path;
@@ -279,6 +281,11 @@ static void after_failed_exec(struct exec_undo *u) NO_THREAD_SAFETY_ANALYSIS { /
   }
   lt_g.samples_written = u->samples;
   lt_g.censored_written = u->censored;
+  /* the censored samples of a dropped chunk of the end are still live: not dropped */
+  atomic_fetch_sub_explicit(&lt_g.dropped_samples, lt_g.chunk_dropped - u->chunk_dropped,
+                            memory_order_relaxed);
+  lt_g.chunk_dropped = u->chunk_dropped;
+  lt_g.header_written = u->header_written; /* a header in the end was truncated with it */
   lt_g.exec_note_reason = NULL;
   lt_lock_release(&lt_g.flush_lock);
   t->countdown = u->countdown;

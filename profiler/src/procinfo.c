@@ -93,6 +93,13 @@ void lt_maps_reset(void) {
   next_map_id = 1;
 }
 
+/* How many mappings this file has been given; forgetting all but the first `kept`
+ * (the chunk that held the others was dropped: they are emitted again next time). */
+int lt_maps_emitted(void) { return ndone; }
+void lt_maps_forget(int kept) {
+  if (kept < ndone) ndone = kept;
+}
+
 static uint64_t hash_str(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;

@@ -86,6 +86,13 @@ void lt_global_init(struct lt_thread *t) {
   if (!env_u64("LIFETIME_FULL_TRACE_BUFFER", 16, 1u << 24, &buffer,
                "an integer in 16..16777216 (records)"))
     return;
+  /* Fault injection for tests (tests/test_sampler_full_trace.py): a chunk overflow
+   * cannot happen with flush.c's size bounds, so its accounting is tested by this. */
+  uint64_t overflow_chunk = 0;
+  if (!env_u64("LIFETIME_TEST_OVERFLOW_CHUNK", 0, UINT64_MAX, &overflow_chunk,
+               "an unsigned integer (a chunk number)"))
+    return;
+  lt_g.test_overflow_chunk = overflow_chunk;
   const char *seed_s = getenv("LIFETIME_SEED");
   if (seed_s && !env_u64("LIFETIME_SEED", 0, UINT64_MAX, &seed, "an unsigned integer")) return;
   const char *unw = getenv("LIFETIME_UNWINDER");
