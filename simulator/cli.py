@@ -295,14 +295,15 @@ def _print_results(out: str, rep: dict, seconds: float) -> None:
     if rep["sampled"]:
         print("note: sampled profile: the simulated heap holds the sampled objects only")
     print(f"{'predictor':<26} {'acc(alloc)':>10} {'acc(bytes)':>10} {'baseline MiB':>12} "
-          f"{'LLAMA MiB':>10} {'live MiB':>9} {'frag. red.':>10}")
+          f"{'LLAMA MiB':>10} {'live MiB':>9} {'frag. red.':>10} {'resident':>9} {'res. red.':>9}")
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     mib = lambda x: "n/a" if x is None else f"{x / report.MB:.1f}"  # noqa: E731
     for r in rep["table3"]:
         print(f"{r['predictor']:<26} {pct(r['accuracy_by_allocations']):>10} "
               f"{pct(r['accuracy_by_bytes']):>10} {mib(r['baseline_steady_state_bytes']):>12} "
               f"{mib(r['llama_steady_state_bytes']):>10} {mib(r['live_steady_state_bytes']):>9} "
-              f"{pct(r['fragmentation_reduction']):>10}")
+              f"{pct(r['fragmentation_reduction']):>10} {mib(r.get('llama_steady_resident_bytes')):>9} "
+              f"{pct(r.get('resident_fragmentation_reduction')):>9}")
     if rep.get("model"):
         m = rep["model"]
         print(f"model: {m['cache']['hits']:,} cache hits, {m['cache']['misses']:,} misses, "

@@ -161,6 +161,14 @@ void Backing::released(uint64_t first, uint64_t n) {
   give_back(first, n);
 }
 
+void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
+  unsigned g;
+  uint64_t local;
+  if (!locate(id, g, local) || local >= hw_[g]) return;  // an id that never got memory
+  madvise(reinterpret_cast<void*>(base_ + (g * per_group_pages_ + local) * kHuge + offset), bytes, MADV_DONTNEED);
+  subreleased_ += bytes;
+}
+
 void Backing::give_back(uint64_t first, uint64_t n) {
   unsigned g;
   uint64_t local;

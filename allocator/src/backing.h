@@ -45,6 +45,10 @@ class Backing {
   // sim::huge_page_hooks, through heap.cc.
   void taken(uint64_t first, uint64_t n);
   void released(uint64_t first, uint64_t n);
+  // Free pages inside a live huge page: [offset, offset + bytes) of id, MADV_DONTNEED now
+  // (the kernel splits the huge page; touched again, they come back as small pages).
+  void subreleased(uint64_t id, uint64_t offset, uint64_t bytes);
+  uint64_t subreleased_bytes_total() const { return subreleased_; }
   // The object table (policies whose heaps keep no slot map; heap.cc): the slot of the
   // object starting at p (its policy id), or kNoSlot.
   // One uint32 per 16-byte granule of the reservation, in address space reserved beside
@@ -97,7 +101,7 @@ class Backing {
   uint64_t total_ = 0, per_group_pages_ = 0;
   unsigned groups_ = 0;
   uint64_t hw_[kMaxGroups] = {};  // local ids below are read/write
-  uint64_t live_pages_ = 0, peak_pages_ = 0, returned_ = 0;
+  uint64_t live_pages_ = 0, peak_pages_ = 0, returned_ = 0, subreleased_ = 0;
   bool overflowed_ = false;
   bool table_ = true;
 };

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "baseline.h"  // heap/src: sim::SubreleaseRule
 #include "fatal.h"
 #include "parse_number.h"  // inprocess/src: the project's one integer parser
 
@@ -40,6 +41,12 @@ Config read_config() {
     c.release_delay_ns = parse_uint("LIFETIME_ALLOC_RELEASE_DELAY_MS", v, 0, 3600 * 1000) * 1000000;
   if (const char* v = std::getenv("LIFETIME_ALLOC_RELEASE_KEEP"))
     c.release_keep_pages = parse_uint("LIFETIME_ALLOC_RELEASE_KEEP", v, 0, 64);
+  c.subrelease_interval_ns = sim::SubreleaseRule{}.interval_ns;
+  c.subrelease_windows = sim::SubreleaseRule{}.windows;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_MS"))
+    c.subrelease_interval_ns = parse_uint("LIFETIME_ALLOC_SUBRELEASE_MS", v, 0, 3600 * 1000) * 1000000;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_WINDOWS"))
+    c.subrelease_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_WINDOWS", v, 1, 64));
   if (const char* v = std::getenv("LIFETIME_ALLOC_REVALIDATE"))
     c.revalidate_every = int64_t(parse_uint("LIFETIME_ALLOC_REVALIDATE", v, 0, UINT32_MAX));
   if (const char* v = std::getenv("LIFETIME_ALLOC_THREAD_CACHE"))

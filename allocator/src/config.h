@@ -19,6 +19,11 @@ struct Config {
   // (0: returned at once, as the policy says) and LIFETIME_ALLOC_RELEASE_KEEP (at most so many).
   uint64_t release_delay_ns = 1000ull * 1000000;
   uint64_t release_keep_pages = 4;
+  // Subrelease in the size-class heaps (sim::SubreleaseRule, heap/src/baseline.h: its
+  // defaults): LIFETIME_ALLOC_SUBRELEASE_MS, the interval (0: off), and
+  // LIFETIME_ALLOC_SUBRELEASE_WINDOWS, the intervals of demand remembered.
+  uint64_t subrelease_interval_ns = 0;
+  unsigned subrelease_windows = 1;
   // LIFETIME_ALLOC_REVALIDATE: the model cache reruns the model every N hits of an entry
   // (0: never); -1: the model library's default (1000).
   int64_t revalidate_every = 100000;

@@ -60,6 +60,9 @@ uint64_t policy_clock_ns() {
 // The policy calls these (sim::huge_page_hooks, sim::span_hooks) under the lock.
 void on_taken(uint64_t first, uint64_t n) REQUIRES(heap_lock) { g_state->backing.taken(first, n); }
 void on_released(uint64_t first, uint64_t n) REQUIRES(heap_lock) { g_state->backing.released(first, n); }
+void on_subreleased(uint64_t id, uint64_t offset, uint64_t bytes) REQUIRES(heap_lock) {
+  g_state->backing.subreleased(id, offset, bytes);
+}
 
 bool grouped(const sim::LlamaPolicy& p) {
   return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
@@ -146,6 +149,7 @@ void init() REQUIRES(heap_lock) {
   // The size-class heaps give a span of 256 pages fresh ids (heap_internal.h: fits_policy).
   g_policy_small_pad.store(!baseline && !grouped(pol) ? 0 : 8192, std::memory_order_relaxed);
   g_state->predictor = make_predictor(g_state->cfg.predictor, g_state->classes.num_classes(), g_state->cfg.revalidate_every);
+  sim::subrelease_rule = {g_state->cfg.subrelease_interval_ns, g_state->cfg.subrelease_windows};
   guarded("policy: ", [&]() REQUIRES(heap_lock) {
     if (baseline) g_state->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else g_state->policy = sim::make_policy_heap("llama", g_state->classes, pol, kDeadlineK, false);
@@ -158,7 +162,7 @@ void init() REQUIRES(heap_lock) {
   g_state->backing.init(baseline ? 1 : heap_count(pol, g_state->classes.num_classes()), g_state->cfg.reserve_bytes,
                         !slot_mapped);
   g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
-  sim::huge_page_hooks = {on_taken, on_released};
+  sim::huge_page_hooks = {on_taken, on_released, on_subreleased};
   tc::setup(slot_mapped);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();
   g_state->start_ns = g_state->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)

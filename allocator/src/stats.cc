@@ -61,6 +61,9 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("peak_committed_bytes", s.backing.peak_committed_bytes());
   j.kv("touched_bytes", s.backing.touched_bytes());
   j.kv("huge_pages_returned", s.backing.pages_returned());
+  // free pages of live huge pages given back (subrelease): now, and in all
+  j.kv("subreleased_bytes", s.policy->subreleased_bytes());
+  j.kv("total_subreleased_bytes", s.backing.subreleased_bytes_total());
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
   j.kv("huge_pages_reused_held", s.backing.pages_reused());

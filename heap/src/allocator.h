@@ -66,6 +66,9 @@ class HeapAllocator {
   // Time advances to `now` (LLAMA: deadlines expire).  Monotone.
   virtual void advance(uint64_t now) { (void)now; }
   virtual uint64_t live_huge_pages() const = 0;
+  // Of those, bytes of free pages given back to the OS (subrelease): resident memory is
+  // live_huge_pages() x 2 MiB less this.
+  virtual uint64_t subreleased_bytes() const { return 0; }
   virtual Counters counters() const = 0;
   // Address and size of a live slot (for the checker).
   virtual std::pair<uint64_t, uint64_t> where(uint32_t slot) const = 0;

@@ -27,6 +27,80 @@ TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
   build_size_classes();
   filler_head_.assign(size_t(kPagesPerHuge) * kPagesPerHuge, kNone);
   filler_used_.resize(kPagesPerHuge);
+  set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows);
+}
+
+void TcmallocBaseline::set_subrelease(uint64_t interval_ns, unsigned windows) {
+  SIM_CHECK(windows >= 1 && windows <= kMaxWindows, name_ + ": subrelease windows");
+  sr_interval_ns_ = interval_ns;
+  sr_windows_ = windows;
+  sr_at_ = 0;
+  sr_next_ns_ = 0;
+  sr_peak_.fill(used_pages_);
+}
+
+void TcmallocBaseline::note_used(uint32_t hp, unsigned first, unsigned n) {
+  HugePage& h = hps_[hp];
+  used_pages_ += n;
+  if (sr_peak_[sr_at_] < used_pages_) sr_peak_[sr_at_] = used_pages_;
+  if (!h.nreleased) return;
+  for (unsigned p = first; p < first + n; ++p)
+    if (h.released.test(p)) {  // back from the OS by being touched
+      h.released.clear(p);
+      --h.nreleased;
+      --released_pages_;
+    }
+}
+
+void TcmallocBaseline::advance(uint64_t now) {
+  if (!sr_interval_ns_ || now < sr_next_ns_) return;
+  if (sr_next_ns_ == 0) {  // the first time: the clock starts here
+    sr_next_ns_ = now + sr_interval_ns_;
+    return;
+  }
+  // Intervals over: each a new window whose demand starts at what is in use now.
+  const uint64_t k = (now - sr_next_ns_) / sr_interval_ns_ + 1;
+  for (uint64_t i = 0; i < std::min<uint64_t>(k, sr_windows_); ++i) {
+    sr_at_ = (sr_at_ + 1) % sr_windows_;
+    sr_peak_[sr_at_] = used_pages_;
+  }
+  sr_next_ns_ += k * sr_interval_ns_;
+  subrelease();
+}
+
+void TcmallocBaseline::subrelease() {
+  uint64_t peak = 0;
+  for (unsigned i = 0; i < sr_windows_; ++i) peak = std::max(peak, sr_peak_[i]);
+  const uint64_t free = live_hps_ * kPagesPerHuge - released_pages_ - used_pages_;
+  const uint64_t keep = peak - std::min(peak, used_pages_);
+  // Less than half a huge page to give back: not worth the faults.
+  if (free <= keep || free - keep < kPagesPerHuge / 2) return;
+  uint64_t want = free - keep;
+  // Sparsest first: their pages are the least likely to fill again (the filler prefers
+  // the fullest), and the most likely to empty and go back whole.
+  std::vector<std::pair<uint32_t, uint32_t>> order;  // (pages used, huge page slot)
+  for (const auto& [id, hp] : slot_by_id_) {
+    const HugePage& h = hps_[hp];
+    if (!h.whole && h.nused + h.nreleased < kPagesPerHuge) order.push_back({h.nused, hp});
+  }
+  std::sort(order.begin(), order.end());
+  ++c_subrelease_runs_;
+  for (const auto& [nused, hp] : order) {
+    HugePage& h = hps_[hp];
+    for (unsigned p = 0; p < kPagesPerHuge && want;) {
+      if (h.used.test(p) || h.released.test(p)) { ++p; continue; }
+      unsigned e = p;
+      while (e < kPagesPerHuge && !h.used.test(e) && !h.released.test(e)) h.released.set(e++);
+      const unsigned n = e - p;
+      if (huge_page_hooks.subreleased) huge_page_hooks.subreleased(h.id, uint64_t(p) * kPageBytes, uint64_t(n) * kPageBytes);
+      h.nreleased += n;
+      released_pages_ += n;
+      c_subreleased_ += n;
+      want -= std::min<uint64_t>(want, n);
+      p = e;
+    }
+    if (!want) break;
+  }
 }
 
 void TcmallocBaseline::build_size_classes() {
@@ -83,6 +157,7 @@ void TcmallocBaseline::release_huge_page(uint32_t hp) {
   if (h.in_filler) filler_remove(hp);
   h.live = false;
   h.whole = false;
+  released_pages_ -= h.nreleased;
   live_hps_ -= h.count;
   c_hp_released_ += h.count;
   ids_.release(h.id, h.count);
@@ -143,12 +218,15 @@ void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
     h.owner = sid;
     h.used.set_range(0, kPagesPerHuge);
     h.nused = kPagesPerHuge;
+    used_pages_ += uint64_t(whole) * kPagesPerHuge;  // (fresh ids: nothing released)
+    sr_peak_[sr_at_] = std::max(sr_peak_[sr_at_], used_pages_);
     if (tail) {
       s.tail = new_huge_page(first + whole);
       HugePage& last = hps_[s.tail];
       last.used.set_range(0, tail);
       last.nused = tail;
       last.owner = sid;
+      note_used(s.tail, 0, tail);
       filler_insert(s.tail);
     }
     s.first_page = 0;
@@ -169,6 +247,7 @@ void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
   SIM_CHECK(at >= 0, name_ + ": filler chose a huge page without room");
   h.used.set_range(unsigned(at), npages);
   h.nused += npages;
+  note_used(uint32_t(hp), unsigned(at), npages);
   filler_insert(hp);
   s.hp = hp;
   s.first_page = unsigned(at);
@@ -179,6 +258,7 @@ void TcmallocBaseline::pageheap_free(uint64_t hp, uint32_t first, uint32_t n) {
   filler_remove(hp);
   h.used.clear_range(first, n);
   h.nused -= n;
+  used_pages_ -= n;
   if (h.nused == 0) release_huge_page(hp);
   else filler_insert(hp);
 }
@@ -287,6 +367,7 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   if (s.cls == 0) {
     uint32_t n = s.npages;
     if (n >= kPagesPerHuge) {
+      used_pages_ -= uint64_t(n / kPagesPerHuge) * kPagesPerHuge;
       release_huge_page(s.hp);  // the whole pages (their ids go back in order, then the tail's)
       if (s.tail != kNone) {
         hps_[s.tail].owner = kNone;
@@ -379,7 +460,9 @@ uint32_t TcmallocBaseline::slot_at(uint64_t addr) const {
 Counters TcmallocBaseline::counters() const {
   return {{"huge_pages_acquired", c_hp_acquired_}, {"huge_pages_released", c_hp_released_},
           {"spans_created", c_spans_created_},     {"spans_released", c_spans_released_},
-          {"large_allocs", c_large_allocs_},       {"multi_huge_page_allocs", c_multi_hp_allocs_}};
+          {"large_allocs", c_large_allocs_},       {"multi_huge_page_allocs", c_multi_hp_allocs_},
+          {"pages_subreleased", c_subreleased_},   {"subrelease_runs", c_subrelease_runs_},
+          {"subreleased_bytes", released_pages_ * kPageBytes}};
 }
 
 void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
@@ -433,6 +516,9 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     SIM_CHECK((s.nlive < s.nobjs) == (s.bucket >= 0) || s.cls == 0, where + "central list membership");
   }
   SIM_CHECK(expect == h.used, where + "used pages disagree with its spans");
+  Bits256 both = h.used;
+  for (int i = 0; i < 4; ++i) both.w[i] &= h.released.w[i];
+  SIM_CHECK(!both.any() && h.nreleased == h.released.count(), where + "subreleased pages in use or miscounted");
   SIM_CHECK(h.nused == h.used.count() && h.nused > 0, where + "used page count");
   SIM_CHECK(h.in_filler && h.lfr == longest_free_run(h.used), where + "filler bucket");
 }
@@ -453,6 +539,12 @@ void TcmallocBaseline::check_all(const ShadowHeap& shadow) const {
     SIM_CHECK(slot_of(a / kHugePageBytes) != kNone && slot_of((o.end - 1) / kHugePageBytes) != kNone,
               name_ + ": live object at " + std::to_string(a) + " on a released huge page");
   SIM_CHECK(live == live_hps_, name_ + ": live huge page count");
+  uint64_t used = 0, released = 0;
+  for (const auto& [id, slot] : slot_by_id_) {
+    used += hps_[slot].whole ? hps_[slot].count * kPagesPerHuge : hps_[slot].nused;
+    released += hps_[slot].nreleased;
+  }
+  SIM_CHECK(used == used_pages_ && released == released_pages_, name_ + ": used or subreleased page count");
   SIM_CHECK(shadow.bytes() == live_bytes_, name_ + ": bytes not conserved");
   SIM_CHECK(live_bytes_ <= live_hps_ * kHugePageBytes, name_ + ": more live bytes than huge pages hold");
 }

@@ -13,6 +13,17 @@
 
 namespace sim {
 
+// The subrelease rule every size-class heap starts with (TcmallocBaseline::set_subrelease):
+// one interval of 1 s, demand remembered over 5 of them.  Not tuned on any workload a
+// figure reports: jemalloc's order of magnitude (its dirty pages decay over 10 s), made
+// shorter so that a run of a minute sees it.  The allocator sets it from
+// LIFETIME_ALLOC_SUBRELEASE before it builds its policy; interval 0: off.
+struct SubreleaseRule {
+  uint64_t interval_ns = 1000000000ull;
+  unsigned windows = 5;
+};
+inline SubreleaseRule subrelease_rule;
+
 class TcmallocBaseline final : public HeapAllocator {
  public:
   static constexpr uint64_t kPageBytes = 8192;
@@ -25,6 +36,14 @@ class TcmallocBaseline final : public HeapAllocator {
   void free(uint32_t slot, uint64_t now) override;
   void prefetch_free(uint32_t slot, int stage) const override;
   uint64_t live_huge_pages() const override { return live_hps_; }
+  uint64_t subreleased_bytes() const override { return released_pages_ * kPageBytes; }
+  // Subrelease (after TCMalloc's huge-page filler): every `interval_ns` of the clock, the
+  // free pages of live huge pages beyond what recent demand says will be needed again go
+  // back to the OS, sparsest huge pages first.  Recent demand: the most pages in use in
+  // any of the last `windows` intervals (the current one included); the free pages kept
+  // are that peak less what is in use now.  interval_ns 0: never (the default).
+  void set_subrelease(uint64_t interval_ns, unsigned windows);
+  void advance(uint64_t now) override;
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   uint64_t asked_size(uint32_t slot) const override;
@@ -76,6 +95,8 @@ class TcmallocBaseline final : public HeapAllocator {
     uint32_t nused = 0, lfr = 0;
     uint32_t prev = kNone, next = kNone;  // filler bucket links
     bool live = false, whole = false, in_filler = false;
+    Bits256 released;  // free pages given back to the OS (subrelease); never used ones
+    uint32_t nreleased = 0;
     uint32_t owner = kNone;  // whole pages and tail of a span of several huge pages: the span (checks)
     std::array<uint32_t, kPagesPerHuge> span_at;  // span starting at each page (kNone)
   };
@@ -127,6 +148,14 @@ class TcmallocBaseline final : public HeapAllocator {
   std::vector<std::vector<uint32_t>> spare_map_;
   uint64_t live_hps_ = 0;
   uint64_t live_bytes_ = 0;
+  // Subrelease: pages in use (spans, whole pages included), pages given back.
+  void note_used(uint32_t hp, unsigned first, unsigned n);  // released pages reused
+  void subrelease();
+  uint64_t used_pages_ = 0, released_pages_ = 0, c_subreleased_ = 0, c_subrelease_runs_ = 0;
+  static constexpr unsigned kMaxWindows = 64;
+  uint64_t sr_interval_ns_ = 0, sr_next_ns_ = 0;
+  unsigned sr_windows_ = 0, sr_at_ = 0;
+  std::array<uint64_t, kMaxWindows> sr_peak_{};  // per window, ring
   uint64_t c_hp_acquired_ = 0, c_hp_released_ = 0, c_spans_created_ = 0, c_spans_released_ = 0,
            c_large_allocs_ = 0, c_multi_hp_allocs_ = 0;
 };

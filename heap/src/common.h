@@ -71,6 +71,9 @@ struct Bits256 {
 struct HugePageHooks {
   void (*taken)(uint64_t first, uint64_t n) = nullptr;
   void (*released)(uint64_t first, uint64_t n) = nullptr;
+  // Free pages inside a live huge page go back to the OS (subrelease): [offset, offset +
+  // bytes) of huge page id.  They come back by being used (a fault), no call.
+  void (*subreleased)(uint64_t id, uint64_t offset, uint64_t bytes) = nullptr;
 };
 inline HugePageHooks huge_page_hooks;
 

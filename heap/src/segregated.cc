@@ -110,6 +110,12 @@ void SegregatedHeap::advance(uint64_t now) {
   for (auto& h : heaps_) h->advance(now);
 }
 
+uint64_t SegregatedHeap::subreleased_bytes() const {
+  uint64_t n = 0;
+  for (const auto& h : heaps_) n += h->subreleased_bytes();
+  return n;
+}
+
 uint64_t SegregatedHeap::live_huge_pages() const {
   uint64_t n = 0;
   for (const auto& h : heaps_) n += h->live_huge_pages();

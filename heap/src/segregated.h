@@ -58,6 +58,7 @@ class SegregatedHeap final : public HeapAllocator {
   void prefetch_free(uint32_t slot, int stage) const override;
   void advance(uint64_t now) override;
   uint64_t live_huge_pages() const override;
+  uint64_t subreleased_bytes() const override;
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   uint64_t asked_size(uint32_t slot) const override;

@@ -90,12 +90,16 @@ Results Engine::run(const std::string& trace_path) {
   unsigned __int128 live_integral = 0;
   uint64_t live = 0, last_t = t0, events = 0;
   std::vector<ShadowHeap> shadows(opts_.check_invariants ? A : 0);
-  std::vector<uint64_t> cur_hp(A, 0);
+  std::vector<uint64_t> cur_hp(A, 0), cur_sub(A, 0);
+  std::vector<unsigned __int128> sub_integral(A, 0);
 
   auto integrate = [&](uint64_t a, uint64_t b) {  // [a, b) with the current values
     uint64_t lo = std::max(a, R.steady_from_ns), hi = std::min(b, end);
     if (hi <= lo) return;
-    for (size_t i = 0; i < A; ++i) integral[i] += (unsigned __int128)cur_hp[i] * (hi - lo);
+    for (size_t i = 0; i < A; ++i) {
+      integral[i] += (unsigned __int128)cur_hp[i] * (hi - lo);
+      sub_integral[i] += (unsigned __int128)cur_sub[i] * (hi - lo);
+    }
     live_integral += (unsigned __int128)live * (hi - lo);
   };
   auto emit_until = [&](uint64_t t, bool inclusive) {  // samples and snapshots before t
@@ -128,6 +132,7 @@ Results Engine::run(const std::string& trace_path) {
     if (live > R.peak_live) { R.peak_live = live; R.peak_live_t = t; }
     for (size_t i = 0; i < A; ++i) {
       cur_hp[i] = allocs[i]->live_huge_pages();
+      cur_sub[i] = allocs[i]->subreleased_bytes();
       if (cur_hp[i] > R.allocators[i].peak_hp) { R.allocators[i].peak_hp = cur_hp[i]; R.allocators[i].peak_hp_t = t; }
     }
     if (!opts_.check_invariants) return;
@@ -289,6 +294,8 @@ Results Engine::run(const std::string& trace_path) {
     AllocatorResult& ar = R.allocators[i];
     ar.final_hp = cur_hp[i];
     ar.steady_hp = span ? double(integral[i]) / double(span) : double(cur_hp[i]);
+    ar.steady_subreleased = span ? double(sub_integral[i]) / double(span) : double(cur_sub[i]);
+    ar.final_subreleased = cur_sub[i];
     ar.counters = allocs[i]->counters();
   }
   for (auto& p : preds) if (p) R.predictors.push_back(std::move(p));

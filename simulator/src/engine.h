@@ -38,6 +38,10 @@ struct AllocatorResult {
   Predictor* predictor = nullptr;  // LLAMA only
   uint64_t peak_hp = 0, peak_hp_t = 0, final_hp = 0;
   double steady_hp = 0;
+  // Of the huge pages' bytes, those given back below huge-page granularity (subrelease):
+  // resident = huge page bytes - these; at the steady state, and at the end.
+  double steady_subreleased = 0;
+  uint64_t final_subreleased = 0;
   Counters counters;
   std::vector<uint64_t> series_hp;
   // Prediction quality against the oracle (LLAMA only).

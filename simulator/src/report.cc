@@ -109,6 +109,16 @@ std::string report_json(const Results& r, const EngineOptions& opts) {
       j.value_double((base->steady_hp - a.steady_hp) * hpb / (base->steady_hp * hpb - r.steady_live));
     else
       j.null();
+    // Resident memory: huge pages less the free pages given back inside them (subrelease).
+    const double res = a.steady_hp * hpb - a.steady_subreleased;
+    j.kv_double("steady_state_resident_bytes", res);
+    j.kv("final_resident_bytes", a.final_hp * kHugePageBytes - a.final_subreleased);
+    j.key("resident_fragmentation_reduction_vs_baseline");
+    const double base_res = base ? base->steady_hp * hpb - base->steady_subreleased : 0;
+    if (base && &a != base && base_res - r.steady_live > 0)
+      j.value_double((base_res - res) / (base_res - r.steady_live));
+    else
+      j.null();
     j.key("counters");
     j.begin_object();
     for (const auto& [k, v] : a.counters) j.kv(k, v);

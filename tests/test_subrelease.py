@@ -1,0 +1,127 @@
+"""Subrelease (issue 32 item 2): the size-class heaps give the free pages of sparse huge
+pages back to the OS once recent demand says they will not be needed, and the simulator
+reports resident memory beside huge-page memory.  Hand-built traces through the real
+engine; the allocator's side in a real process under `lifetime run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import simulator
+from tests.test_allocator import LIB, ROOT, built
+
+LIFETIME = ROOT / ".venv" / "bin" / "lifetime"
+
+MS = 1_000_000
+S = 1000 * MS
+HP = 2 * 1024 * 1024
+PAGE = 8192
+
+pytestmark = pytest.mark.usefixtures("simulator_engine")
+
+
+def _base(r: dict) -> dict:
+    return next(a for a in r["allocators"] if a["name"] == "baseline")
+
+
+def _scattered_trace(tmp_path, end_s: int):
+    """A grow to 16 MiB of 64 KiB objects (8 pages each: one span per object), then 7 of
+    every 8 freed at 1 s: every huge page keeps one span in eight (sparse), none empties.
+    A small object allocated and freed every 100 ms keeps the clock moving."""
+    recs = []
+    n = 256
+    for i in range(n):
+        recs.append((i * 1000, None if i % 8 == 0 else S, 64 * 1024, 1))
+    t = S + 100 * MS
+    while t < end_s * S:
+        recs.append((t, t + 10 * MS, 32, 2))
+        t += 100 * MS
+    return simulator.write_trace(tmp_path / "scattered.lttrace", recs, end_ns=end_s * S), n
+
+
+def test_sparse_pages_go_back_after_demand_falls(tmp_path):
+    path, n = _scattered_trace(tmp_path, 20)
+    r = simulator.simulate(path, [], check_invariants=True, check_every=1)
+    b = _base(r)
+    hps = n * 64 * 1024 // HP
+    # Placement is unchanged: every huge page stays (one live span in each of 8 pages).
+    assert b["final_huge_pages"] == hps
+    # After demand has been low for the remembered windows (5 x 1 s), the free pages of
+    # those huge pages are returned: resident is the live spans (1/8) and the small span.
+    live_pages = (n // 8) * 8 + 1
+    assert b["final_resident_bytes"] == live_pages * PAGE
+    # (every free page once: the small object's page is one of them, taken again)
+    assert b["counters"]["pages_subreleased"] == hps * 256 - (n // 8) * 8
+    # Steady state (10 s - 20 s): all of it already released.
+    assert b["steady_state_resident_bytes"] == pytest.approx(live_pages * PAGE)
+    assert b["steady_state_bytes"] == pytest.approx(hps * HP)
+
+
+def test_recent_demand_keeps_pages(tmp_path):
+    """The same fall, but the trace ends 3 s after it: within the 5 windows of remembered
+    demand nothing is given back."""
+    path, n = _scattered_trace(tmp_path, 4)
+    b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
+    assert b["counters"]["pages_subreleased"] == 0
+    assert b["final_resident_bytes"] == b["final_huge_pages"] * HP
+
+
+def test_released_pages_are_reused(tmp_path):
+    """A second grow after the release takes the released pages again (the filler's
+    choice does not change): resident returns to the huge pages' size, and the invariant
+    checker (released pages never in use) holds throughout."""
+    recs = [(i * 1000, None if i % 8 == 0 else S, 64 * 1024, 1) for i in range(256)]
+    t = S + 100 * MS
+    while t < 12 * S:
+        recs.append((t, t + 10 * MS, 32, 2))
+        t += 100 * MS
+    recs += [(12 * S + i * 1000, None, 64 * 1024, 3) for i in range(224)]
+    path = simulator.write_trace(tmp_path / "regrow.lttrace", recs, end_ns=13 * S)
+    b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
+    assert b["counters"]["pages_subreleased"] > 0
+    assert b["final_huge_pages"] == 256 * 64 * 1024 // HP  # the regrow fits the old pages
+    assert b["final_resident_bytes"] >= (256 * 8) * PAGE
+
+
+CHURN = r"""
+import sys, time
+keep = []
+big = [bytearray(3000) for _ in range(40000)]   # ~120 MB, 3 KiB objects
+keep = big[::16]                                # one in 16 survives: every page sparse
+del big
+t = time.time()
+while time.time() - t < 8:
+    x = [bytearray(64) for _ in range(100)]
+    time.sleep(0.01)
+for line in open('/proc/self/smaps_rollup'):
+    if line.startswith('Rss:'):
+        print(int(line.split()[1]) * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_allocator_returns_sparse_pages(tmp_path):
+    """The real allocator under `segregated`: after a grow and a scattered fall, RSS at
+    the end is far below the same run with subrelease off, and the stats say why."""
+    built(LIB)
+    rss = {}
+    for sr in ("0", "1000"):
+        stats = tmp_path / f"stats{sr}.json"
+        env = {**os.environ, "PYTHONMALLOC": "malloc", "LIFETIME_ALLOC_SUBRELEASE_MS": sr}
+        out = subprocess.run([str(LIFETIME), "run", "--allocator", "llama",
+                              "--policy", "segregated", "--predictor", "constant:0",
+                              "--stats", str(stats), "--", sys.executable, "-c", CHURN],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        rss[sr] = int(out.stdout.split()[-1])
+        st = json.loads(stats.read_text())
+        if sr == "0":
+            assert st["total_subreleased_bytes"] == 0
+        else:
+            assert st["total_subreleased_bytes"] > 50 * 2**20
+    assert rss["1000"] < rss["0"] - 50 * 2**20, rss
