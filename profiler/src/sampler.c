@@ -174,7 +174,23 @@ void lt_global_init(struct lt_thread *t) {
   atomic_store_explicit(&lt_g.state, LT_ACTIVE, memory_order_release);
 }
 
+#ifdef LT_HARNESS
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+#endif
+
 __attribute__((constructor(101))) static void lt_constructor(void) {
+#ifdef LT_HARNESS
+  /* glibc's malloc sets itself up on its first call (malloc.c: ptmalloc_init, glibc
+   * 2.36) without a lock, giving the calling thread main_arena on main_arena's one
+   * attachment; it counts on that call coming before a second thread exists.  Under a
+   * sanitizer nothing calls glibc's malloc but these hooks (the sanitizer has its own),
+   * so the harness's threads made the first calls together: two could both take
+   * main_arena on that one count, and the second to exit aborted in glibc
+   * ("__malloc_arena_thread_freeres: a->attached_threads > 0", about 1 ASan run of the
+   * stress harness in 30).  Set it up here, in the main thread, before main. */
+  __libc_free(__libc_malloc(1));
+#endif
   struct lt_thread *t = &lt_tls;
   uint64_t saved = t->countdown;
   t->in_sampler = 1;
