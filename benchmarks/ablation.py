@@ -76,7 +76,8 @@ def main() -> int:
 
     def cell(runs, scope, fig, who="model"):
         vals = [r[scope][who][fig] for r in runs]
-        return f"{100 * statistics.fmean(vals):.1f} ± {100 * statistics.pstdev(vals):.1f}"
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0  # sample sd (n - 1)
+        return f"{100 * statistics.fmean(vals):.1f} ± {100 * sd:.1f} (n={len(vals)})"
 
     lines = [f"# {args.name}", "", f"train {args.train}; test {', '.join(args.test)}; "
              f"seeds {args.seeds}", "",

@@ -165,7 +165,9 @@ def online_check(family: str, item: str, model_dir: str, train_ds: str, base: st
 
 
 def _spread(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "sd": statistics.pstdev(values),
+    """mean, sample sd (n - 1; 0 for one value), min, max, n."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.fmean(values), "sd": sd,
             "min": min(values), "max": max(values), "n": len(values)}
 
 
@@ -188,7 +190,7 @@ def summarize(per_seed: dict) -> dict:
 
 
 def markdown(name: str, summary: dict, info: dict) -> str:
-    pct = lambda s: f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f}"  # noqa: E731
+    pct = lambda s: f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f} (n={s['n']})"  # noqa: E731
     lines = [f"# {name}", "", f"train: {', '.join(info['train'])}; seeds: {info['seeds']}", ""]
     for item, res in summary.items():
         meta = info["test"][item]

@@ -75,7 +75,9 @@ def halves(model: float, table: float) -> bool:
 
 
 def _spread(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "sd": statistics.pstdev(values),
+    """mean, sample sd (n - 1; 0 for one value), min, max, n."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.fmean(values), "sd": sd,
             "min": min(values), "max": max(values), "n": len(values)}
 
 
@@ -174,7 +176,8 @@ def rank(families: dict, configs: dict) -> dict:
 
 
 def _pct(s: dict) -> str:
-    return f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f} (worst {100 * s['min']:.1f})"
+    return (f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f} (n={s['n']}, "
+            f"worst {100 * s['min']:.1f})")
 
 
 def _verdict(cell: dict, ceiling: bool) -> str:

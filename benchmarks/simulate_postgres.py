@@ -624,7 +624,8 @@ def combine(outs: list[str], policy: str = "paper") -> int:
             return "n/a"
         text = f"{s['mean'] * scale:.{digits}f}"
         if s["sd"] * scale >= 0.05:
-            text += (f" ± {s['sd'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}.."
+            n = f"n={s['n']}, " if "n" in s else ""
+            text += (f" ± {s['sd'] * scale:.{digits}f} ({n}{s['min'] * scale:.{digits}f}.."
                      f"{s['max'] * scale:.{digits}f})")
         return text
     lines = [f"# PostgreSQL mixed workload, {len(runs)} runs (load seed, model seed): "
@@ -680,8 +681,9 @@ def markdown(r: dict) -> str:
             return "n/a"
         if s["sd"] < 5e-7 * max(1, abs(s["mean"])):
             return f"{s['mean'] * scale:.{digits}f}"
+        n = f"n={s['n']}, " if "n" in s else ""
         return (f"{s['mean'] * scale:.{digits}f} ± {s['sd'] * scale:.{digits}f} "
-                f"(worst {min(s['min'] * scale, s['max'] * scale):.{digits}f})")
+                f"({n}worst {min(s['min'] * scale, s['max'] * scale):.{digits}f})")
 
     s, srv = r["summary"], r["server"]
     b, live = r["baseline"], r["live"]

@@ -333,7 +333,9 @@ def combine(outs: list[str], dest: str | None = None, policy: str = "paper") -> 
             return "n/a"
         text = f"{s['mean'] * scale:.{digits}f}"
         if s["sd"] * scale >= 0.05:
-            text += f" ± {s['sd'] * scale:.{digits}f} ({s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})"
+            n = f"n={s['n']}, " if "n" in s else ""
+            text += (f" ± {s['sd'] * scale:.{digits}f} ({n}{s['min'] * scale:.{digits}f}.."
+                     f"{s['max'] * scale:.{digits}f})")
         return text
 
     def pc(s):
@@ -406,8 +408,9 @@ def markdown(r: dict) -> str:
             return "n/a"
         if s["sd"] < 5e-7 * max(1, abs(s["mean"])):
             return f"{s['mean'] * scale:.{digits}f}"
+        n = f"n={s['n']}, " if "n" in s else ""
         return (f"{s['mean'] * scale:.{digits}f} ± {s['sd'] * scale:.{digits}f} "
-                f"({s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})")
+                f"({n}{s['min'] * scale:.{digits}f}..{s['max'] * scale:.{digits}f})")
 
     s = r["summary"]
     b = s["oracle"]
@@ -415,7 +418,7 @@ def markdown(r: dict) -> str:
              f"seed {r['load_seed']}), model trained on {', '.join(r['train'])} "
              f"(sampled, {r['interval']} B)", "",
              f"trace: {r['trace']['records']:,} objects, {r['trace']['seconds']:.1f} s; "
-             f"model seeds {r['seeds']} (mean ± sd (min..max) where the row depends on the seed)", "",
+             f"model seeds {r['seeds']} (mean ± sample sd (n, min..max) where the row depends on the seed)", "",
              "| allocator | acc. (allocs) | acc. (bytes) | steady MiB | peak MiB | peak / "
              "baseline peak | live steady MiB | live peak MiB | frag. reduction (steady) | "
              "frag. reduction (peak) |",

@@ -97,7 +97,8 @@ def spread(values) -> dict:
     values = [v for v in values if v is not None]
     if not values:
         return {"mean": None, "sd": None, "n": 0}
-    return {"mean": statistics.fmean(values), "sd": statistics.pstdev(values),
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0  # sample sd (n - 1)
+    return {"mean": statistics.fmean(values), "sd": sd,
             "min": min(values), "max": max(values), "n": len(values)}
 
 
