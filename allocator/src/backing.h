@@ -20,7 +20,7 @@ class Backing {
   static constexpr uint64_t kHuge = uint64_t(2) << 20;
   // groups heaps of reserve_bytes each (rounded down to huge pages; less under an
   // address-space limit or when the kernel refuses), with the object table or without it
-  // (table false: the policy keeps its own address -> slot map, HeapAllocator::slot_at);
+  // (table false: the policy knows objects by address, HeapAllocator::enable_address_mode);
   // fatal if not even a few huge pages fit.
   void init(unsigned groups, uint64_t reserve_bytes, bool table);
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
@@ -55,8 +55,8 @@ class Backing {
   // it (2 MiB aligned, MADV_HUGEPAGE: in huge pages as the heap is) and touched only where
   // objects live (4 bytes per 16 of committed heap at most).  One huge page of it covers
   // four of the heap (a chunk), and goes back once none of the four is committed.
-  // Without the table (init's table false: the policy keeps its own address -> slot map,
-  // HeapAllocator::slot_at), none of it is reserved, touched or counted.
+  // Without the table (init's table false: the policy knows objects by address,
+  // HeapAllocator::enable_address_mode), none of it is reserved, touched or counted.
   static constexpr uint32_t kNoSlot = UINT32_MAX;
   bool has_table() const { return table_; }
   // The policy's address of a real one inside the reservation (real()'s inverse).

@@ -126,10 +126,7 @@ void compact_slots() REQUIRES(heap_lock) {
 
 }  // namespace
 
-uint32_t slot_of(uintptr_t p) {
-  if (g_state->backing.has_table()) return g_state->backing.slot_at(p);
-  return p % 16 ? Backing::kNoSlot : g_state->policy->slot_at(g_state->backing.abstract(p));
-}
+uint32_t slot_of(uintptr_t p) { return g_state->backing.slot_at(p); }
 
 void init() REQUIRES(heap_lock) {
   g_state = new (g_mem) State();
@@ -154,16 +151,16 @@ void init() REQUIRES(heap_lock) {
     if (baseline) g_state->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else g_state->policy = sim::make_policy_heap("llama", g_state->classes, pol, kDeadlineK, false);
   });
-  // A policy that maps addresses to slots itself (the size-class heaps) replaces the
-  // object table: 4 B per object place of its live spans instead of 4 B per 16 B of heap.
-  const bool slot_mapped = g_state->policy->enable_slot_map();
+  // The size-class heaps know objects by address (address mode: no slot, no table);
+  // LLAMA's heap by slot, through the object table (4 B per 16 B of committed heap).
+  g_state->addr_mode = g_state->policy->enable_address_mode();
   // The reservation, once the policy says whether it needs the table (no id is taken
   // before its first allocation): a heap per heap of the policy.
   g_state->backing.init(baseline ? 1 : heap_count(pol, g_state->classes.num_classes()), g_state->cfg.reserve_bytes,
-                        !slot_mapped);
+                        !g_state->addr_mode);
   g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
   sim::huge_page_hooks = {on_taken, on_released, on_subreleased};
-  tc::setup(slot_mapped);  // before any span is made
+  tc::setup(g_state->addr_mode);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();
   g_state->start_ns = g_state->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)
   g_state->backing.set_now(g_state->last_now);
@@ -220,7 +217,7 @@ State* built() EXCLUDES(heap_lock) {
 // the policy.
 void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, const Prediction& pred, uint64_t now)
     REQUIRES(heap_lock) {
-  const uint32_t slot = take_slot();
+  const uint32_t slot = g_state->addr_mode ? 0 : take_slot();
   const int cls = pred.cls;
   ++g_state->c.by_source[size_t(pred.source)];
   ++g_state->c.class_allocs[size_t(cls) < Counters::kMaxClasses ? cls : Counters::kMaxClasses - 1];
@@ -231,13 +228,17 @@ void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, con
   const uintptr_t p = g_state->backing.real(a);
   if (g_state->backing.overflowed() || !p || !g_state->backing.real(a + usable - 1)) {
     // Past the reservation: give the object back and fail (ENOMEM).
-    guarded("policy: ", [&]() REQUIRES(heap_lock) { g_state->policy->free(slot, now); });
-    g_state->slots.release(slot);
+    guarded("policy: ", [&]() REQUIRES(heap_lock) {
+      if (g_state->addr_mode) g_state->policy->free_at(a, now);
+      else g_state->policy->free(slot, now);
+    });
+    if (!g_state->addr_mode) g_state->slots.release(slot);
     ++g_state->c.failed_allocs;
     return nullptr;
   }
-  // Usable: what the policy placed (the baseline rounds up to its size class).
-  const uint64_t placed = g_state->policy->where(slot).second;
+  // Usable: what the policy placed (the size-class heaps round up to their class).
+  const uint64_t placed = g_state->addr_mode ? g_state->policy->usable_at(a) : g_state->policy->where(slot).second;
+  if (g_state->addr_mode) usable = placed;  // (the size asked is not kept: placed bytes)
   set_slot(p, slot);
   Counters& c = g_state->c;
   ++c.allocs;
@@ -330,6 +331,22 @@ void free_locked(void* p) {
   if (arena::owns(p)) return arena_free(p);
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   Counters& c = g_state->c;
+  if (g_state->backing.contains(p) && g_state->addr_mode) {
+    const uint64_t a = g_state->backing.abstract(key);
+    const uint64_t placed = key % 16 ? 0 : g_state->policy->usable_at(a);
+    if (!placed) fatal("free(): invalid pointer or double free");
+    const uint64_t now = tick();
+    if (g_state->cfg.check_every)
+      guarded("LIFETIME_ALLOC_CHECK: ", [&]() REQUIRES(heap_lock) { g_state->shadow.on_free("lifetime_alloc", a, 0); });
+    guarded("policy: ", [&]() REQUIRES(heap_lock) { g_state->policy->free_at(a, now); });
+    if (g_state->cfg.check_every == 1) check_pages(a, placed);
+    ++c.frees;
+    --c.live_objects;
+    c.live_requested -= placed;
+    c.live_usable -= placed;
+    after_op(now);
+    return;
+  }
   if (g_state->backing.contains(p)) {
     const uint32_t slot = slot_of(key);
     if (slot == Backing::kNoSlot) fatal("free(): invalid pointer or double free");
@@ -366,6 +383,7 @@ size_t usable_size(const void* p) {
   Inside in;
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   if (g_state->backing.contains(p)) {
+    if (g_state->addr_mode) return key % 16 ? 0 : g_state->policy->usable_at(g_state->backing.abstract(key));
     const uint32_t slot = slot_of(key);
     return slot == Backing::kNoSlot ? 0 : g_state->policy->where(slot).second;
   }

@@ -61,6 +61,12 @@ struct State {
   // own per object (the real address -> slot table is Backing's; address and usable size
   // are the policy's where(), the size asked of it its asked_size()), and the policy's
   // per-slot records follow the live ids down (trim).
+  // Not under a policy of size-class heaps only: those run in address mode
+  // (HeapAllocator::enable_address_mode), where an object is its address, its span and
+  // size from the heap's page index, and its liveness a bit of its span: no slot, no
+  // record per object, nothing to compact.  (bytes_requested then counts placed bytes:
+  // the size asked is not kept.)
+  bool addr_mode GUARDED_BY(heap_lock) = false;
   sim::SlotIds slots GUARDED_BY(heap_lock);
   uint64_t frees_since_trim GUARDED_BY(heap_lock) = 0;
   // Objects beyond a huge page: their own mapping (README.md says why).

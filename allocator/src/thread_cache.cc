@@ -37,9 +37,9 @@ void thread_exit(void* v) EXCLUDES(heap_lock);
 // see every free), with the checker off (its shadow heap must see every free).
 }  // namespace
 
-void setup(bool slot_mapped) REQUIRES(heap_lock) {
+void setup(bool addr_mode) REQUIRES(heap_lock) {
   g_caches.groups = 1;
-  if (!g_state->cfg.thread_cache || g_state->cfg.check_every || !slot_mapped) return;
+  if (!g_state->cfg.thread_cache || g_state->cfg.check_every || !addr_mode) return;
   const sim::TcmallocBaseline* b = dynamic_cast<const sim::TcmallocBaseline*>(g_state->policy.get());
   if (auto* seg = dynamic_cast<const sim::SegregatedHeap*>(g_state->policy.get())) {
     b = dynamic_cast<const sim::TcmallocBaseline*>(&seg->heap(0));

@@ -83,7 +83,7 @@ extern __thread Cache* t_cache __attribute__((tls_model("initial-exec")));
 extern __thread bool t_busy __attribute__((tls_model("initial-exec")));
 
 // At init, under the lock (tc::setup in thread_cache.cc says when the caches are on).
-void setup(bool slot_mapped) REQUIRES(heap_lock);
+void setup(bool addr_mode) REQUIRES(heap_lock);
 // The class of the small object at p (its page map entry's, the offset a multiple of the
 // class size), and its group; 0: not one (large, free span, not an object's start, not
 // ours): the locked path decides.

@@ -80,13 +80,15 @@ class HeapAllocator {
   // The live object of slot `from` is known as `to` (a free slot) from now on, in the same
   // place: the real allocator packs live ids low so that trim can give records back.
   virtual void move_slot(uint32_t from, uint32_t to) = 0;
-  // The real allocator's address -> slot map, kept by the policy in place of the
-  // allocator's own table (4 B per 16 B of heap) by a heap that can (the size-class
-  // heap: 4 B per object place of its live spans).  enable_slot_map(): from now on (before
-  // any allocation); false: this heap cannot (the simulator never asks).  slot_at: the
-  // live slot whose object starts at addr, or UINT32_MAX.
-  virtual bool enable_slot_map() { return false; }
-  virtual uint32_t slot_at(uint64_t addr) const { (void)addr; return UINT32_MAX; }
+  // Address mode (the real allocator under size-class heaps): objects are known by their
+  // address alone.  enable_address_mode(): from now on (before any allocation), alloc
+  // ignores AllocRequest::slot and the heap keeps no record per object, only per span (a
+  // bit per object place); free_at frees the live object starting at addr, usable_at says
+  // its placed size (0: no live object starts there).  where/asked_size/move_slot do
+  // not apply.  false: this heap cannot (LLAMA's; the simulator never asks).
+  virtual bool enable_address_mode() { return false; }
+  virtual void free_at(uint64_t addr, uint64_t now) { (void)addr; (void)now; }
+  virtual uint64_t usable_at(uint64_t addr) const { (void)addr; return 0; }
   // Invariants: the huge page `hp` agrees with the shadow heap (and its own bookkeeping);
   // check_all checks every live huge page and the global counters.
   virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;

@@ -143,7 +143,7 @@ uint32_t TcmallocBaseline::new_huge_page(uint64_t id, uint64_t count) {
   h.span_at.fill(kNone);
   h.live = true;
   slot_by_id_.emplace(id, hp);
-  if (slot_map_) {
+  if (addr_mode_) {
     if (hp_by_id_.size() < id - first_id_ + count) hp_by_id_.resize(id - first_id_ + count, kNone);
     for (uint64_t i = 0; i < count; ++i) hp_by_id_[id - first_id_ + i] = hp;
   }
@@ -162,7 +162,7 @@ void TcmallocBaseline::release_huge_page(uint32_t hp) {
   c_hp_released_ += h.count;
   ids_.release(h.id, h.count);
   slot_by_id_.erase(h.id);
-  if (slot_map_)
+  if (addr_mode_)
     for (uint64_t i = 0; i < h.count; ++i) hp_by_id_[h.id - first_id_ + i] = kNone;
   free_slots_.release(hp);
 }
@@ -291,9 +291,10 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     for (auto& a : central_head_) a.fill(kNone);
     central_mask_.assign(classes_.size(), 0);
   }
-  grow_slots(handles_, r.slot);
-  live_bytes_ += r.size;
+  if (!addr_mode_) grow_slots(handles_, r.slot);
   uint32_t cls = size_class(r.size, r.align);
+  // (address mode: the placed size; the caller knows no other at the free)
+  live_bytes_ += addr_mode_ && cls ? classes_[cls].size : r.size;
   if (cls == 0) {
     // A large object: its own span of whole pages (padded for alignment beyond a page).
     uint64_t bytes = r.size + (r.align > kPageBytes ? r.align - kPageBytes : 0);
@@ -309,8 +310,7 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     uint64_t addr = (base + r.align - 1) & ~uint64_t(r.align - 1);
     s.large_size = r.size;
     s.large_pad = uint32_t(addr - base);  // padding < align <= 2^31
-    if (slot_map_) s.large_slot = r.slot;
-    handles_[r.slot] = {sid, 0, 0};
+    if (!addr_mode_) handles_[r.slot] = {sid, 0, 0};
     return addr;
   }
   // Central free list: the span with the most live objects among those not full.
@@ -325,11 +325,12 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     Span& s = spans_[sid];
     s.cls = cls;
     s.nobjs = classes_[cls].objs;
-    if (spare_free_.size() < classes_.size()) spare_free_.resize(classes_.size()), spare_map_.resize(classes_.size());
+    if (spare_free_.size() < classes_.size()) spare_free_.resize(classes_.size());
     s.free_slots.swap(spare_free_[cls]);  // (empty)
-    if (slot_map_) {
-      s.obj_slot.swap(spare_map_[cls]);  // (all kNone)
-      if (s.obj_slot.size() != s.nobjs) s.obj_slot.assign(s.nobjs, kNone);
+    if (addr_mode_) {
+      if (spare_bits_.size() < classes_.size()) spare_bits_.resize(classes_.size());
+      s.live_bits.swap(spare_bits_[cls]);  // (all clear)
+      if (s.live_bits.size() != (s.nobjs + 63) / 64) s.live_bits.assign((s.nobjs + 63) / 64, 0);
     }
     hps_[s.hp].span_at[s.first_page] = sid;
     if (span_hooks.created)
@@ -344,10 +345,10 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     s.free_slots.pop_back();
   }
   ++s.nlive;
-  if (slot_map_) s.obj_slot[idx] = r.slot;
   if (s.nlive < s.nobjs) central_link(sid);
   SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
-  handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
+  if (addr_mode_) s.live_bits[idx / 64] |= uint64_t(1) << (idx % 64);
+  else handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
   return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
 }
 
@@ -361,9 +362,30 @@ void TcmallocBaseline::prefetch_free(uint32_t slot, int stage) const {
 }
 
 void TcmallocBaseline::free(uint32_t slot, uint64_t) {
-  Handle hd = handles_[slot];
-  Span& s = spans_[hd.span];
+  const Handle hd = handles_[slot];
+  const Span& s = spans_[hd.span];
   live_bytes_ -= s.cls == 0 ? s.large_size : classes_[s.cls].size - hd.slack;
+  free_obj(hd.span, hd.slot_idx);
+}
+
+void TcmallocBaseline::free_at(uint64_t addr, uint64_t) {
+  uint32_t idx = 0;
+  const uint32_t sid = span_of(addr, idx);
+  SIM_CHECK(sid != kNone, name_ + ": free_at: no live object starts at " + std::to_string(addr));
+  const Span& s = spans_[sid];
+  live_bytes_ -= s.cls == 0 ? s.large_size : classes_[s.cls].size;
+  free_obj(sid, idx);
+}
+
+uint64_t TcmallocBaseline::usable_at(uint64_t addr) const {
+  uint32_t idx = 0;
+  const uint32_t sid = span_of(addr, idx);
+  if (sid == kNone) return 0;
+  return spans_[sid].cls == 0 ? spans_[sid].large_size : classes_[spans_[sid].cls].size;
+}
+
+void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
+  Span& s = spans_[sid];
   if (s.cls == 0) {
     uint32_t n = s.npages;
     if (n >= kPagesPerHuge) {
@@ -377,13 +399,13 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
       hps_[s.hp].span_at[s.first_page] = kNone;
       pageheap_free(s.hp, s.first_page, n);
     }
-    free_span_ids_.release(hd.span);
+    free_span_ids_.release(sid);
     ++c_spans_released_;
     return;
   }
-  central_unlink(hd.span);
-  s.free_slots.push_back(uint16_t(hd.slot_idx));
-  if (slot_map_) s.obj_slot[hd.slot_idx] = kNone;
+  central_unlink(sid);
+  s.free_slots.push_back(uint16_t(idx));
+  if (addr_mode_) s.live_bits[idx / 64] &= ~(uint64_t(1) << (idx % 64));
   --s.nlive;
   if (s.nlive == 0) {
     if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
@@ -392,12 +414,12 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
     s.free_slots.clear();
     if (spare_free_[s.cls].capacity() < s.free_slots.capacity()) spare_free_[s.cls].swap(s.free_slots);
     std::vector<uint16_t>().swap(s.free_slots);
-    if (spare_map_[s.cls].empty()) spare_map_[s.cls].swap(s.obj_slot);
-    std::vector<uint32_t>().swap(s.obj_slot);
-    free_span_ids_.release(hd.span);
+    if (addr_mode_ && spare_bits_[s.cls].empty()) spare_bits_[s.cls].swap(s.live_bits);
+    std::vector<uint64_t>().swap(s.live_bits);
+    free_span_ids_.release(sid);
     ++c_spans_released_;
   } else {
-    central_link(hd.span);
+    central_link(sid);
   }
 }
 
@@ -419,15 +441,10 @@ void TcmallocBaseline::trim(uint32_t slot_end) { trim_slots(handles_, slot_end);
 
 void TcmallocBaseline::move_slot(uint32_t from, uint32_t to) {
   grow_slots(handles_, to);
-  const Handle hd = handles_[to] = handles_[from];  // nothing else names a slot but the slot map
-  if (slot_map_) {
-    Span& s = spans_[hd.span];
-    if (s.cls == 0) s.large_slot = to;
-    else s.obj_slot[hd.slot_idx] = to;
-  }
+  handles_[to] = handles_[from];  // nothing else names a slot
 }
 
-uint32_t TcmallocBaseline::slot_at(uint64_t addr) const {
+uint32_t TcmallocBaseline::span_holding(uint64_t addr) const {
   const uint64_t id = addr / kHugePageBytes;
   if (id < first_id_ || id - first_id_ >= hp_by_id_.size()) return kNone;
   uint32_t hp = hp_by_id_[id - first_id_];
@@ -451,10 +468,28 @@ uint32_t TcmallocBaseline::slot_at(uint64_t addr) const {
   const Span& s = spans_[sid];
   const uint64_t base = hps_[s.hp].id * kHugePageBytes + uint64_t(s.first_page) * kPageBytes;
   if (addr < base || addr >= base + uint64_t(s.npages) * kPageBytes) return kNone;
-  if (s.cls == 0) return addr == base + s.large_pad ? s.large_slot : kNone;
+  return sid;
+}
+
+uint32_t TcmallocBaseline::span_of(uint64_t addr, uint32_t& idx) const {
+  const uint32_t sid = span_holding(addr);
+  if (sid == kNone) return kNone;
+  const Span& s = spans_[sid];
+  const uint64_t base = hps_[s.hp].id * kHugePageBytes + uint64_t(s.first_page) * kPageBytes;
+  if (s.cls == 0) {
+    idx = 0;
+    return addr == base + s.large_pad && s.nlive == 1 ? sid : kNone;
+  }
   const uint64_t off = addr - base, size = classes_[s.cls].size;
   if (off % size || off / size >= s.nobjs) return kNone;
-  return s.obj_slot[off / size];
+  idx = uint32_t(off / size);
+  return (s.live_bits[idx / 64] >> (idx % 64)) & 1 ? sid : kNone;
+}
+
+uint32_t TcmallocBaseline::span_of_shadow(uint64_t addr, uint32_t slot) const {
+  if (!addr_mode_) return handles_[own_slot(slot)].span;
+  uint32_t idx = 0;
+  return span_of(addr, idx);
 }
 
 Counters TcmallocBaseline::counters() const {
@@ -483,8 +518,8 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     // cover whole pages), and nothing else is here.
     SIM_CHECK(h.owner != kNone && spans_[h.owner].hp == slot && spans_[h.owner].cls == 0 &&
               spans_[h.owner].nlive == 1, where + "whole page of a large object with no live object");
-    shadow.for_range(lo, hi, [&](uint64_t, const ShadowHeap::Obj& o) {
-      SIM_CHECK(handles_[own_slot(o.slot)].span == h.owner, where + "whole page holds another span's object");
+    shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
+      SIM_CHECK(span_of_shadow(a, o.slot) == h.owner, where + "whole page holds another span's object");
     });
     return;
   }
@@ -497,7 +532,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   }
   shadow.for_range(lo, hi, [&](uint64_t a, const ShadowHeap::Obj& o) {
     if (a < lo)  // a multi-huge-page object ending here: its span's tail page
-      SIM_CHECK(handles_[own_slot(o.slot)].span == h.owner, where + "object straddles huge pages");
+      SIM_CHECK(span_of_shadow(a, o.slot) == h.owner, where + "object straddles huge pages");
   });
   for (unsigned p = 0; p < kPagesPerHuge; ++p) {
     uint32_t sid = h.span_at[p];

@@ -49,8 +49,9 @@ class TcmallocBaseline final : public HeapAllocator {
   uint64_t asked_size(uint32_t slot) const override;
   void trim(uint32_t slot_end) override;
   void move_slot(uint32_t from, uint32_t to) override;
-  bool enable_slot_map() override { slot_map_ = true; return true; }
-  uint32_t slot_at(uint64_t addr) const override;
+  bool enable_address_mode() override { addr_mode_ = true; return true; }
+  void free_at(uint64_t addr, uint64_t now) override;
+  uint64_t usable_at(uint64_t addr) const override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
@@ -84,10 +85,9 @@ class TcmallocBaseline final : public HeapAllocator {
     // object from the span's start: its metadata block ~1/8 of a 16 B class's span).
     std::vector<uint16_t> free_slots;
     uint32_t fresh = 0;
-    std::vector<uint32_t> obj_slot;  // slot map (enable_slot_map): by object index, kNone free
+    std::vector<uint64_t> live_bits;  // address mode: a bit per object place, set while live
     uint64_t large_size = 0;  // cls 0: the object's size and its alignment padding
     uint32_t large_pad = 0;
-    uint32_t large_slot = kNone;  // slot map: a large object's slot
   };
   struct HugePage {
     uint64_t id = 0, count = 1;
@@ -137,15 +137,24 @@ class TcmallocBaseline final : public HeapAllocator {
   uint32_t shadow_mask_ = 0;
   uint32_t own_slot(uint32_t s) const { return shadow_slots_ ? (*shadow_slots_)[s] & shadow_mask_ : s; }
   std::vector<Handle> handles_;
-  // The slot map (enable_slot_map): huge page slot by id - first id (kNone: not live).
-  bool slot_map_ = false;
+  // Address mode: huge page slot by id - first id (kNone: not live).
   uint64_t first_id_ = 0;
   std::vector<uint32_t> hp_by_id_;
   // A released span's free-index stack and slot map kept for the next span of its class
   // (one each per class: a class whose span empties and comes back, as a malloc/free pair
   // does, allocates neither again).
   std::vector<std::vector<uint16_t>> spare_free_;
-  std::vector<std::vector<uint32_t>> spare_map_;
+  std::vector<std::vector<uint64_t>> spare_bits_;
+  // Address mode (enable_address_mode): no handles, no slot map; spans keep live_bits.
+  bool addr_mode_ = false;
+  // The span of the live object starting at addr and its index there (kNone: none).
+  uint32_t span_of(uint64_t addr, uint32_t& idx) const;
+  // The span holding the page of addr (kNone: none).
+  uint32_t span_holding(uint64_t addr) const;
+  // Frees object idx of span sid (both modes; the byte count is the caller's).
+  void free_obj(uint32_t sid, uint32_t idx);
+  // The span of a shadow heap's object (the checks): by its slot, or by its address.
+  uint32_t span_of_shadow(uint64_t addr, uint32_t slot) const;
   uint64_t live_hps_ = 0;
   uint64_t live_bytes_ = 0;
   // Subrelease: pages in use (spans, whole pages included), pages given back.

@@ -46,7 +46,14 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
       if (g != shared_) ++c_small_heap_;
       g = shared_;
     }
-    live_bytes_ += r.size;
+    if (!addr_mode_) live_bytes_ += r.size;
+  }
+  if (addr_mode_) {
+    const uint64_t addr = heaps_[g]->alloc(r);
+    SIM_CHECK(((addr + r.size - 1) / kHugePageBytes) >> kIdShift == g,
+              name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
+    if (segregate_above_) live_bytes_ += heaps_[g]->usable_at(addr);
+    return addr;
   }
   if (divert_) {
     grow_slots(placed_, r.slot);
@@ -67,7 +74,6 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
   SIM_CHECK(l < kLocalMask, name_ + ": heap " + std::to_string(g) + " ran out of slot ids");
   grow_slots(local_, r.slot, kDead);
   local_[r.slot] = uint32_t(g) << kLocalBits | l;
-  set_engine(g, l, r.slot);
   AllocRequest lr = r;
   lr.slot = l;
   const uint64_t addr = heaps_[g]->alloc(lr);
@@ -167,7 +173,6 @@ void SegregatedHeap::move_slot(uint32_t from, uint32_t to) {
   }
   local_[to] = uint32_t(g) << kLocalBits | l;
   local_[from] = kDead;
-  set_engine(g, l, to);
   if (divert_) {
     grow_slots(placed_, to);
     placed_[to] = placed_[from];
@@ -199,7 +204,6 @@ void SegregatedHeap::trim(uint32_t slot_end) {
         heaps_[g]->move_slot(l, lower);
         ids_[g].release(l);
         local_[s] = uint32_t(g) << kLocalBits | lower;
-        set_engine(g, lower, s);
       } else {
         ids_[g].release(lower);
       }
@@ -209,24 +213,28 @@ void SegregatedHeap::trim(uint32_t slot_end) {
   trim_slots(placed_, slot_end);
   for (size_t g = 0; g < heaps_.size(); ++g) {
     heaps_[g]->trim(uint32_t(ids_[g].end()));
-    if (slot_map_) trim_slots(engine_of_[g], ids_[g].end());
   }
 }
 
-bool SegregatedHeap::enable_slot_map() {
+bool SegregatedHeap::enable_address_mode() {
+  if (divert_) return false;
   for (auto& h : heaps_)
-    if (!dynamic_cast<TcmallocBaseline*>(h.get())) return false;  // LLAMA's heap keeps none
-  for (auto& h : heaps_) h->enable_slot_map();
-  engine_of_.resize(heaps_.size());
-  slot_map_ = true;
+    if (!dynamic_cast<TcmallocBaseline*>(h.get())) return false;  // LLAMA's heap cannot
+  for (auto& h : heaps_) h->enable_address_mode();
+  addr_mode_ = true;
   return true;
 }
 
-uint32_t SegregatedHeap::slot_at(uint64_t addr) const {
+void SegregatedHeap::free_at(uint64_t addr, uint64_t now) {
   const uint64_t g = (addr / kHugePageBytes) >> kIdShift;
-  if (g >= heaps_.size()) return UINT32_MAX;
-  const uint32_t l = heaps_[g]->slot_at(addr);
-  return l == UINT32_MAX ? l : engine_of_[g][l];
+  SIM_CHECK(g < heaps_.size(), name_ + ": free_at: an address of no heap");
+  if (segregate_above_) live_bytes_ -= heaps_[g]->usable_at(addr);
+  heaps_[g]->free_at(addr, now);
+}
+
+uint64_t SegregatedHeap::usable_at(uint64_t addr) const {
+  const uint64_t g = (addr / kHugePageBytes) >> kIdShift;
+  return g < heaps_.size() ? heaps_[g]->usable_at(addr) : 0;
 }
 
 void SegregatedHeap::check_page(uint64_t hp, const ShadowHeap& shadow) const {
@@ -240,11 +248,11 @@ void SegregatedHeap::check_all(const ShadowHeap& shadow) const {
   std::vector<ShadowHeap> parts(heaps_.size());
   for (const auto& [a, o] : shadow.all()) {
     const uint64_t g = (a / kHugePageBytes) >> kIdShift;
-    SIM_CHECK(g < heaps_.size() && g == group(local_[o.slot]),
+    SIM_CHECK(g < heaps_.size() && (addr_mode_ || g == group(local_[o.slot])),
               name_ + ": object at " + std::to_string(a) + " outside its heap's huge pages");
     parts[g].on_alloc(name_, a, o.end - a, o.slot);
   }
-  for (size_t g = 0; g < heaps_.size(); ++g) {
+  for (size_t g = 0; g < heaps_.size() && !addr_mode_; ++g) {
     SIM_CHECK(parts[g].count() == ids_[g].count(), name_ + ": heap " + std::to_string(g) + "'s slot ids");
   }
   for (size_t g = 0; g < heaps_.size(); ++g) heaps_[g]->check_all(parts[g]);

@@ -64,8 +64,12 @@ class SegregatedHeap final : public HeapAllocator {
   uint64_t asked_size(uint32_t slot) const override;
   void trim(uint32_t slot_end) override;
   void move_slot(uint32_t from, uint32_t to) override;
-  bool enable_slot_map() override;
-  uint32_t slot_at(uint64_t addr) const override;
+  // Address mode: every heap a size-class heap in address mode, no divert-mixed; the
+  // heap of an address is its id range.  segregate-above counts placed bytes here (the
+  // size asked is not known at the free), asked bytes in the simulator.
+  bool enable_address_mode() override;
+  void free_at(uint64_t addr, uint64_t now) override;
+  uint64_t usable_at(uint64_t addr) const override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
@@ -84,14 +88,7 @@ class SegregatedHeap final : public HeapAllocator {
   static constexpr uint32_t kDead = UINT32_MAX;       // (no heap's local id reaches kLocalMask)
   static unsigned group(uint32_t l) { return l >> kLocalBits; }
   static uint32_t local(uint32_t l) { return l & kLocalMask; }
-  // The slot map (enable_slot_map): by group, the engine slot of each local id.
-  bool slot_map_ = false;
-  std::vector<std::vector<uint32_t>> engine_of_;
-  void set_engine(unsigned g, uint32_t l, uint32_t slot) {
-    if (!slot_map_) return;
-    grow_slots(engine_of_[g], l);
-    engine_of_[g][l] = slot;
-  }
+  bool addr_mode_ = false;
   // divert-mixed
   struct Placed { uint64_t alloc_ns = 0, stack = 0; int cls = -1; };  // cls -1: not counted
   struct Stack { uint32_t placed = 0, early = 0; bool diverted = false; };
