@@ -33,6 +33,13 @@ void on_span_released(uint64_t addr, uint32_t npages) REQUIRES(heap_lock) {
 
 void thread_exit(void* v) EXCLUDES(heap_lock);
 
+// The live caches changed: each thread's share of kAllBytes.
+void set_thread_bound() REQUIRES(heap_lock) {
+  const uint64_t n = g_caches.live_caches ? g_caches.live_caches : 1;
+  g_caches.thread_bytes.store(std::clamp<uint64_t>(kAllBytes / n, kMinThreadBytes, kThreadBytes),
+                              std::memory_order_relaxed);
+}
+
 // At init, under the lock: on for a policy of size-class heaps only (LLAMA's lines must
 // see every free), with the checker off (its shadow heap must see every free).
 }  // namespace
@@ -78,6 +85,7 @@ void setup(bool addr_mode) REQUIRES(heap_lock) {
   g_caches.base = g_state->backing.base();
   g_caches.reserved = g_state->backing.reserved_bytes();
   sim::span_hooks = {on_span_created, on_span_released};
+  set_thread_bound();
   g_caches.on = true;
 }
 
@@ -94,6 +102,8 @@ Cache* cache_locked() REQUIRES(heap_lock) {
   c->next = g_caches.all;
   if (g_caches.all) g_caches.all->prev = c;
   g_caches.all = c;
+  ++g_caches.live_caches;
+  set_thread_bound();
   pthread_setspecific(g_caches.key, c);  // (its destructor gives the objects back at thread exit)
   t_cache = c;
   return c;
@@ -109,13 +119,13 @@ static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap
   }
 }
 
-// A list past its bound: back to half of it; all of the thread's past kThreadBytes: half
+// A list past its bound: back to half of it; all of the thread's past theirs: half
 // of every list.  One lock acquisition.
 void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
   Inside in;
   ++g_caches.flushes;
   if (l.count > g_caches.max[cls]) give_back(c, l, cls, l.count - g_caches.max[cls] / 2);
-  if (c->bytes.load(std::memory_order_relaxed) > kThreadBytes)
+  if (c->bytes.load(std::memory_order_relaxed) > g_caches.thread_bytes.load(std::memory_order_relaxed))
     for (size_t i = 0; i < size_t(g_caches.groups) * kClasses; ++i)
       if (c->lists[i].count) give_back(c, c->lists[i], uint32_t(i % kClasses), (c->lists[i].count + 1) / 2);
 }
@@ -132,6 +142,8 @@ void thread_exit(void* v) {
   else g_caches.all = c->next;
   if (c->next) c->next->prev = c->prev;
   ++g_caches.exited;
+  --g_caches.live_caches;
+  set_thread_bound();
   g_caches.dead_hits += c->hits.load(std::memory_order_relaxed);
   g_caches.dead_misses += c->misses.load(std::memory_order_relaxed);
   c->~Cache();

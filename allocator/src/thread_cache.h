@@ -4,8 +4,10 @@
 // objects (linked through their first word), served to the thread's next mallocs of that
 // group and class without the lock.  Objects in a cache stay live to the policy (their
 // slot, their span); it sees their free when a list passes its bound (half of it goes
-// back under one lock acquisition), when the thread's caches pass kThreadBytes (half of
-// every list), and at thread exit (all; a pthread key's destructor).  free,
+// back under one lock acquisition), when the thread's caches pass their bound (half of
+// every list; the bound is a share of kAllBytes among the live caches, between
+// kMinThreadBytes and kThreadBytes: all caches together hold at most kAllBytes up to 64
+// threads, 64 KiB each beyond), and at thread exit (all; a pthread key's destructor).  free,
 // malloc_usable_size and realloc find an object's group and class in the page map, a
 // uint32 per 8 KiB page of the reservation written under the lock when the policy creates
 // a span (sim::span_hooks) and cleared when it releases it: [class:8 | group:8 | page in
@@ -34,7 +36,9 @@ constexpr uint64_t kPageShift = 13;  // the baseline's 8 KiB pages
 static_assert((uint64_t(1) << kPageShift) == sim::TcmallocBaseline::kPageBytes);
 constexpr uint64_t kListBytes = 64 << 10;     // a list's bound: this many bytes ...
 constexpr uint32_t kMaxListObjects = 128;     // ... or objects, whichever is fewer (>= 1)
-constexpr uint64_t kThreadBytes = 256 << 10;    // all of a thread's lists
+constexpr uint64_t kThreadBytes = 256 << 10;    // all of a thread's lists, at most
+constexpr uint64_t kMinThreadBytes = 64 << 10;  // ... at least
+constexpr uint64_t kAllBytes = 4 << 20;         // all threads' lists (up to 64 threads)
 constexpr uint64_t kBatchBytes = 16 << 10;    // a miss takes this many bytes ...
 constexpr uint32_t kMaxBatch = 32;            // ... or objects from the policy (>= 1)
 
@@ -61,6 +65,7 @@ inline Cache* const kDead = reinterpret_cast<Cache*>(uintptr_t(1));  // the thre
 struct Global {
   bool on;                          // written in init, before g_built's release
   std::atomic<bool> segregating;    // segregate-above: the live bytes reached it
+  std::atomic<uint64_t> thread_bytes;  // a thread's bound: kAllBytes / live caches, clamped
   unsigned groups, shared;
   uint64_t seg_above;
   const unsigned* group_of;         // by predicted class (nullptr: the baseline, one heap)
@@ -72,6 +77,7 @@ struct Global {
   uint64_t reserved;  // the reservation's bytes from base (Backing::reserved_bytes)
   pthread_key_t key;
   Cache* all GUARDED_BY(heap_lock);
+  uint64_t live_caches GUARDED_BY(heap_lock);
   uint64_t exited GUARDED_BY(heap_lock), dead_hits GUARDED_BY(heap_lock), dead_misses GUARDED_BY(heap_lock);
   uint64_t refills GUARDED_BY(heap_lock), refill_objects GUARDED_BY(heap_lock), flushes GUARDED_BY(heap_lock),
       flushed_objects GUARDED_BY(heap_lock);
@@ -103,7 +109,7 @@ inline uint32_t class_at(const void* p, unsigned& g) {
 Cache* cache_locked() REQUIRES(heap_lock);
 // A miss: under the lock, the object asked for and a batch of the class for the list.
 void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) EXCLUDES(heap_lock);
-// A list past its bound, or the thread's lists past kThreadBytes: some back to the policy.
+// A list past its bound, or the thread's lists past theirs: some back to the policy.
 void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock);
 
 // The lock-free paths, inline at their callers (heap.cc's malloc and free).
@@ -163,7 +169,8 @@ inline bool cached_free(void* p) EXCLUDES(heap_lock) {
   sig_fence();
   if (__builtin_expect(l.head == p, 0)) fatal("free(): double free (thread cache)");
   push(c, l, p, cls);
-  const bool over = l.count > g_caches.max[cls] || c->bytes.load(std::memory_order_relaxed) > kThreadBytes;
+  const bool over = l.count > g_caches.max[cls] ||
+                    c->bytes.load(std::memory_order_relaxed) > g_caches.thread_bytes.load(std::memory_order_relaxed);
   sig_fence();
   t_busy = false;
   if (over) flush(c, l, cls);
