@@ -126,6 +126,11 @@ void Backing::taken(uint64_t first, uint64_t n) {
     return;
   }
   for (uint64_t i = 0; i < n; ++i) commit(g * per_group_pages_ + local + i);
+  if (!huge_on_ && live_pages_ >= huge_from_) {
+    huge_on_ = true;
+    for (unsigned k = 0; k < groups_; ++k)
+      if (hw_[k]) madvise(reinterpret_cast<void*>(base_ + k * per_group_pages_ * kHuge), hw_[k] * kHuge, MADV_HUGEPAGE);
+  }
   if (local + n <= hw_[g]) return;  // already read/write (released pages stay mapped)
   // Read/write up to the new high-water mark: one growing mapping per heap, no holes.
   uintptr_t lo = base_ + (g * per_group_pages_ + hw_[g]) * kHuge;
@@ -134,7 +139,7 @@ void Backing::taken(uint64_t first, uint64_t n) {
     overflowed_ = true;  // the kernel refused (map count, overcommit): this allocation fails
     return;
   }
-  madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
+  if (huge_on_) madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
   if (table_) {
     // The object table's chunks over the new pages: read/write too (charged as they are).
     const uint64_t from = (g * per_group_pages_ + hw_[g]) / kChunkPages;

@@ -23,6 +23,13 @@ class Backing {
   // (table false: the policy knows objects by address, HeapAllocator::enable_address_mode);
   // fatal if not even a few huge pages fit.
   void init(unsigned groups, uint64_t reserve_bytes, bool table);
+  // Huge pages (MADV_HUGEPAGE) once the committed heap reaches `pages` huge pages (0: from
+  // the start): below, the kernel backs the heap with 4 KiB pages as they are touched, so
+  // a small process (a PostgreSQL backend, a short program) holds what it touches, not
+  // whole 2 MiB pages; at the switch every committed range is advised too (khugepaged
+  // collapses it later).  huge_on(): the switch has happened.
+  void set_huge_from(uint64_t pages) { huge_from_ = pages; huge_on_ = pages == 0; }
+  bool huge_on() const { return huge_on_; }
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
   void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }
   // Returns held pages whose delay is over (heap.cc, when the policy's clock moves).
@@ -104,6 +111,8 @@ class Backing {
   uint64_t live_pages_ = 0, peak_pages_ = 0, returned_ = 0, subreleased_ = 0;
   bool overflowed_ = false;
   bool table_ = true;
+  uint64_t huge_from_ = 0;
+  bool huge_on_ = true;
 };
 
 }  // namespace lalloc

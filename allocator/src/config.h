@@ -19,6 +19,9 @@ struct Config {
   // (0: returned at once, as the policy says) and LIFETIME_ALLOC_RELEASE_KEEP (at most so many).
   uint64_t release_delay_ns = 1000ull * 1000000;
   uint64_t release_keep_pages = 4;
+  // LIFETIME_ALLOC_HUGE_FROM_MIB: the heap (and the metadata arena) asks for transparent
+  // huge pages once the committed heap reaches this (0: from the start); Backing::set_huge_from.
+  uint64_t huge_from_bytes = uint64_t(16) << 20;
   // Subrelease in the size-class heaps (sim::SubreleaseRule, heap/src/baseline.h: its
   // defaults): LIFETIME_ALLOC_SUBRELEASE_MS, the interval (0: off), and
   // LIFETIME_ALLOC_SUBRELEASE_WINDOWS, the intervals of demand remembered.

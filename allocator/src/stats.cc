@@ -63,6 +63,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("huge_pages_returned", s.backing.pages_returned());
   // free pages of live huge pages given back (subrelease): now, and in all
   j.kv("subreleased_bytes", s.policy->subreleased_bytes());
+  j.kv("huge_pages_on", uint64_t(s.backing.huge_on()));  // LIFETIME_ALLOC_HUGE_FROM_MIB reached
   j.kv("total_subreleased_bytes", s.backing.subreleased_bytes_total());
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
