@@ -594,7 +594,7 @@ def _pm(row: dict, key: str, fmt: str = ".1f", worst: str = "max", scale: float 
         return "n/a"
     s = f"{st['mean'] * scale:{fmt}}"
     if st["n"] > 1:
-        s += f" ± {st['sd'] * scale:{fmt}} (worst {st[worst] * scale:{fmt}})"
+        s += f" ± {st['sd'] * scale:{fmt}} (n={st['n']}, worst {st[worst] * scale:{fmt}})"
     return s
 
 

@@ -243,7 +243,8 @@ void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, con
     return nullptr;
   }
   // Usable: what the policy placed (the size-class heaps round up to their class).
-  const uint64_t placed = g_state->addr_mode ? g_state->policy->usable_at(a) : g_state->policy->where(slot).second;
+  const uint64_t placed = g_state->addr_mode ? g_state->policy->placed_size(usable, uint32_t(align))
+                                             : g_state->policy->where(slot).second;
   if (g_state->addr_mode) usable = placed;  // (the size asked is not kept: placed bytes)
   set_slot(p, slot);
   Counters& c = g_state->c;
@@ -333,23 +334,72 @@ void deallocate(void* p) {
   free_locked(p);
 }
 
+// Address mode: the program's object at real address key goes back to the policy.
+static void free_at_locked(uintptr_t key, uint64_t now) REQUIRES(heap_lock) {
+  const uint64_t a = g_state->backing.abstract(key);
+  uint64_t placed = 0;
+  if (key % 16 == 0) guarded("policy: ", [&]() REQUIRES(heap_lock) { placed = g_state->policy->free_at(a, now); });
+  if (!placed) fatal("free(): invalid pointer or double free");
+  if (g_state->cfg.check_every) {
+    guarded("LIFETIME_ALLOC_CHECK: ", [&]() REQUIRES(heap_lock) { g_state->shadow.on_free("lifetime_alloc", a, 0); });
+    if (g_state->cfg.check_every == 1) check_pages(a, placed);
+  }
+  Counters& c = g_state->c;
+  ++c.frees;
+  --c.live_objects;
+  c.live_requested -= placed;
+  c.live_usable -= placed;
+}
+
+void free_batch_locked(void* const* p, uint32_t n) {
+  const uint64_t now = tick();
+  for (uint32_t i = 0; i < n; ++i) free_at_locked(reinterpret_cast<uintptr_t>(p[i]), now);
+  after_op(now);
+}
+
+uint32_t alloc_batch_locked(uint64_t usable, uintptr_t ra, const Prediction& pred, uint64_t now, uint32_t n,
+                            void** out) {
+  uint64_t a[tc::kMaxBatch];
+  n = std::min<uint32_t>(n, tc::kMaxBatch);
+  const sim::AllocRequest q{0, usable, uint32_t(kSmallAlign), thread_id(), pred.cls, now, ra};
+  uint32_t got = 0;
+  g_state->backing.clear_overflow();
+  guarded("policy: ", [&]() REQUIRES(heap_lock) { got = g_state->policy->alloc_batch(q, n, a); });
+  const uint64_t placed = g_state->policy->placed_size(usable, uint32_t(kSmallAlign));
+  const bool over = g_state->backing.overflowed();
+  uint32_t ok = 0;
+  for (uint32_t i = 0; i < got; ++i) {
+    const uintptr_t p = g_state->backing.real(a[i]);
+    if (over || !p || !g_state->backing.real(a[i] + placed - 1)) {  // past the reservation: back
+      guarded("policy: ", [&]() REQUIRES(heap_lock) { g_state->policy->free_at(a[i], now); });
+      continue;
+    }
+    if (g_state->cfg.check_every)
+      guarded("LIFETIME_ALLOC_CHECK: ",
+              [&]() REQUIRES(heap_lock) { g_state->shadow.on_alloc("lifetime_alloc", a[i], placed, 0); });
+    out[ok++] = reinterpret_cast<void*>(p);
+  }
+  Counters& c = g_state->c;
+  c.by_source[size_t(pred.source)] += ok;
+  c.class_allocs[size_t(pred.cls) < Counters::kMaxClasses ? pred.cls : Counters::kMaxClasses - 1] += ok;
+  c.allocs += ok;
+  c.live_objects += ok;
+  c.peak_objects = std::max(c.peak_objects, c.live_objects);
+  c.live_requested += ok * placed;
+  c.peak_requested = std::max(c.peak_requested, c.live_requested);
+  c.live_usable += ok * placed;
+  if (got > ok) c.failed_allocs += got - ok;
+  after_op(now);
+  return ok;
+}
+
 void free_locked(void* p) {
   if (arena::owns(p)) return arena_free(p);
   const uintptr_t key = reinterpret_cast<uintptr_t>(p);
   Counters& c = g_state->c;
   if (g_state->backing.contains(p) && g_state->addr_mode) {
-    const uint64_t a = g_state->backing.abstract(key);
-    const uint64_t placed = key % 16 ? 0 : g_state->policy->usable_at(a);
-    if (!placed) fatal("free(): invalid pointer or double free");
     const uint64_t now = tick();
-    if (g_state->cfg.check_every)
-      guarded("LIFETIME_ALLOC_CHECK: ", [&]() REQUIRES(heap_lock) { g_state->shadow.on_free("lifetime_alloc", a, 0); });
-    guarded("policy: ", [&]() REQUIRES(heap_lock) { g_state->policy->free_at(a, now); });
-    if (g_state->cfg.check_every == 1) check_pages(a, placed);
-    ++c.frees;
-    --c.live_objects;
-    c.live_requested -= placed;
-    c.live_usable -= placed;
+    free_at_locked(key, now);
     after_op(now);
     return;
   }

@@ -96,6 +96,12 @@ State* built() EXCLUDES(heap_lock);
 void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, const Prediction& pred, uint64_t now)
     REQUIRES(heap_lock);
 void free_locked(void* p) REQUIRES(heap_lock);
+// Address mode, under the lock: n more objects of one request at once, into out (a
+// thread cache's refill; the size-class heaps' alloc_batch), and n objects the program
+// freed given back at once (a flush).  alloc returns how many it placed.
+uint32_t alloc_batch_locked(uint64_t usable, uintptr_t ra, const Prediction& pred, uint64_t now, uint32_t n,
+                            void** out) REQUIRES(heap_lock);
+void free_batch_locked(void* const* p, uint32_t n) REQUIRES(heap_lock);
 // After each operation: peaks, the checker's turn, the stats' interval.
 void after_op(uint64_t now) REQUIRES(heap_lock);
 // The slot of the live object starting at p (inside the reservation), or kNoSlot.

@@ -109,13 +109,20 @@ Cache* cache_locked() REQUIRES(heap_lock) {
   return c;
 }
 
-// Under the lock: the policy frees n objects of the list.
+// Under the lock: the policy frees n objects of the list, in batches.
 static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap_lock) {
-  for (; n; --n) {
-    void* p = pop(c, l, cls);
-    if (!p) break;
-    free_locked(p);
-    ++g_caches.flushed_objects;
+  void* batch[64];
+  while (n) {
+    uint32_t k = 0;
+    for (; k < 64 && n; --n, ++k) {
+      void* p = pop(c, l, cls);
+      if (!p) break;
+      batch[k] = p;
+    }
+    if (!k) break;
+    free_batch_locked(batch, k);
+    g_caches.flushed_objects += k;
+    if (k < 64) break;
   }
 }
 
@@ -161,16 +168,16 @@ void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred,
   if (!first || !c || c == kDead) return first;
   bump(c->misses, 1);
   ++g_caches.refills;
-  for (uint32_t i = 1; i < g_caches.batch[cls]; ++i) {
-    void* q = alloc_locked(usable, 0, kSmallAlign, ra, pred, now);
-    if (!q) break;
+  void* more[kMaxBatch];
+  const uint32_t n = alloc_batch_locked(usable, ra, pred, now, g_caches.batch[cls] - 1, more);
+  for (uint32_t i = 0; i < n; ++i) {
     unsigned g = 0;
-    const uint32_t k = class_at(q, g);
+    const uint32_t k = class_at(more[i], g);
     if (!k) {  // (cannot happen: the policy placed it in a span of its class)
-      free_locked(q);
-      break;
+      free_batch_locked(&more[i], 1);
+      continue;
     }
-    push(c, c->lists[g * kClasses + k], q, k);
+    push(c, c->lists[g * kClasses + k], more[i], k);
     ++g_caches.refill_objects;
   }
   return first;

@@ -87,8 +87,17 @@ class HeapAllocator {
   // its placed size (0: no live object starts there).  where/asked_size/move_slot do
   // not apply.  false: this heap cannot (LLAMA's; the simulator never asks).
   virtual bool enable_address_mode() { return false; }
-  virtual void free_at(uint64_t addr, uint64_t now) { (void)addr; (void)now; }
+  // (returns the placed bytes freed; 0: no live object starts at addr, nothing done)
+  virtual uint64_t free_at(uint64_t addr, uint64_t now) { (void)addr; (void)now; return 0; }
   virtual uint64_t usable_at(uint64_t addr) const { (void)addr; return 0; }
+  // The placed size of a request (what usable_at will say of it).
+  virtual uint64_t placed_size(uint64_t size, uint32_t align) const { (void)align; return size; }
+  // n objects of one request's kind at once (the thread caches' refill): their addresses
+  // in out, as n calls of alloc would place them; returns how many.
+  virtual uint32_t alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) {
+    for (uint32_t i = 0; i < n; ++i) out[i] = alloc(r);
+    return n;
+  }
   // Invariants: the huge page `hp` agrees with the shadow heap (and its own bookkeeping);
   // check_all checks every live huge page and the global counters.
   virtual void check_page(uint64_t hp, const ShadowHeap& shadow) const = 0;

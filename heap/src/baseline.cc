@@ -286,11 +286,7 @@ void TcmallocBaseline::central_unlink(uint32_t sid) {
 }
 
 uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
-  if (central_head_.empty()) {
-    central_head_.resize(classes_.size());
-    for (auto& a : central_head_) a.fill(kNone);
-    central_mask_.assign(classes_.size(), 0);
-  }
+  init_central();
   if (!addr_mode_) grow_slots(handles_, r.slot);
   uint32_t cls = size_class(r.size, r.align);
   // (address mode: the placed size; the caller knows no other at the free)
@@ -313,30 +309,52 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     if (!addr_mode_) handles_[r.slot] = {sid, 0, 0};
     return addr;
   }
-  // Central free list: the span with the most live objects among those not full.
-  uint32_t sid;
-  if (central_mask_[cls]) {
-    int b = 31 - __builtin_clz(central_mask_[cls]);
-    sid = central_head_[cls][b];
-    central_unlink(sid);
-  } else {
-    sid = new_span();
-    pageheap_alloc(classes_[cls].pages, spans_[sid]);
-    Span& s = spans_[sid];
-    s.cls = cls;
-    s.nobjs = classes_[cls].objs;
-    if (spare_free_.size() < classes_.size()) spare_free_.resize(classes_.size());
-    s.free_slots.swap(spare_free_[cls]);  // (empty)
-    if (addr_mode_) {
-      if (spare_bits_.size() < classes_.size()) spare_bits_.resize(classes_.size());
-      s.live_bits.swap(spare_bits_[cls]);  // (all clear)
-      if (s.live_bits.size() != (s.nobjs + 63) / 64) s.live_bits.assign((s.nobjs + 63) / 64, 0);
-    }
-    hps_[s.hp].span_at[s.first_page] = sid;
-    if (span_hooks.created)
-      span_hooks.created(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages, cls);
-  }
+  const uint32_t sid = take_span(cls);
   Span& s = spans_[sid];
+  const uint32_t idx = take_object(s);
+  if (s.nlive < s.nobjs) central_link(sid);
+  SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
+  if (!addr_mode_) handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
+  return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
+}
+
+void TcmallocBaseline::init_central() {
+  if (!central_head_.empty()) return;
+  central_head_.resize(classes_.size());
+  for (auto& a : central_head_) a.fill(kNone);
+  central_mask_.assign(classes_.size(), 0);
+}
+
+// Central free list: the span with the most live objects among those not full (off the
+// list: the caller links it back if it is still not full), or a new span.
+uint32_t TcmallocBaseline::take_span(uint32_t cls) {
+  if (central_mask_[cls]) {
+    const int b = 31 - __builtin_clz(central_mask_[cls]);
+    const uint32_t sid = central_head_[cls][b];
+    central_unlink(sid);
+    return sid;
+  }
+  const uint32_t sid = new_span();
+  pageheap_alloc(classes_[cls].pages, spans_[sid]);
+  Span& s = spans_[sid];
+  s.cls = cls;
+  s.nobjs = classes_[cls].objs;
+  if (spare_free_.size() < classes_.size()) spare_free_.resize(classes_.size());
+  s.free_slots.swap(spare_free_[cls]);  // (empty)
+  if (addr_mode_) {
+    if (spare_bits_.size() < classes_.size()) spare_bits_.resize(classes_.size());
+    s.live_bits.swap(spare_bits_[cls]);  // (all clear)
+    if (s.live_bits.size() != (s.nobjs + 63) / 64) s.live_bits.assign((s.nobjs + 63) / 64, 0);
+  }
+  hps_[s.hp].span_at[s.first_page] = sid;
+  if (span_hooks.created)
+    span_hooks.created(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages, cls);
+  return sid;
+}
+
+// A free object of a span that is not full: the most recently freed, else the lowest
+// never used.
+uint32_t TcmallocBaseline::take_object(Span& s) {
   uint32_t idx;
   if (s.free_slots.empty()) {
     idx = s.fresh++;
@@ -345,11 +363,25 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     s.free_slots.pop_back();
   }
   ++s.nlive;
-  if (s.nlive < s.nobjs) central_link(sid);
-  SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
   if (addr_mode_) s.live_bits[idx / 64] |= uint64_t(1) << (idx % 64);
-  else handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
-  return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
+  return idx;
+}
+
+uint32_t TcmallocBaseline::alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) {
+  const uint32_t cls = size_class(r.size, r.align);
+  if (!addr_mode_ || cls == 0) return HeapAllocator::alloc_batch(r, n, out);
+  init_central();
+  const uint64_t size = classes_[cls].size;
+  uint32_t got = 0;
+  while (got < n) {  // as n calls of alloc: each takes from the fullest span until it is full
+    const uint32_t sid = take_span(cls);
+    Span& s = spans_[sid];
+    const uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
+    while (got < n && s.nlive < s.nobjs) out[got++] = base + uint64_t(take_object(s)) * size;
+    if (s.nlive < s.nobjs) central_link(sid);
+  }
+  live_bytes_ += uint64_t(got) * size;
+  return got;
 }
 
 void TcmallocBaseline::prefetch_free(uint32_t slot, int stage) const {
@@ -368,13 +400,20 @@ void TcmallocBaseline::free(uint32_t slot, uint64_t) {
   free_obj(hd.span, hd.slot_idx);
 }
 
-void TcmallocBaseline::free_at(uint64_t addr, uint64_t) {
+uint64_t TcmallocBaseline::free_at(uint64_t addr, uint64_t) {
   uint32_t idx = 0;
   const uint32_t sid = span_of(addr, idx);
-  SIM_CHECK(sid != kNone, name_ + ": free_at: no live object starts at " + std::to_string(addr));
+  if (sid == kNone) return 0;
   const Span& s = spans_[sid];
-  live_bytes_ -= s.cls == 0 ? s.large_size : classes_[s.cls].size;
+  const uint64_t bytes = s.cls == 0 ? s.large_size : classes_[s.cls].size;
+  live_bytes_ -= bytes;
   free_obj(sid, idx);
+  return bytes;
+}
+
+uint64_t TcmallocBaseline::placed_size(uint64_t size, uint32_t align) const {
+  const uint32_t cls = size_class(size, align);
+  return cls ? classes_[cls].size : size;
 }
 
 uint64_t TcmallocBaseline::usable_at(uint64_t addr) const {

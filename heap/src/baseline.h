@@ -50,8 +50,10 @@ class TcmallocBaseline final : public HeapAllocator {
   void trim(uint32_t slot_end) override;
   void move_slot(uint32_t from, uint32_t to) override;
   bool enable_address_mode() override { addr_mode_ = true; return true; }
-  void free_at(uint64_t addr, uint64_t now) override;
+  uint64_t free_at(uint64_t addr, uint64_t now) override;
   uint64_t usable_at(uint64_t addr) const override;
+  uint64_t placed_size(uint64_t size, uint32_t align) const override;
+  uint32_t alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
@@ -151,6 +153,9 @@ class TcmallocBaseline final : public HeapAllocator {
   uint32_t span_of(uint64_t addr, uint32_t& idx) const;
   // The span holding the page of addr (kNone: none).
   uint32_t span_holding(uint64_t addr) const;
+  void init_central();
+  uint32_t take_span(uint32_t cls);  // off the central list (or new)
+  uint32_t take_object(Span& s);     // its index
   // Frees object idx of span sid (both modes; the byte count is the caller's).
   void free_obj(uint32_t sid, uint32_t idx);
   // The span of a shadow heap's object (the checks): by its slot, or by its address.

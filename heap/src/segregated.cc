@@ -52,7 +52,7 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
     const uint64_t addr = heaps_[g]->alloc(r);
     SIM_CHECK(((addr + r.size - 1) / kHugePageBytes) >> kIdShift == g,
               name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
-    if (segregate_above_) live_bytes_ += heaps_[g]->usable_at(addr);
+    if (segregate_above_) live_bytes_ += heaps_[g]->placed_size(r.size, r.align);
     return addr;
   }
   if (divert_) {
@@ -225,11 +225,28 @@ bool SegregatedHeap::enable_address_mode() {
   return true;
 }
 
-void SegregatedHeap::free_at(uint64_t addr, uint64_t now) {
+uint64_t SegregatedHeap::free_at(uint64_t addr, uint64_t now) {
   const uint64_t g = (addr / kHugePageBytes) >> kIdShift;
-  SIM_CHECK(g < heaps_.size(), name_ + ": free_at: an address of no heap");
-  if (segregate_above_) live_bytes_ -= heaps_[g]->usable_at(addr);
-  heaps_[g]->free_at(addr, now);
+  if (g >= heaps_.size()) return 0;
+  const uint64_t bytes = heaps_[g]->free_at(addr, now);
+  if (segregate_above_) live_bytes_ -= bytes;
+  return bytes;
+}
+
+uint32_t SegregatedHeap::alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) {
+  // (one heap for the batch: the live bytes decide it for the whole batch)
+  if (!addr_mode_ || n == 0) return HeapAllocator::alloc_batch(r, n, out);
+  unsigned g = group_of_[size_t(r.cls)];
+  if (segregate_above_ && live_bytes_ < segregate_above_) {
+    if (g != shared_) c_small_heap_ += n;
+    g = shared_;
+  }
+  const uint32_t got = heaps_[g]->alloc_batch(r, n, out);
+  for (uint32_t i = 0; i < got; ++i)
+    SIM_CHECK(((out[i] + r.size - 1) / kHugePageBytes) >> kIdShift == g,
+              name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
+  if (segregate_above_) live_bytes_ += got * heaps_[g]->placed_size(r.size, r.align);
+  return got;
 }
 
 uint64_t SegregatedHeap::usable_at(uint64_t addr) const {

@@ -68,8 +68,10 @@ class SegregatedHeap final : public HeapAllocator {
   // heap of an address is its id range.  segregate-above counts placed bytes here (the
   // size asked is not known at the free), asked bytes in the simulator.
   bool enable_address_mode() override;
-  void free_at(uint64_t addr, uint64_t now) override;
+  uint64_t free_at(uint64_t addr, uint64_t now) override;
   uint64_t usable_at(uint64_t addr) const override;
+  uint64_t placed_size(uint64_t size, uint32_t align) const override { return heaps_[0]->placed_size(size, align); }
+  uint32_t alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) override;
   void check_page(uint64_t hp, const ShadowHeap& shadow) const override;
   void check_all(const ShadowHeap& shadow) const override;
   void snapshot_pages(JsonWriter& j) const override;
