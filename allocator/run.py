@@ -59,7 +59,8 @@ def add_parser(sub) -> None:
                     "stderr.")
     p.add_argument("--allocator", required=True, choices=ALLOCATORS)
     p.add_argument("--policy", metavar="NAME[,NAME...]",
-                   help="llama: the simulator's policy names (default: the paper's), or "
+                   help="llama: the simulator's policy names (default: segregated, chosen on "
+                        "workloads no reported figure uses: benchmarks/policy_selection.py), or "
                         "`baseline` for the TCMalloc-like size-class heap")
     p.add_argument("--predictor", metavar="constant:C",
                    help="llama: lifetime class for every object (default: constant:0)")

@@ -21,8 +21,9 @@ a missing one is skipped with a note.  Redis, which mimalloc-bench runs too, is 
 by benchmarks/allocator_rss.py.
 
 Allocators (--allocators): glibc, jemalloc, mimalloc, tcmalloc-gperftools, tcmalloc
-(Google's; only when built: `make tcmalloc-preload`, else skipped with a note) and llama
-(liblifetime_alloc.so, the paper's policy, --predictor constant:0: no model).
+(Google's; only when built: `make tcmalloc-preload`, else skipped with a note) and LLAMA
+(liblifetime_alloc.so, --predictor constant:0: no model): `llama` under lifetime run's
+default policy, `llama-paper` under the paper's.
 
 Per run: `nice lifetime run --allocator A -- CMD`; elapsed and peak RSS are lifetime run's
 (wait4) from its stderr line; a thread samples VmRSS of the program (the process tree
@@ -59,7 +60,10 @@ if str(ROOT) not in sys.path:
 LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
 STRESS = ROOT / "build" / "workloads" / "stress"
 INPUTS = ROOT / "benchmarks" / "peer_inputs"
-ALLOCATORS = ("glibc", "jemalloc", "mimalloc", "tcmalloc-gperftools", "tcmalloc", "llama")
+ALLOCATORS = ("glibc", "jemalloc", "mimalloc", "tcmalloc-gperftools", "tcmalloc", "llama", "llama-paper")
+# LLAMA's configurations: `llama` is lifetime run's default policy; the others name one.
+LLAMA_POLICY = {"llama": None, "llama-paper": "paper", "llama-segregated": "segregated",
+                "llama-tolerant": "tolerant", "llama-baseline": "baseline"}
 PROGRAMS = ("larson", "mstress", "rptest", "gs", "lua", "z3", "rocksdb")
 SAMPLE_S = 0.1
 LAUNCHER_COMM = "lifetime_run_me"  # allocator/tools' lifetime_run_measured, 15 chars
@@ -203,7 +207,7 @@ def missing_allocator(name: str) -> str | None:
     from allocator import run as lrun
     from core.errors import LifetimeError
     try:
-        lrun.library(name)
+        lrun.library("llama" if name in LLAMA_POLICY else name)
     except LifetimeError as e:
         return str(e)
     return None
@@ -263,7 +267,10 @@ def program_rss_kib(root: int) -> int | None:
 def run_once(program: str, allocator: str, argv: list[str], timeout: float,
              cwd: pathlib.Path) -> dict:
     cmd = ["nice", "-n", "10", LIFETIME, "run", "--allocator", allocator]
-    if allocator == "llama":
+    if allocator in LLAMA_POLICY:
+        cmd[-1] = "llama"
+        if LLAMA_POLICY[allocator]:
+            cmd += ["--policy", LLAMA_POLICY[allocator]]
         cmd += ["--predictor", "constant:0"]
     cmd += ["--", *argv]
     env = dict(os.environ)
@@ -348,7 +355,7 @@ def aggregate(records: list[dict]) -> dict:
 def render(agg: dict, programs: list[str], allocators: list[str], notes: list[str], meta: dict) -> str:
     L = ["# Peer suite (issue 32 item 7)", "",
          f"{meta['runs']} run(s) per cell; {meta['machine']}; stress programs -t {meta['threads']} "
-         f"-s {meta['scale']:g}; LLAMA: paper policy, constant:0.  Elapsed: lifetime run's wall "
+         f"-s {meta['scale']:g}; LLAMA: constant:0 (llama: the default policy).  Elapsed: lifetime run's wall "
          "time (median, worst); peak RSS: wait4 (median); steady RSS: mean VmRSS sampled every "
          "0.1 s after the program's STEADY line (basis marker) or over the last third of the "
          "run (median over runs).  ×best: against the best of the non-LLAMA allocators on "
@@ -358,7 +365,7 @@ def render(agg: dict, programs: list[str], allocators: list[str], notes: list[st
           "|---|---|---|---|---|---|---|---|---|---|"]
     mism = []
     for prog in programs:
-        peers = [agg[(prog, a)] for a in allocators if a != "llama" and (prog, a) in agg
+        peers = [agg[(prog, a)] for a in allocators if a not in LLAMA_POLICY and (prog, a) in agg
                  and agg[(prog, a)].get("ok")]
 
         def best(key):
@@ -398,7 +405,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "out" / "peer_suite"))
     ap.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS)
-    ap.add_argument("--allocators", nargs="+", default=list(ALLOCATORS), choices=ALLOCATORS)
+    ap.add_argument("--allocators", nargs="+", default=list(ALLOCATORS),
+                    choices=(*ALLOCATORS, *LLAMA_POLICY))
     ap.add_argument("--threads", type=int, default=max(2, os.cpu_count() or 2),
                     help="stress programs' threads (default: the CPUs, at least 2)")
     ap.add_argument("--scale", type=float, default=1.0, help="stress programs' work multiplier")

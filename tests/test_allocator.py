@@ -137,13 +137,15 @@ def test_stats_file_fields_and_interval(tmp_path):
     subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONMALLOC": "malloc"}, check=True,
                    timeout=60)
     s = json.loads(stats.read_text())
-    assert s["policy"] == "paper" and s["predictor"] == "constant:3"
+    # the default policy: segregated (allocator/README.md says how it was chosen)
+    assert s["policy"] == "segregate-above:8,size-classes:inf" and s["predictor"] == "constant:3"
     for key in ("live_huge_pages", "peak_huge_pages", "objects", "bytes_requested", "reserved_bytes",
                 "committed_bytes", "touched_bytes", "lock_acquisitions", "counters"):
         assert key in s, key
     assert s["counters"]["huge_pages_acquired"] >= s["peak_huge_pages"] >= 1
     assert s["committed_bytes"] == s["live_huge_pages"] * 2 * 1024 * 1024
-    assert s["allocs"] > 5000 and s["lock_acquisitions"] >= s["allocs"]
+    # (its thread caches take objects from the policy in batches, one lock each)
+    assert s["allocs"] > 5000 and 0 < s["lock_acquisitions"] < s["allocs"]
 
 
 @pytest.mark.parametrize("var, value, says", [
