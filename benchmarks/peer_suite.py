@@ -16,6 +16,8 @@ Programs
   z3       z3 on an SMT-LIB2 file made here: random 3-SAT near the threshold and
            bit-vector factoring (mimalloc-bench: a bit-vector maximization, test1.smt2)
   rocksdb  db_bench --benchmarks=fillrandom,readrandom (mimalloc-bench: fillrandom)
+  cpython  CPython's regression tests, 12 modules (PYTHONMALLOC=malloc), the subset
+           tests/test_allocator_suites.py runs under the allocator
 The Debian programs are ghostscript, lua5.4, z3 and rocksdb-tools (scripts/system-deps.txt);
 a missing one is skipped with a note.  Redis, which mimalloc-bench runs too, is measured
 by benchmarks/allocator_rss.py.
@@ -64,7 +66,12 @@ ALLOCATORS = ("glibc", "jemalloc", "mimalloc", "tcmalloc-gperftools", "tcmalloc"
 # LLAMA's configurations: `llama` is lifetime run's default policy; the others name one.
 LLAMA_POLICY = {"llama": None, "llama-paper": "paper", "llama-segregated": "segregated",
                 "llama-tolerant": "tolerant", "llama-baseline": "baseline"}
-PROGRAMS = ("larson", "mstress", "rptest", "gs", "lua", "z3", "rocksdb")
+PROGRAMS = ("larson", "mstress", "rptest", "gs", "lua", "z3", "rocksdb", "cpython")
+# CPython's regression tests that tests/test_allocator_suites.py runs under the allocator
+# (PYTHONMALLOC=malloc: every object through it)
+CPYTHON_MODULES = ("test_list", "test_dict", "test_set", "test_bytes", "test_tuple", "test_deque",
+                   "test_heapq", "test_sort", "test_string", "test_json", "test_itertools",
+                   "test_collections")
 SAMPLE_S = 0.1
 LAUNCHER_COMM = "lifetime_run_me"  # allocator/tools' lifetime_run_measured, 15 chars
 
@@ -111,6 +118,8 @@ def result_key(program: str, stdout: str) -> str:
         return key
     if program == "rocksdb":
         return " ".join(re.findall(r"\(\d+ of \d+ found\)", stdout))
+    if program == "cpython":
+        return " ".join(re.findall(r"Result: \w+", stdout))
     return hashlib.sha1(stdout.encode()).hexdigest()[:12]
 
 
@@ -190,11 +199,12 @@ def commands(inputs: pathlib.Path, tmp: pathlib.Path, threads: int, scale: float
                     "--value_size=100", f"--db={tmp / 'rocksdb'}", "--threads=1",
                     "--compression_type=none", "--seed=1", "--use_existing_db=0",
                     "--cache_size=33554432"],
+        "cpython": ["env", "PYTHONMALLOC=malloc", sys.executable, "-m", "test", *CPYTHON_MODULES],
     }
 
 
 def missing_program(name: str, argv: list[str]) -> str | None:
-    exe = argv[0]
+    exe = argv[0] if argv[0] != "env" else argv[2]
     if os.sep in exe:
         return None if os.path.exists(exe) else f"{exe} not built (cmake --build build)"
     if shutil.which(exe) is None:

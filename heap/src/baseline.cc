@@ -339,31 +339,26 @@ uint32_t TcmallocBaseline::take_span(uint32_t cls) {
   Span& s = spans_[sid];
   s.cls = cls;
   s.nobjs = classes_[cls].objs;
-  if (spare_free_.size() < classes_.size()) spare_free_.resize(classes_.size());
-  s.free_slots.swap(spare_free_[cls]);  // (empty)
-  if (addr_mode_) {
-    if (spare_bits_.size() < classes_.size()) spare_bits_.resize(classes_.size());
-    s.live_bits.swap(spare_bits_[cls]);  // (all clear)
-    if (s.live_bits.size() != (s.nobjs + 63) / 64) s.live_bits.assign((s.nobjs + 63) / 64, 0);
+  if (spare_bits_.size() < classes_.size()) spare_bits_.resize(classes_.size());
+  s.live_bits.swap(spare_bits_[cls]);  // (a released span's: only the bits past nobjs set)
+  if (s.live_bits.empty()) {
+    s.live_bits.assign((s.nobjs + 63) / 64, 0);
+    if (s.nobjs % 64) s.live_bits.back() = ~uint64_t(0) << (s.nobjs % 64);
   }
+  s.hint = 0;
   hps_[s.hp].span_at[s.first_page] = sid;
   if (span_hooks.created)
     span_hooks.created(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages, cls);
   return sid;
 }
 
-// A free object of a span that is not full: the most recently freed, else the lowest
-// never used.
+// A free object of a span that is not full: the lowest.
 uint32_t TcmallocBaseline::take_object(Span& s) {
-  uint32_t idx;
-  if (s.free_slots.empty()) {
-    idx = s.fresh++;
-  } else {
-    idx = s.free_slots.back();
-    s.free_slots.pop_back();
-  }
+  while (s.live_bits[s.hint] == ~uint64_t(0)) ++s.hint;  // (nlive < nobjs: a free bit exists)
+  uint64_t& w = s.live_bits[s.hint];
+  const uint32_t idx = s.hint * 64 + uint32_t(__builtin_ctzll(~w));
+  w |= uint64_t(1) << (idx % 64);
   ++s.nlive;
-  if (addr_mode_) s.live_bits[idx / 64] |= uint64_t(1) << (idx % 64);
   return idx;
 }
 
@@ -443,17 +438,14 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
     return;
   }
   central_unlink(sid);
-  s.free_slots.push_back(uint16_t(idx));
-  if (addr_mode_) s.live_bits[idx / 64] &= ~(uint64_t(1) << (idx % 64));
+  s.live_bits[idx / 64] &= ~(uint64_t(1) << (idx % 64));
+  if (idx / 64 < s.hint) s.hint = idx / 64;
   --s.nlive;
   if (s.nlive == 0) {
     if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
     hps_[s.hp].span_at[s.first_page] = kNone;
     pageheap_free(s.hp, s.first_page, s.npages);
-    s.free_slots.clear();
-    if (spare_free_[s.cls].capacity() < s.free_slots.capacity()) spare_free_[s.cls].swap(s.free_slots);
-    std::vector<uint16_t>().swap(s.free_slots);
-    if (addr_mode_ && spare_bits_[s.cls].empty()) spare_bits_[s.cls].swap(s.live_bits);
+    if (spare_bits_[s.cls].empty()) spare_bits_[s.cls].swap(s.live_bits);  // (the next span of its class)
     std::vector<uint64_t>().swap(s.live_bits);
     free_span_ids_.release(sid);
     ++c_spans_released_;
@@ -586,7 +578,14 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
       ++n;
     });
     SIM_CHECK(n == s.nlive && n > 0, where + "span live count disagrees with its objects");
-    SIM_CHECK(s.cls == 0 || (s.fresh <= s.nobjs && s.free_slots.size() + (s.nobjs - s.fresh) + s.nlive == s.nobjs), where + "span slot accounting");
+    if (s.cls) {
+      uint64_t set = 0;
+      for (uint64_t w : s.live_bits) set += uint64_t(__builtin_popcountll(w));
+      const uint64_t tail = s.live_bits.size() * 64 - s.nobjs;
+      bool hint_ok = true;
+      for (uint32_t k = 0; k < s.hint && k < s.live_bits.size(); ++k) hint_ok &= s.live_bits[k] == ~uint64_t(0);
+      SIM_CHECK(set == s.nlive + tail && hint_ok, where + "span slot accounting");
+    }
     SIM_CHECK((s.nlive < s.nobjs) == (s.bucket >= 0) || s.cls == 0, where + "central list membership");
   }
   SIM_CHECK(expect == h.used, where + "used pages disagree with its spans");

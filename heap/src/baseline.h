@@ -82,12 +82,11 @@ class TcmallocBaseline final : public HeapAllocator {
     uint32_t nlive = 0, nobjs = 0;
     uint32_t prev = kNone, next = kNone;  // central free list links
     int bucket = -1;
-    // Free objects, taken LIFO: the freed ones (most recent last), then from `fresh` up
-    // those never used yet, lowest first (a stack of every index would cost 2 B per
-    // object from the span's start: its metadata block ~1/8 of a 16 B class's span).
-    std::vector<uint16_t> free_slots;
-    uint32_t fresh = 0;
-    std::vector<uint64_t> live_bits;  // address mode: a bit per object place, set while live
+    // A bit per object place, set while live (and past nobjs, always); objects are taken
+    // lowest free first, from word `hint` up (no word below it has a free bit): 1 bit of
+    // metadata per object place, where a stack of freed indexes cost 2 B per freed object.
+    std::vector<uint64_t> live_bits;
+    uint32_t hint = 0;
     uint64_t large_size = 0;  // cls 0: the object's size and its alignment padding
     uint32_t large_pad = 0;
   };
@@ -145,9 +144,8 @@ class TcmallocBaseline final : public HeapAllocator {
   // A released span's free-index stack and slot map kept for the next span of its class
   // (one each per class: a class whose span empties and comes back, as a malloc/free pair
   // does, allocates neither again).
-  std::vector<std::vector<uint16_t>> spare_free_;
   std::vector<std::vector<uint64_t>> spare_bits_;
-  // Address mode (enable_address_mode): no handles, no slot map; spans keep live_bits.
+  // Address mode (enable_address_mode): no handles; a live object is its span's bit.
   bool addr_mode_ = false;
   // The span of the live object starting at addr and its index there (kNone: none).
   uint32_t span_of(uint64_t addr, uint32_t& idx) const;

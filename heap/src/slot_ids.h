@@ -60,6 +60,8 @@ class FreeIds {
   template <class Table>
   uint32_t take(Table& table) {
     if (free_.empty()) {
+      // (by a quarter, not std::vector's doubling: the real allocator's arena holds the block)
+      if (table.size() == table.capacity()) table.reserve(table.size() + table.size() / 4 + 16);
       table.emplace_back();
       return uint32_t(table.size() - 1);
     }
