@@ -343,6 +343,12 @@ int lifetime_cache_predict(lifetime_cache* c, lifetime_predictor* p, uintptr_t r
   });
 }
 
+int lifetime_cache_lookup(lifetime_cache* c, uintptr_t return_address, uintptr_t stack_height,
+                          size_t size) {
+  if (!c) return -1;
+  return c->cache.Peek(lifetime_model::CacheKey(return_address, stack_height, size));
+}
+
 void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out) {
   if (c && out) *out = c->cache.stats();
 }

@@ -140,6 +140,13 @@ uint64_t lifetime_cache_key(uintptr_t return_address, uintptr_t stack_height,
 int lifetime_cache_predict(lifetime_cache* c, lifetime_predictor* p,
                            uintptr_t return_address, uintptr_t stack_height, size_t size,
                            lifetime_frames_fn get, void* ctx);
+// The fast path alone: the class of a plain hit (counted as one), or -1 when the key is
+// not cached or its revalidation is due (nothing counted or changed: call
+// lifetime_cache_predict then).  Needs no predictor, so a caller that shares predictors
+// between threads behind a lock takes the lock only when this says -1.
+#define LIFETIME_CACHE_LOOKUP 1
+int lifetime_cache_lookup(lifetime_cache* c, uintptr_t return_address, uintptr_t stack_height,
+                          size_t size);
 void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out);
 void lifetime_cache_set_revalidate_every(lifetime_cache* c, uint32_t n);  // 0: never
 void lifetime_cache_clear(lifetime_cache* c);  // entries and counters
@@ -256,6 +263,17 @@ class PredictionCache {
     }
     ++stats_.misses;
     return {kMiss, -1, key};
+  }
+
+  // Find's plain hit only: the class (counted as a hit), or -1 with nothing changed when
+  // Find would say kMiss or kRevalidate.
+  int32_t Peek(uint64_t key) noexcept {
+    Entry& e = entries_[Slot(key)];
+    if (__builtin_expect(e.key != key, 0)) return -1;
+    if (revalidate_every_ != 0 && e.hits_since_check + 1 >= revalidate_every_) return -1;
+    ++stats_.hits;
+    ++e.hits_since_check;
+    return e.cls;
   }
 
   // Records the model's class for a key after a miss or a revalidation; returns the class

@@ -7,4 +7,7 @@ __attribute__((used)) static const void *const lifetime_plugin_api[] = {
     (const void *)lifetime_predictor_destroy,    (const void *)lifetime_predict_frames,
     (const void *)lifetime_cache_thread_local,   (const void *)lifetime_cache_predict,
     (const void *)lifetime_cache_get_stats,      (const void *)lifetime_cache_set_revalidate_every,
+#ifdef LIFETIME_CACHE_LOOKUP /* (exports made before it have no lookup: callers go without) */
+    (const void *)lifetime_cache_lookup,
+#endif
 };

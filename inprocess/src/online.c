@@ -38,6 +38,7 @@ static struct {
                        lifetime_frames_fn, void *);
   void (*cache_stats)(const lifetime_cache *, lifetime_cache_stats *);
   void (*cache_set_revalidate_every)(lifetime_cache *, uint32_t); /* optional */
+  int (*cache_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t); /* optional: newer exports */
   size_t (*info_size)(void); /* optional: absent in exports before the label scheme */
 } api;
 
@@ -91,6 +92,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   RESOLVE(cache_stats, "lifetime_cache_get_stats");
   *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
   *(void **)&api.info_size = dlsym(h, "lifetime_model_info_size");
+  *(void **)&api.cache_lookup = dlsym(h, "lifetime_cache_lookup");
   for (int i = 0; i < POOL; i++) {
     pool[i] = api.create();
     if (!pool[i])
@@ -266,7 +268,6 @@ static __thread uint64_t seen_revalidations __attribute__((tls_model("initial-ex
 /* The allocator's revalidation period for every thread's cache (-1: the plugin's own),
  * applied to a thread's cache at its first classify (the sampler never sets it). */
 static long revalidate_every = -1;
-static __thread int revalidate_applied __attribute__((tls_model("initial-exec")));
 
 int lt_online_set_revalidate_every(long n) {
   if (n >= 0 && !api.cache_set_revalidate_every) return 0;
@@ -292,13 +293,22 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
     lt_thread_stack_bounds(t);
   }
   uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
-  unsigned slot = t->tid % POOL;
-  struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
-  lifetime_cache *cache = api.cache_tl();
-  if (LT_UNLIKELY(!revalidate_applied)) {
-    revalidate_applied = 1;
+  out->ran = 0;
+  out->ns = 0;
+  out->frames = -1;
+  /* The thread's cache (the plugin's dynamic TLS: looked up once per thread). */
+  lifetime_cache *cache = t->model_cache;
+  if (LT_UNLIKELY(!cache)) {
+    cache = t->model_cache = api.cache_tl();
     if (revalidate_every >= 0) api.cache_set_revalidate_every(cache, (uint32_t)revalidate_every);
   }
+  /* A plain hit needs no predictor: no pool lock (it is shared by threads). */
+  if (LT_LIKELY(api.cache_lookup != NULL)) {
+    int cls = api.cache_lookup(cache, ra, height, size);
+    if (LT_LIKELY(cls >= 0)) return out->cls = cls;
+  }
+  unsigned slot = t->tid % POOL;
+  struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
   lt_lock_acquire(&pool_lock[slot]);
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
   if (LT_UNLIKELY(ctx.frames >= 0) && served_hook)
@@ -306,8 +316,6 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
                 ctx.frames, ctx.depth);
   lt_lock_release(&pool_lock[slot]);
   out->cls = cls;
-  out->ran = 0;
-  out->ns = 0;
   out->frames = ctx.frames;
   if (LT_LIKELY(ctx.frames < 0)) return cls;
   /* the model ran: a miss, or a revalidation of a cached entry */
