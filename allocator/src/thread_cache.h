@@ -7,7 +7,9 @@
 // back under one lock acquisition), when the thread's caches pass their bound (half of
 // every list; the bound is a share of kAllBytes among the live caches, between
 // kMinThreadBytes and kThreadBytes: all caches together hold at most kAllBytes up to 64
-// threads, 64 KiB each beyond), and at thread exit (all; a pthread key's destructor).  free,
+// threads, 256 KiB each beyond; TCMalloc's defaults halved, not swept: at 256 KiB a
+// thread, rptest_sim's random sizes flushed every list again and again, 3 policy objects
+// per malloc), and at thread exit (all; a pthread key's destructor).  free,
 // malloc_usable_size and realloc find an object's group and class in the page map, a
 // uint32 per 8 KiB page of the reservation written under the lock when the policy creates
 // a span (sim::span_hooks) and cleared when it releases it: [class:8 | group:8 | page in
@@ -36,9 +38,9 @@ constexpr uint64_t kPageShift = 13;  // the baseline's 8 KiB pages
 static_assert((uint64_t(1) << kPageShift) == sim::TcmallocBaseline::kPageBytes);
 constexpr uint64_t kListBytes = 64 << 10;     // a list's bound: this many bytes ...
 constexpr uint32_t kMaxListObjects = 128;     // ... or objects, whichever is fewer (>= 1)
-constexpr uint64_t kThreadBytes = 256 << 10;    // all of a thread's lists, at most
-constexpr uint64_t kMinThreadBytes = 64 << 10;  // ... at least
-constexpr uint64_t kAllBytes = 4 << 20;         // all threads' lists (up to 64 threads)
+constexpr uint64_t kThreadBytes = 2 << 20;      // all of a thread's lists, at most
+constexpr uint64_t kMinThreadBytes = 256 << 10; // ... at least
+constexpr uint64_t kAllBytes = 16 << 20;        // all threads' lists (up to 64 threads)
 constexpr uint64_t kBatchBytes = 16 << 10;    // a miss takes this many bytes ...
 constexpr uint32_t kMaxBatch = 32;            // ... or objects from the policy (>= 1)
 

@@ -300,7 +300,7 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
     Span& s = spans_[sid];
     s.cls = 0;
     s.nobjs = s.nlive = 1;
-    if (npages < kPagesPerHuge) hps_[s.hp].span_at[s.first_page] = sid;
+    if (npages < kPagesPerHuge) set_span_at(s, sid);
     ++c_large_allocs_;
     uint64_t base = hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes;
     uint64_t addr = (base + r.align - 1) & ~uint64_t(r.align - 1);
@@ -316,6 +316,11 @@ uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
   SIM_CHECK(classes_[cls].size - r.size <= UINT16_MAX, name_ + ": size class slack");
   if (!addr_mode_) handles_[r.slot] = {sid, uint16_t(idx), uint16_t(classes_[cls].size - r.size)};
   return hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes + uint64_t(idx) * classes_[cls].size;
+}
+
+void TcmallocBaseline::set_span_at(const Span& s, uint32_t sid) {
+  auto& at = hps_[s.hp].span_at;
+  for (uint32_t p = s.first_page; p < s.first_page + s.npages; ++p) at[p] = sid;
 }
 
 void TcmallocBaseline::init_central() {
@@ -346,7 +351,7 @@ uint32_t TcmallocBaseline::take_span(uint32_t cls) {
     if (s.nobjs % 64) s.live_bits.back() = ~uint64_t(0) << (s.nobjs % 64);
   }
   s.hint = 0;
-  hps_[s.hp].span_at[s.first_page] = sid;
+  set_span_at(s, sid);
   if (span_hooks.created)
     span_hooks.created(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages, cls);
   return sid;
@@ -430,7 +435,7 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
         pageheap_free(s.tail, 0, n % kPagesPerHuge);
       }
     } else {
-      hps_[s.hp].span_at[s.first_page] = kNone;
+      set_span_at(s, kNone);
       pageheap_free(s.hp, s.first_page, n);
     }
     free_span_ids_.release(sid);
@@ -443,7 +448,7 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
   --s.nlive;
   if (s.nlive == 0) {
     if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
-    hps_[s.hp].span_at[s.first_page] = kNone;
+    set_span_at(s, kNone);
     pageheap_free(s.hp, s.first_page, s.npages);
     if (spare_bits_[s.cls].empty()) spare_bits_[s.cls].swap(s.live_bits);  // (the next span of its class)
     std::vector<uint64_t>().swap(s.live_bits);
@@ -486,14 +491,9 @@ uint32_t TcmallocBaseline::span_holding(uint64_t addr) const {
     if (id != h.id) return kNone;  // an object starts in the first of its whole pages
     sid = h.owner;
   } else {
-    // The span holding the page: the nearest span start at or below it (a live object's
-    // page is its span's; a multi-huge-page span's tail page holds no object start).
-    unsigned p = unsigned(addr % kHugePageBytes / kPageBytes);
-    for (;;) {
-      sid = h.span_at[p];
-      if (sid != kNone || p == 0) break;
-      --p;
-    }
+    // The span holding the page (a multi-huge-page span's tail page holds no object
+    // start: none there).
+    sid = h.span_at[addr % kHugePageBytes / kPageBytes];
     if (sid == kNone) return kNone;
   }
   const Span& s = spans_[sid];
@@ -569,7 +569,10 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     uint32_t sid = h.span_at[p];
     if (sid == kNone) continue;
     const Span& s = spans_[sid];
-    SIM_CHECK(s.hp == slot && s.first_page == p && s.npages < kPagesPerHuge, where + "span index");
+    SIM_CHECK(s.hp == slot && s.first_page <= p && p < s.first_page + s.npages && s.npages < kPagesPerHuge,
+              where + "span index");
+    if (p != s.first_page) continue;  // (every page of a span names it; checked from its first)
+    for (unsigned q = p; q < p + s.npages; ++q) SIM_CHECK(h.span_at[q] == sid, where + "span index of a page");
     expect.set_range(p, s.npages);
     uint64_t sb = lo + uint64_t(p) * kPageBytes, se = sb + uint64_t(s.npages) * kPageBytes;
     uint32_t n = 0;

@@ -99,7 +99,7 @@ class TcmallocBaseline final : public HeapAllocator {
     Bits256 released;  // free pages given back to the OS (subrelease); never used ones
     uint32_t nreleased = 0;
     uint32_t owner = kNone;  // whole pages and tail of a span of several huge pages: the span (checks)
-    std::array<uint32_t, kPagesPerHuge> span_at;  // span starting at each page (kNone)
+    std::array<uint32_t, kPagesPerHuge> span_at;  // the span holding each page (kNone: free)
   };
   // 8 B per slot (the per-object record): a small object's size is its class's size less
   // `slack` (< 64 KiB: the classes are at most 16 KiB apart, alignment at most 8 KiB); a
@@ -152,6 +152,7 @@ class TcmallocBaseline final : public HeapAllocator {
   // The span holding the page of addr (kNone: none).
   uint32_t span_holding(uint64_t addr) const;
   void init_central();
+  void set_span_at(const Span& s, uint32_t sid);  // every page of a span (< a huge page)
   uint32_t take_span(uint32_t cls);  // off the central list (or new)
   uint32_t take_object(Span& s);     // its index
   // Frees object idx of span sid (both modes; the byte count is the caller's).
