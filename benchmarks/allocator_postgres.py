@@ -361,15 +361,7 @@ def run_one(name: str, seed: int, args, run_dir: pathlib.Path) -> dict:
                                     stdout=logf, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 
-        def kill() -> None:
-            killed.set()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-        watchdog = threading.Timer(args.timeout, kill)
-        watchdog.start()
+        watchdog = common.group_watchdog(proc, args.timeout, killed)
         common.wait_until(lambda: postgres._ready(build, port), 60, f"postgres {VERSION}",
                           proc, str(logf_path))
         t0 = time.monotonic()

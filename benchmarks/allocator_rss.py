@@ -54,7 +54,6 @@ import pathlib
 import re
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -261,15 +260,7 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
         proc = subprocess.Popen(cmd, env=env, cwd=workdir, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err_f, start_new_session=True)
 
-    def kill() -> None:
-        killed.set()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    watchdog = threading.Timer(args.timeout, kill)
-    watchdog.start()
+    watchdog = common.group_watchdog(proc, args.timeout, killed)
     sampler = mon = None
     try:
         common.wait_until(lambda: redis._ping(port), 60, f"redis-server {args.version}", proc,

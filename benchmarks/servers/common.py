@@ -18,6 +18,8 @@ import socket
 import stat
 import subprocess
 import sys
+import signal
+import threading
 import time
 import zipfile
 from typing import Callable, Sequence
@@ -153,6 +155,20 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def group_watchdog(proc: subprocess.Popen, seconds: float, killed: threading.Event) -> threading.Timer:
+    """A started timer that, after `seconds`, sets `killed` and SIGKILLs proc's process
+    group (proc started with start_new_session=True); cancel() it when the run is over."""
+    def kill() -> None:
+        killed.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    timer = threading.Timer(seconds, kill)
+    timer.start()
+    return timer
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
