@@ -44,7 +44,7 @@ struct Counters {
 struct ThreadCacheStats {
   bool on = false;
   uint64_t caches = 0, exited = 0, objects = 0, bytes = 0, hits = 0, misses = 0;
-  uint64_t refills = 0, refill_objects = 0, flushes = 0, flushed_objects = 0;
+  uint64_t refills = 0, refill_objects = 0, flushes = 0, flushed_objects = 0, scavenges = 0;
 };
 
 struct State {

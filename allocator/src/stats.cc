@@ -122,6 +122,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("refill_objects", s.tc.refill_objects);
   j.kv("flushes", s.tc.flushes);
   j.kv("flushed_objects", s.tc.flushed_objects);
+  j.kv("scavenges", s.tc.scavenges);
   j.end_object();
   j.key("prediction");
   j.begin_object();

@@ -102,6 +102,7 @@ Cache* cache_locked() REQUIRES(heap_lock) {
   c->next = g_caches.all;
   if (g_caches.all) g_caches.all->prev = c;
   g_caches.all = c;
+  c->scavenged_ns = g_state->last_now;
   ++g_caches.live_caches;
   set_thread_bound();
   pthread_setspecific(g_caches.key, c);  // (its destructor gives the objects back at thread exit)
@@ -126,6 +127,15 @@ static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap
   }
 }
 
+// Every kScavengeNs of the policy's clock: half of every list back.
+static void scavenge(Cache* c, uint64_t now) REQUIRES(heap_lock) {
+  if (now - c->scavenged_ns < kScavengeNs) return;
+  c->scavenged_ns = now;
+  ++g_caches.scavenges;
+  for (size_t i = 0; i < size_t(g_caches.groups) * kClasses; ++i)
+    if (c->lists[i].count) give_back(c, c->lists[i], uint32_t(i % kClasses), (c->lists[i].count + 1) / 2);
+}
+
 // A list past its bound: back to half of it; all of the thread's past theirs: half
 // of every list.  One lock acquisition.
 void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
@@ -135,6 +145,7 @@ void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
   if (c->bytes.load(std::memory_order_relaxed) > g_caches.thread_bytes.load(std::memory_order_relaxed))
     for (size_t i = 0; i < size_t(g_caches.groups) * kClasses; ++i)
       if (c->lists[i].count) give_back(c, c->lists[i], uint32_t(i % kClasses), (c->lists[i].count + 1) / 2);
+  scavenge(c, tick());
 }
 
 namespace {
@@ -168,6 +179,7 @@ void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred,
   if (!first || !c || c == kDead) return first;
   bump(c->misses, 1);
   ++g_caches.refills;
+  scavenge(c, now);
   void* more[kMaxBatch];
   const uint32_t n = alloc_batch_locked(usable, ra, pred, now, g_caches.batch[cls] - 1, more);
   for (uint32_t i = 0; i < n; ++i) {
@@ -202,6 +214,7 @@ void collect_stats() {
   t.refill_objects = g_caches.refill_objects;
   t.flushes = g_caches.flushes;
   t.flushed_objects = g_caches.flushed_objects;
+  t.scavenges = g_caches.scavenges;
 }
 
 }  // namespace tc
