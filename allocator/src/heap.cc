@@ -219,15 +219,39 @@ State* built() EXCLUDES(heap_lock) {
   return s;
 }
 
+// The counters of allocation and free, one place for the single and the batch paths.
+static void count_predicted(const Prediction& pred, uint64_t n) REQUIRES(heap_lock) {
+  Counters& c = g_state->c;
+  c.by_source[size_t(pred.source)] += n;
+  c.class_allocs[size_t(pred.cls) < Counters::kMaxClasses ? pred.cls : Counters::kMaxClasses - 1] += n;
+}
+// n objects placed, each `usable` bytes asked of the policy and `placed` placed;
+// `requested`: the program's sizes, all of them.
+static void count_placed(uint64_t n, uint64_t usable, uint64_t placed, uint64_t requested) REQUIRES(heap_lock) {
+  Counters& c = g_state->c;
+  c.allocs += n;
+  c.live_objects += n;
+  c.peak_objects = std::max(c.peak_objects, c.live_objects);
+  c.live_requested += n * usable;
+  c.peak_requested = std::max(c.peak_requested, c.live_requested);
+  c.total_requested += requested;
+  c.live_usable += n * placed;
+}
+static void count_freed(uint64_t usable, uint64_t placed) REQUIRES(heap_lock) {
+  Counters& c = g_state->c;
+  ++c.frees;
+  --c.live_objects;
+  c.live_requested -= usable;
+  c.live_usable -= placed;
+}
+
 // size: the program's request (0 for the extra objects of a thread cache's batch), usable: asked of
 // the policy.
 void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, const Prediction& pred, uint64_t now)
     REQUIRES(heap_lock) {
   const uint32_t slot = g_state->addr_mode ? 0 : take_slot();
-  const int cls = pred.cls;
-  ++g_state->c.by_source[size_t(pred.source)];
-  ++g_state->c.class_allocs[size_t(cls) < Counters::kMaxClasses ? cls : Counters::kMaxClasses - 1];
-  const sim::AllocRequest q{slot, usable, uint32_t(align), thread_id(), cls, now, ra};
+  count_predicted(pred, 1);
+  const sim::AllocRequest q{slot, usable, uint32_t(align), thread_id(), pred.cls, now, ra};
   uint64_t a = 0;
   g_state->backing.clear_overflow();
   guarded("policy: ", [&]() REQUIRES(heap_lock) { a = g_state->policy->alloc(q); });
@@ -247,13 +271,7 @@ void* alloc_locked(uint64_t usable, size_t size, size_t align, uintptr_t ra, con
                                              : g_state->policy->where(slot).second;
   if (g_state->addr_mode) usable = placed;  // (the size asked is not kept: placed bytes)
   set_slot(p, slot);
-  Counters& c = g_state->c;
-  ++c.allocs;
-  c.peak_objects = std::max(c.peak_objects, ++c.live_objects);
-  c.live_requested += usable;
-  c.peak_requested = std::max(c.peak_requested, c.live_requested);
-  c.total_requested += size;
-  c.live_usable += placed;
+  count_placed(1, usable, placed, size);
   if (g_state->cfg.check_every) {
     guarded("LIFETIME_ALLOC_CHECK: ",
             [&]() REQUIRES(heap_lock) { g_state->shadow.on_alloc("lifetime_alloc", a, usable, slot); });
@@ -344,11 +362,7 @@ static void free_at_locked(uintptr_t key, uint64_t now) REQUIRES(heap_lock) {
     guarded("LIFETIME_ALLOC_CHECK: ", [&]() REQUIRES(heap_lock) { g_state->shadow.on_free("lifetime_alloc", a, 0); });
     if (g_state->cfg.check_every == 1) check_pages(a, placed);
   }
-  Counters& c = g_state->c;
-  ++c.frees;
-  --c.live_objects;
-  c.live_requested -= placed;
-  c.live_usable -= placed;
+  count_freed(placed, placed);
 }
 
 void free_batch_locked(void* const* p, uint32_t n) {
@@ -379,16 +393,9 @@ uint32_t alloc_batch_locked(uint64_t usable, uintptr_t ra, const Prediction& pre
               [&]() REQUIRES(heap_lock) { g_state->shadow.on_alloc("lifetime_alloc", a[i], placed, 0); });
     out[ok++] = reinterpret_cast<void*>(p);
   }
-  Counters& c = g_state->c;
-  c.by_source[size_t(pred.source)] += ok;
-  c.class_allocs[size_t(pred.cls) < Counters::kMaxClasses ? pred.cls : Counters::kMaxClasses - 1] += ok;
-  c.allocs += ok;
-  c.live_objects += ok;
-  c.peak_objects = std::max(c.peak_objects, c.live_objects);
-  c.live_requested += ok * placed;
-  c.peak_requested = std::max(c.peak_requested, c.live_requested);
-  c.live_usable += ok * placed;
-  if (got > ok) c.failed_allocs += got - ok;
+  count_predicted(pred, ok);
+  count_placed(ok, placed, placed, 0);
+  if (got > ok) g_state->c.failed_allocs += got - ok;
   after_op(now);
   return ok;
 }
@@ -414,10 +421,7 @@ void free_locked(void* p) {
       guarded("LIFETIME_ALLOC_CHECK: ", [&, a = a]() REQUIRES(heap_lock) { g_state->shadow.on_free("lifetime_alloc", a, slot); });
     guarded("policy: ", [&]() REQUIRES(heap_lock) { g_state->policy->free(slot, now); });
     if (g_state->cfg.check_every == 1) check_pages(a, requested);
-    ++c.frees;
-    --c.live_objects;
-    c.live_requested -= requested;
-    c.live_usable -= placed;
+    count_freed(requested, placed);
     g_state->slots.release(slot);
     compact_slots();
     after_op(now);
