@@ -27,6 +27,7 @@ TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
   build_size_classes();
   filler_head_.assign(size_t(kPagesPerHuge) * kPagesPerHuge, kNone);
   filler_used_.resize(kPagesPerHuge);
+  spare_bits_.resize(classes_.size());
   set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows);
 }
 
@@ -344,7 +345,6 @@ uint32_t TcmallocBaseline::take_span(uint32_t cls) {
   Span& s = spans_[sid];
   s.cls = cls;
   s.nobjs = classes_[cls].objs;
-  if (spare_bits_.size() < classes_.size()) spare_bits_.resize(classes_.size());
   s.live_bits.swap(spare_bits_[cls]);  // (a released span's: only the bits past nobjs set)
   if (s.live_bits.empty()) {
     s.live_bits.assign((s.nobjs + 63) / 64, 0);
