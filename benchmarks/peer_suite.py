@@ -339,6 +339,33 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
     return rec
 
 
+def run_matrix(programs: list[str], allocators: list[str], cmds: dict, runs: int, timeout: float,
+               tmp: pathlib.Path) -> list[dict]:
+    """Every run x program x allocator (run_once, each in a fresh scratch directory TMP),
+    a progress line each on stderr; the records, each with its run index."""
+    records = []
+    total = len(programs) * len(allocators) * runs
+    i = 0
+    for run in range(runs):
+        for prog in programs:
+            for alloc in allocators:
+                i += 1
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+                rec = run_once(prog, alloc, cmds[prog], timeout, tmp)
+                rec["run"] = run
+                records.append(rec)
+                shutil.rmtree(tmp, ignore_errors=True)
+                if rec["error"]:
+                    msg = f"FAILED: {rec['error']}"
+                else:
+                    st = rec["steady_rss_mib"]
+                    msg = (f"{rec['elapsed_s']:.2f} s, peak {rec['peak_rss_mib']:.1f} MiB, steady "
+                           f"{'-' if st is None else f'{st:.1f}'} MiB ({rec['steady_basis']}), {rec['result']}")
+                print(f"[{i}/{total}] {prog} {alloc} run {run}: {msg}", file=sys.stderr, flush=True)
+    return records
+
+
 # --- report ---------------------------------------------------------------------------
 
 def aggregate(records: list[dict]) -> dict:
@@ -445,26 +472,7 @@ def main(argv=None) -> int:
             programs.append(p)
     inputs = prepare_inputs(out, programs)
     cmds = commands(inputs, tmp, args.threads, args.scale)
-    records = []
-    total = len(programs) * len(allocators) * args.runs
-    i = 0
-    for run in range(args.runs):
-        for prog in programs:
-            for alloc in allocators:
-                i += 1
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir(parents=True)
-                rec = run_once(prog, alloc, cmds[prog], args.timeout, tmp)
-                rec["run"] = run
-                records.append(rec)
-                shutil.rmtree(tmp, ignore_errors=True)
-                if rec["error"]:
-                    msg = f"FAILED: {rec['error']}"
-                else:
-                    st = rec["steady_rss_mib"]
-                    msg = (f"{rec['elapsed_s']:.2f} s, peak {rec['peak_rss_mib']:.1f} MiB, steady "
-                           f"{'-' if st is None else f'{st:.1f}'} MiB ({rec['steady_basis']}), {rec['result']}")
-                print(f"[{i}/{total}] {prog} {alloc} run {run}: {msg}", file=sys.stderr, flush=True)
+    records = run_matrix(programs, allocators, cmds, args.runs, args.timeout, tmp)
     agg = aggregate(records)
     meta = {"runs": args.runs, "threads": args.threads, "scale": args.scale,
             "machine": f"{os.cpu_count()} CPUs", "allocators": allocators, "programs": programs,

@@ -141,15 +141,7 @@ def main(argv=None) -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     cmds = commands(out / "inputs", tmp)
     allocators = [*POLICIES, *REFERENCES]
-    records = []
-    for run in range(args.runs):
-        for w in args.workloads:
-            for a in allocators:
-                print(f"policy_selection: run {run + 1}/{args.runs} {w} {a}", file=sys.stderr, flush=True)
-                rec = peer_suite.run_once(w, a, cmds[w], args.timeout, tmp)
-                if rec["error"]:
-                    print(f"policy_selection:   {rec['error']}", file=sys.stderr)
-                records.append(rec)
+    records = peer_suite.run_matrix(args.workloads, allocators, cmds, args.runs, args.timeout, tmp)
     agg = peer_suite.aggregate(records)
     best, worst = choose(agg, args.workloads, list(POLICIES))
     (out / "results.json").write_text(json.dumps(
