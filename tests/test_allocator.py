@@ -158,6 +158,10 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("stats_interval", "5", "LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS"),
     ("thread_cache", "2", "LIFETIME_ALLOC_THREAD_CACHE: out of range: '2'"),
     ("thread_cache", "yes", "LIFETIME_ALLOC_THREAD_CACHE: not a number: 'yes'"),
+    ("subrelease_ms", "1s", "LIFETIME_ALLOC_SUBRELEASE_MS: not a number: '1s'"),
+    ("subrelease_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '0'"),
+    ("subrelease_windows", "65", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '65'"),
+    ("huge_from_mib", "", "LIFETIME_ALLOC_HUGE_FROM_MIB: not a number: ''"),
 ])
 def test_bad_settings_abort_with_one_line(var, value, says):
     proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(**{var: value}), capture_output=True,
