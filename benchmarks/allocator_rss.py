@@ -280,6 +280,7 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
             else:
                 record["load"] = drive_mixed(port, seed, args.scale, t0, args.mixed_phases)
             sampler.sample()  # one at the end of the load
+            record["end_mappings"] = mapping_summary(pid)
         record["machine"] = mon.summary()
     except Exception as e:  # noqa: BLE001 - a failed run is recorded, the others go on
         record["status"] = "timeout" if killed.is_set() else "error"
@@ -319,6 +320,28 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
     record["metrics"] = metrics(record)
     (run_dir / "run.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def mapping_summary(pid: int, top: int = 12) -> list:
+    """Where the server's memory is at the end of the load: /proc/PID/smaps by mapping
+    (KiB of Rss, Anonymous, AnonHugePages), the largest by Rss first, so an allocator's
+    overhead beyond its heap (metadata, a model's plugin, libraries) can be read per run."""
+    rows, cur = [], None
+    try:
+        text = pathlib.Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        head = line.split()
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            cur = {"range": head[0], "name": head[5] if len(head) > 5 else "[anon]",
+                   "size_kib": (hi - lo) >> 10, "Rss": 0, "Anonymous": 0, "AnonHugePages": 0}
+            rows.append(cur)
+        elif cur is not None and head and head[0].rstrip(":") in ("Rss", "Anonymous", "AnonHugePages"):
+            cur[head[0].rstrip(":")] = int(head[1])
+    rows.sort(key=lambda r: -r["Rss"])
+    return rows[:top]
 
 
 def metrics(r: dict) -> dict:

@@ -48,7 +48,7 @@ bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
   // grows: taken()), then a bit per heap page and a count per chunk (read/write).
   const uint64_t pages = want / kHuge, chunks = (pages + kChunkPages - 1) / kChunkPages;
   const uint64_t table = table_ ? chunks * kHuge : 0, bits = (pages + 63) / 64 * 8;
-  const uint64_t len = table + kHuge + bits + chunks;
+  const uint64_t len = table + kHuge + 2 * bits + chunks;
   void* idx = mmap(nullptr, len, table_ ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (idx == MAP_FAILED) {
@@ -67,7 +67,8 @@ bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
   if (table_) madvise(reinterpret_cast<void*>(t), table, MADV_HUGEPAGE);
   index_ = reinterpret_cast<uint32_t*>(t);
   committed_ = reinterpret_cast<uint64_t*>(t + table);
-  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + bits);
+  broken_ = reinterpret_cast<uint64_t*>(t + table + bits);
+  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + 2 * bits);
   base_ = base;
   total_ = want;
   per_group_pages_ = per_group_pages;
@@ -170,7 +171,15 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
   unsigned g;
   uint64_t local;
   if (!locate(id, g, local) || local >= hw_[g]) return;  // an id that never got memory
-  madvise(reinterpret_cast<void*>(base_ + (g * per_group_pages_ + local) * kHuge + offset), bytes, MADV_DONTNEED);
+  const uint64_t page = g * per_group_pages_ + local;
+  char* hp = reinterpret_cast<char*>(base_ + page * kHuge);
+  uint64_t& w = broken_[page / 64];
+  const uint64_t bit = uint64_t(1) << (page % 64);
+  if (huge_on_ && !(w & bit) && broken_count_ < kMaxBroken && madvise(hp, kHuge, MADV_NOHUGEPAGE) == 0) {
+    w |= bit;
+    ++broken_count_;
+  }
+  madvise(hp + offset, bytes, MADV_DONTNEED);
   subreleased_ += bytes;
 }
 
@@ -182,7 +191,17 @@ void Backing::give_back(uint64_t first, uint64_t n) {
   if (end <= local) return;
   const uint64_t off = (g * per_group_pages_ + local) * kHuge, len = (end - local) * kHuge;
   madvise(reinterpret_cast<void*>(base_ + off), len, MADV_DONTNEED);
-  for (uint64_t p = local; p < end; ++p) decommit(g * per_group_pages_ + p);
+  for (uint64_t p = local; p < end; ++p) {
+    const uint64_t page = g * per_group_pages_ + p;
+    decommit(page);
+    uint64_t& w = broken_[page / 64];
+    const uint64_t bit = uint64_t(1) << (page % 64);
+    if (w & bit) {  // empty now: a huge page again when next touched
+      w &= ~bit;
+      --broken_count_;
+      madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE);
+    }
+  }
   returned_ += end - local;
 }
 

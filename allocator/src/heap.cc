@@ -58,11 +58,7 @@ uint64_t policy_clock_ns() {
 }
 
 // The policy calls these (sim::huge_page_hooks, sim::span_hooks) under the lock.
-void on_taken(uint64_t first, uint64_t n) REQUIRES(heap_lock) {
-  const bool was = g_state->backing.huge_on();
-  g_state->backing.taken(first, n);
-  if (!was && g_state->backing.huge_on()) arena::use_huge_pages();  // the metadata follows the heap
-}
+void on_taken(uint64_t first, uint64_t n) REQUIRES(heap_lock) { g_state->backing.taken(first, n); }
 void on_released(uint64_t first, uint64_t n) REQUIRES(heap_lock) { g_state->backing.released(first, n); }
 void on_subreleased(uint64_t id, uint64_t offset, uint64_t bytes) REQUIRES(heap_lock) {
   g_state->backing.subreleased(id, offset, bytes);
@@ -164,7 +160,6 @@ void init() REQUIRES(heap_lock) {
                         !g_state->addr_mode);
   g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
   g_state->backing.set_huge_from((g_state->cfg.huge_from_bytes + Backing::kHuge - 1) / Backing::kHuge);
-  if (g_state->backing.huge_on()) arena::use_huge_pages();
   sim::huge_page_hooks = {on_taken, on_released, on_subreleased};
   tc::setup(g_state->addr_mode);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();

@@ -17,8 +17,6 @@ void* alloc(size_t size, size_t align = 16) REQUIRES(heap_lock);  // nullptr whe
 void free(void* p) REQUIRES(heap_lock);
 size_t usable(const void* p);  // lock-free: reads p's header and the class sizes (fixed)
 bool owns(const void* p);      // lock-free: the range never moves once reserved
-// From now on the range is MADV_HUGEPAGE (heap.cc: when the heap's huge pages are on).
-void use_huge_pages() REQUIRES(heap_lock);
 uint64_t used_bytes() REQUIRES(heap_lock);      // carved so far
 uint64_t held_bytes() REQUIRES(heap_lock);      // carved less the pages free blocks gave back: >= resident
 uint64_t resident_bytes() REQUIRES(heap_lock);  // what of the carved range is resident (mincore)

@@ -61,13 +61,15 @@ std::string bounds_text(const uint64_t* b, int n) {
 // The first kServed model runs' contexts (class, frame strings as the model read them),
 // for the stats file: what the allocator served, to be checked against the offline
 // pipeline.  Static memory (bss: touched only as used), written under the predictor's
-// lock in online.c, published per record.
+// lock in online.c, published per record.  Every member has a zero initializer, so the
+// array is constant-initialized: with one member left uninitialized it was initialized
+// at start-up, and its 516 KiB were resident in every process, model or not.
 constexpr int kServed = 128, kServedFrames = 16, kServedName = 256;
 struct Served {
   std::atomic<bool> ready{false};
-  int cls, n, depth;
-  uint16_t len[kServedFrames];
-  char text[kServedFrames][kServedName];
+  int cls = 0, n = 0, depth = 0;
+  uint16_t len[kServedFrames] = {};
+  char text[kServedFrames][kServedName] = {};
 };
 Served g_served[kServed];
 std::atomic<int> g_served_count{0};

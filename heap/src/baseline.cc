@@ -25,7 +25,7 @@ int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
 TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
     : name_(std::move(name)), ids_(first_id), first_id_(first_id) {
   build_size_classes();
-  filler_head_.assign(size_t(kPagesPerHuge) * kPagesPerHuge, kNone);
+  filler_head_.resize(kPagesPerHuge);
   filler_used_.resize(kPagesPerHuge);
   spare_bits_.resize(classes_.size());
   set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows);
@@ -181,10 +181,11 @@ void TcmallocBaseline::filler_insert(uint64_t hp) {
   h.in_filler = true;
   h.prev = h.next = kNone;
   if (h.lfr == 0) return;  // full: not findable
-  size_t b = size_t(h.lfr - 1) * kPagesPerHuge + h.nused;
-  h.next = filler_head_[b];
+  auto& row = filler_head_[h.lfr - 1];
+  if (row.empty()) row.assign(kPagesPerHuge, kNone);
+  h.next = row[h.nused];
   if (h.next != kNone) hps_[h.next].prev = uint32_t(hp);
-  filler_head_[b] = uint32_t(hp);
+  row[h.nused] = uint32_t(hp);
   filler_lfr_.set(h.lfr - 1);
   filler_used_[h.lfr - 1].set(h.nused);
 }
@@ -193,11 +194,11 @@ void TcmallocBaseline::filler_remove(uint64_t hp) {
   HugePage& h = hps_[hp];
   h.in_filler = false;
   if (h.lfr == 0) return;
-  size_t b = size_t(h.lfr - 1) * kPagesPerHuge + h.nused;
+  auto& row = filler_head_[h.lfr - 1];
   if (h.prev != kNone) hps_[h.prev].next = h.next;
-  else filler_head_[b] = h.next;
+  else row[h.nused] = h.next;
   if (h.next != kNone) hps_[h.next].prev = h.prev;
-  if (filler_head_[b] == kNone) {
+  if (row[h.nused] == kNone) {
     filler_used_[h.lfr - 1].clear(h.nused);
     if (!filler_used_[h.lfr - 1].any()) filler_lfr_.clear(h.lfr - 1);
   }
@@ -240,7 +241,7 @@ void TcmallocBaseline::pageheap_alloc(uint32_t npages, Span& s) {
     hp = new_huge_page(ids_.take());
   } else {
     int nused = filler_used_[lfr_idx].last_set();
-    hp = filler_head_[size_t(lfr_idx) * kPagesPerHuge + unsigned(nused)];
+    hp = filler_head_[unsigned(lfr_idx)][unsigned(nused)];
     filler_remove(hp);
   }
   HugePage& h = hps_[hp];

@@ -129,7 +129,10 @@ class TcmallocBaseline final : public HeapAllocator {
   FreeIds free_slots_;     // hps_ entries to reuse
   std::map<uint64_t, uint32_t> slot_by_id_;  // live huge pages by id (checks, snapshots)
   HugePageIds ids_;
-  std::vector<uint32_t> filler_head_;    // [(lfr-1)*256 + nused]
+  // [lfr-1][nused]: a row of 256 list heads (1 KiB) made when a huge page first has that
+  // longest free range, not 256 KiB up front: a small process (a PostgreSQL backend, two
+  // heaps) touches the rows it uses.
+  std::vector<std::vector<uint32_t>> filler_head_;
   Bits256 filler_lfr_;                   // bit lfr-1: some page with that lfr
   std::vector<Bits256> filler_used_;     // per lfr-1: bit nused
   std::vector<std::array<uint32_t, kCentralBuckets>> central_head_;
