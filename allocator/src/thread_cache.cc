@@ -138,7 +138,9 @@ static void scavenge(Cache* c, uint64_t now) REQUIRES(heap_lock) {
 
 // A list past its bound: back to half of it; all of the thread's past theirs: half
 // of every list.  One lock acquisition.
-void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
+// noinline: kept out of the inline fast paths (with LTO it was inlined into malloc,
+// whose frame then held its batch arrays: 0x1c0 bytes of stack set up on every hit).
+__attribute__((noinline)) void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock) {
   Inside in;
   ++g_caches.flushes;
   if (l.count > g_caches.max[cls]) give_back(c, l, cls, l.count - g_caches.max[cls] / 2);
@@ -171,7 +173,7 @@ void thread_exit(void* v) {
 }  // namespace
 
 // A miss: under the lock, the object asked for and a batch of the class for the list.
-void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) EXCLUDES(heap_lock) {
+__attribute__((noinline)) void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) EXCLUDES(heap_lock) {
   Inside in;
   Cache* c = cache_locked();
   const uint64_t now = tick();

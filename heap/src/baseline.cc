@@ -110,7 +110,7 @@ void TcmallocBaseline::build_size_classes() {
     // The fewest pages whose tail waste is at most 1/8 of the span (TCMalloc's rule).
     uint32_t pages = uint32_t((size + kPageBytes - 1) / kPageBytes);
     while ((pages * kPageBytes) % size > (pages * kPageBytes) / 8) ++pages;
-    classes_.push_back({size, pages, uint32_t(pages * kPageBytes / size)});
+    classes_.push_back({size, pages, uint32_t(pages * kPageBytes / size), ((uint64_t(1) << 42) + size - 1) / size});
   }
   class_by_8_.assign(kMaxSmall / 8 + 1, 0);
   uint32_t c = 1;
@@ -512,9 +512,10 @@ uint32_t TcmallocBaseline::span_of(uint64_t addr, uint32_t& idx) const {
     idx = 0;
     return addr == base + s.large_pad && s.nlive == 1 ? sid : kNone;
   }
-  const uint64_t off = addr - base, size = classes_[s.cls].size;
-  if (off % size || off / size >= s.nobjs) return kNone;
-  idx = uint32_t(off / size);
+  const SizeClass& c = classes_[s.cls];
+  const uint64_t off = addr - base, q = (off * c.recip) >> 42;  // off / size: off < 2^21, size < 2^21
+  if (q * c.size != off || q >= s.nobjs) return kNone;
+  idx = uint32_t(q);
   return (s.live_bits[idx / 64] >> (idx % 64)) & 1 ? sid : kNone;
 }
 

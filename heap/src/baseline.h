@@ -61,7 +61,9 @@ class TcmallocBaseline final : public HeapAllocator {
   // Heaps side by side (segregated.h): the checker's shadow heap names objects by the
   // engine's slots, this heap by its own: own slot = (*slots)[engine slot] & mask.
   void set_shadow_slots(const std::vector<uint32_t>* slots, uint32_t mask) { shadow_slots_ = slots; shadow_mask_ = mask; }
-  struct SizeClass { uint32_t size, pages, objs; };
+  // recip: ceil(2^42 / size), so an offset in a span (< 2^21) divides by a multiply:
+  // (off * recip) >> 42 = off / size exactly while off * size < 2^42.
+  struct SizeClass { uint32_t size, pages, objs; uint64_t recip = 0; };
   const std::vector<SizeClass>& size_classes() const { return classes_; }
   // The class of a request (0: a large object of its own span).
   uint32_t size_class(uint64_t size, uint32_t align) const;
