@@ -443,11 +443,11 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
     ++c_spans_released_;
     return;
   }
-  central_unlink(sid);
   s.live_bits[idx / 64] &= ~(uint64_t(1) << (idx % 64));
   if (idx / 64 < s.hint) s.hint = idx / 64;
   --s.nlive;
   if (s.nlive == 0) {
+    central_unlink(sid);
     if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
     set_span_at(s, kNone);
     pageheap_free(s.hp, s.first_page, s.npages);
@@ -455,7 +455,10 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
     std::vector<uint64_t>().swap(s.live_bits);
     free_span_ids_.release(sid);
     ++c_spans_released_;
-  } else {
+  } else if (s.bucket != std::min(bit_width(s.nlive), kCentralBuckets - 1)) {
+    // Moved only when its bucket changes (nlive crosses a power of two, or the span was
+    // full): most frees leave the central lists, and the neighbours' cache lines, alone.
+    central_unlink(sid);
     central_link(sid);
   }
 }
