@@ -378,6 +378,11 @@ def metrics(r: dict) -> dict:
                                  ("direct_bytes", "steady_llama_direct_mib", 1 / MIB)):
             v = time_mean(st, key, lo, end)
             out[name] = v * scale if v is not None else None
+        # the policy's resident heap: committed less what subrelease gave back
+        res = [dict(x, resident_bytes=x["committed_bytes"] - x["subreleased_bytes"])
+               for x in st if x.get("subreleased_bytes") is not None]
+        v = time_mean(res, "resident_bytes", lo, end) if res and res[0]["t"] <= lo else None
+        out["steady_llama_resident_mib"] = v / MIB if v is not None else None
         out["llama_stats_samples_in_window"] = sum(1 for x in st if lo <= x["t"] <= end)
     if r["workload"] == "phases":
         out["grow_commands_per_s"] = load.get("grow_commands_per_s")
@@ -489,6 +494,7 @@ def read_simulated(path: pathlib.Path, rel: str, policy: str, seed: int) -> dict
         return {"file": rel, "missing": "no simulation (" + ("; ".join(wrong) or
                                                            "no model seed 0 row") + ")"}
     return {"file": rel, "steady_bytes": row["llama_steady_state_bytes"],
+            "steady_resident_bytes": row.get("llama_steady_resident_bytes"),
             "live_steady_bytes": row["live_steady_state_bytes"],
             "trace_s": (res.get("trace") or {}).get("seconds")}
 
@@ -563,6 +569,15 @@ def sim_vs_measured(runs: list[dict], sims: dict) -> list[dict]:
         row["within_15pct_of_rss"] = abs(row["sim_to_rss"] - 1) <= WITHIN
         row["within_15pct_of_heap"] = (abs(row["sim_to_heap"] - 1) <= WITHIN
                                        if row["sim_to_heap"] is not None else None)
+        # resident against resident (subrelease: both sides give back free pages of live
+        # huge pages by the same rule)
+        sim_res, heap_res = sim.get("steady_resident_bytes"), m.get("steady_llama_resident_mib")
+        row["sim_resident_mib"] = sim_res / MIB if sim_res is not None else None
+        row["heap_resident_mib"] = heap_res
+        row["sim_to_heap_resident"] = (row["sim_resident_mib"] / heap_res
+                                       if sim_res is not None and heap_res else None)
+        row["within_15pct_of_heap_resident"] = (abs(row["sim_to_heap_resident"] - 1) <= WITHIN
+                                                if row["sim_to_heap_resident"] is not None else None)
         parts = {"heap_beyond_sim_mib": heap - sim_mib if heap is not None else None,
                  "held_mib": held, "direct_mib": direct, "metadata_mib": meta,
                  "program_mib": program}
@@ -635,23 +650,30 @@ def sim_markdown(rows: list[dict]) -> list[str]:
              "in the second half, differ between the traced run (slowed by the sampler) and "
              "this one (trace s vs run s). LLAMA heap: the policy's committed huge pages from "
              "the allocator's stats (steady mean of its interval stats when the run has them, "
-             "else at exit).", "",
+             "else at exit).  Resident: the simulator's resident heap (huge pages less the "
+             "pages its subrelease gave back) against the allocator's (committed less "
+             "subreleased, steady mean of its interval stats).", "",
              "| workload | load seed | allocator | simulated steady MiB | simulated live MiB | "
              "trace s / run s | LLAMA heap MiB (from) | steady RSS MiB | steady Anonymous MiB "
              "| steady AnonHugePages MiB | sim / RSS | sim / heap | within 15% of RSS | "
-             "within 15% of heap |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "within 15% of heap | simulated resident MiB | LLAMA resident heap MiB | "
+             "sim / heap, resident | within 15%, resident |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         head = f"| {r['workload']} | {r['load_seed']} | {r['label']} | "
         heap = f"{f(r['heap_mib'])} ({r['heap_from']})"
         measured = f"{f(r['rss_mib'])} | {f(r['anon_mib'])} | {f(r['anon_huge_mib'])}"
         if r["simulation"] != "ok":
             lines.append(head + f"{r['simulation']} | - | - / {r['run_s']:.1f} | {heap} | "
-                         f"{measured} | - | - | - | - |")
+                         f"{measured} | - | - | - | - | - | - | - | - |")
             continue
         lines.append(head + f"{f(r['sim_mib'])} | {f(r['sim_live_mib'])} | "
                      f"{f(r['trace_s'])} / {r['run_s']:.1f} | {heap} | {measured} | "
                      f"{f(r['sim_to_rss'], '.2f')} | {f(r['sim_to_heap'], '.2f')} | "
-                     f"{yn(r['within_15pct_of_rss'])} | {yn(r['within_15pct_of_heap'])} |")
+                     f"{yn(r['within_15pct_of_rss'])} | {yn(r['within_15pct_of_heap'])} | "
+                     f"{f(r.get('sim_resident_mib'))} | {f(r.get('heap_resident_mib'))} | "
+                     f"{f(r.get('sim_to_heap_resident'), '.2f')} | "
+                     f"{yn(r.get('within_15pct_of_heap_resident'))} |")
     with_sim = [r for r in rows if r["simulation"] == "ok"]
     if with_sim:
         meta_keys = sorted({k for r in with_sim for k in r["metadata_keys"]})

@@ -87,11 +87,12 @@ def test_no_counterpart_says_so():
 def test_read_simulated(tmp_path):
     res = {"policy": "segregated", "load_seed": 1, "test": ar.VERSION, "trace": {"seconds": 66.1},
            "per_seed": {"0": {"rows": {"model": {"llama_steady_state_bytes": 96.0 * MIB,
+                                                 "llama_steady_resident_bytes": 80.0 * MIB,
                                                  "live_steady_state_bytes": 45.0 * MIB}}}}}
     f = tmp_path / "results-segregated.json"
     f.write_text(json.dumps(res))
     got = ar.read_simulated(f, "rel.json", "segregated", 1)
-    assert got == {"file": "rel.json", "steady_bytes": 96.0 * MIB,
+    assert got == {"file": "rel.json", "steady_bytes": 96.0 * MIB, "steady_resident_bytes": 80.0 * MIB,
                    "live_steady_bytes": 45.0 * MIB, "trace_s": 66.1}
     assert "policy 'segregated', not 'paper'" in ar.read_simulated(f, "r", "paper", 1)["missing"]
     assert "load seed 1, not 2" in ar.read_simulated(f, "r", "segregated", 2)["missing"]
@@ -130,3 +131,31 @@ def test_llama_stats_path_from_environment():
         proc.kill()
         proc.wait()
         proc.stdout.close()
+
+
+def test_resident_heaps_compared():
+    """Subrelease gives pages of live huge pages back on both sides: the simulator's
+    resident heap is checked against the allocator's committed less subreleased."""
+    run = llama_run()
+    run["metrics"].update(steady_llama_resident_mib=40.0)
+    sim = {k: dict(v, steady_resident_bytes=36 * MIB) for k, v in SIM.items()}
+    r = ar.sim_vs_measured([run], sim)[0]
+    assert r["sim_resident_mib"] == 36 and r["heap_resident_mib"] == 40
+    assert r["sim_to_heap_resident"] == pytest.approx(0.9) and r["within_15pct_of_heap_resident"]
+    assert "| 36.0 | 40.0 | 0.90 | yes |" in "\n".join(ar.sim_markdown([r]))
+    run["metrics"]["steady_llama_resident_mib"] = 50.0
+    assert not ar.sim_vs_measured([run], sim)[0]["within_15pct_of_heap_resident"]
+
+
+def test_steady_resident_from_interval_stats():
+    """metrics(): the resident heap's time-weighted mean over the steady window, from the
+    interval stats' committed_bytes - subreleased_bytes."""
+    samples = [{"t": t, "Rss": 1024, "Anonymous": 1024, "AnonHugePages": 0, "cpu_s": 0.0}
+               for t in range(0, 67)]
+    st = [{"t": float(t), "committed_bytes": 100 * MIB, "subreleased_bytes": 30 * MIB,
+           "held_free_pages": 0, "direct_bytes": 0} for t in range(0, 67)]
+    r = {"status": "ok", "workload": "mixed", "samples": samples, "llama_stats_samples": st,
+         "load": {"marks_s": {"end": 66.0}, "commands_at_mark": {"end": 1000},
+                  "pacing": {"late_share": 0.0, "max_lag_s": 0.0}}}
+    m = ar.metrics(r)
+    assert m["steady_llama_resident_mib"] == pytest.approx(70.0)

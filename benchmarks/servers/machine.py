@@ -116,7 +116,7 @@ class Monitor:
 
 # LLAMA's stats fields kept from each interval write (LIFETIME_ALLOC_STATS_INTERVAL)
 STATS_SAMPLED = ("uptime_ns", "live_huge_pages", "committed_bytes", "held_free_pages",
-                 "direct_bytes", "bytes_requested", "objects")
+                 "direct_bytes", "bytes_requested", "objects", "subreleased_bytes")
 
 
 def llama_stats_path(pid: int) -> pathlib.Path | None:
