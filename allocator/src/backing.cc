@@ -183,6 +183,20 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
   subreleased_ += bytes;
 }
 
+void Backing::dense(uint64_t id) {
+  unsigned g;
+  uint64_t local;
+  if (!locate(id, g, local) || local >= hw_[g]) return;
+  const uint64_t page = g * per_group_pages_ + local;
+  uint64_t& w = broken_[page / 64];
+  const uint64_t bit = uint64_t(1) << (page % 64);
+  if (!(w & bit)) return;
+  w &= ~bit;
+  --broken_count_;
+  ++rehugified_;
+  madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE);
+}
+
 void Backing::give_back(uint64_t first, uint64_t n) {
   unsigned g;
   uint64_t local;

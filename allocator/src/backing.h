@@ -61,7 +61,11 @@ class Backing {
   // once it goes back whole (give_back), so it is faulted as a huge page when next used.
   // At most kMaxBroken at once (each may split the mapping: vm.max_map_count).
   void subreleased(uint64_t id, uint64_t offset, uint64_t bytes);
+  // The policy says a broken huge page is dense again (sim::HugePageHooks::dense):
+  // MADV_HUGEPAGE again, so khugepaged collapses it (at most 1/16 of it free to fault in).
+  void dense(uint64_t id);
   uint64_t subreleased_bytes_total() const { return subreleased_; }
+  uint64_t rehugified_pages() const { return rehugified_; }
   uint64_t broken_pages() const { return broken_count_; }
   static constexpr uint64_t kMaxBroken = 16384;
   // The object table (policies whose heaps keep no slot map; heap.cc): the slot of the
@@ -112,7 +116,7 @@ class Backing {
   void decommit(uint64_t page);   // ... given back; its table chunk too when it was the last
   uint64_t* committed_ = nullptr;   // bit per heap page
   uint64_t* broken_ = nullptr;      // bit per heap page: MADV_NOHUGEPAGE (subreleased)
-  uint64_t broken_count_ = 0;
+  uint64_t broken_count_ = 0, rehugified_ = 0;
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t table_chunks_ = 0;       // chunks with a committed heap page
   uint64_t total_ = 0, per_group_pages_ = 0;

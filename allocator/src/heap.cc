@@ -63,6 +63,7 @@ void on_released(uint64_t first, uint64_t n) REQUIRES(heap_lock) { g_state->back
 void on_subreleased(uint64_t id, uint64_t offset, uint64_t bytes) REQUIRES(heap_lock) {
   g_state->backing.subreleased(id, offset, bytes);
 }
+void on_dense(uint64_t id) REQUIRES(heap_lock) { g_state->backing.dense(id); }
 
 bool grouped(const sim::LlamaPolicy& p) {
   return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
@@ -160,7 +161,7 @@ void init() REQUIRES(heap_lock) {
                         !g_state->addr_mode);
   g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
   g_state->backing.set_huge_from((g_state->cfg.huge_from_bytes + Backing::kHuge - 1) / Backing::kHuge);
-  sim::huge_page_hooks = {on_taken, on_released, on_subreleased};
+  sim::huge_page_hooks = {on_taken, on_released, on_subreleased, on_dense};
   tc::setup(g_state->addr_mode);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();
   g_state->start_ns = g_state->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)

@@ -44,13 +44,17 @@ void TcmallocBaseline::note_used(uint32_t hp, unsigned first, unsigned n) {
   HugePage& h = hps_[hp];
   used_pages_ += n;
   if (sr_peak_[sr_at_] < used_pages_) sr_peak_[sr_at_] = used_pages_;
-  if (!h.nreleased) return;
-  for (unsigned p = first; p < first + n; ++p)
-    if (h.released.test(p)) {  // back from the OS by being touched
-      h.released.clear(p);
-      --h.nreleased;
-      --released_pages_;
-    }
+  if (h.nreleased)
+    for (unsigned p = first; p < first + n; ++p)
+      if (h.released.test(p)) {  // back from the OS by being touched
+        h.released.clear(p);
+        --h.nreleased;
+        --released_pages_;
+      }
+  if (h.was_subreleased && !h.nreleased && h.nused >= HugePageHooks::kDensePages) {
+    h.was_subreleased = false;
+    if (huge_page_hooks.dense) huge_page_hooks.dense(h.id);
+  }
 }
 
 void TcmallocBaseline::advance(uint64_t now) {
@@ -95,6 +99,7 @@ void TcmallocBaseline::subrelease() {
       const unsigned n = e - p;
       if (huge_page_hooks.subreleased) huge_page_hooks.subreleased(h.id, uint64_t(p) * kPageBytes, uint64_t(n) * kPageBytes);
       h.nreleased += n;
+      h.was_subreleased = true;
       released_pages_ += n;
       c_subreleased_ += n;
       want -= std::min<uint64_t>(want, n);
