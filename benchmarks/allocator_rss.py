@@ -457,7 +457,8 @@ def aggregate(runs: list[dict]) -> dict:
 # 6.2.14 under the same load seed, per model seed; the allocator's model runs use
 # export-seed0 of the same directory (EXPORTS), hence model seed 0.
 SIM_RESULTS = {"phases": "out/redis21/phases-wrap/load{seed}/results{tag}.json",
-               "mixed": "out/redis21/mixed/load{seed}/results{tag}.json"}
+               "mixed": "out/redis21/mixed/load{seed}/results{tag}.json",
+               "fates": "out/redis21/fates/load{seed}/results{tag}.json"}
 SIM_MODEL_SEED = "0"
 SIM_FIELD = "per_seed['0'].rows.model.llama_steady_state_bytes"
 WITHIN = 0.15  # issue 22: the simulator's steady state within 15% of the measured RSS

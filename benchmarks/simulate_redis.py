@@ -225,6 +225,7 @@ def run_load_seed(args, out: str) -> int:
                 "accuracy_by_allocations", "accuracy_by_bytes", "accuracy_per_context",
                 "accuracy_per_context_weighted",
                 "baseline_steady_state_bytes", "llama_steady_state_bytes",
+                "baseline_steady_resident_bytes", "llama_steady_resident_bytes",
                 "live_steady_state_bytes", "fragmentation_reduction", "baseline_peak_bytes",
                 "llama_peak_bytes", "live_peak_bytes", "peak_fragmentation_reduction",
                 "under_predicted_share")}
