@@ -162,6 +162,7 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("subrelease_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '0'"),
     ("subrelease_windows", "65", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '65'"),
     ("huge_from_mib", "", "LIFETIME_ALLOC_HUGE_FROM_MIB: not a number: ''"),
+    ("huge_collapse", "2", "LIFETIME_ALLOC_HUGE_COLLAPSE: out of range: '2'"),
 ])
 def test_bad_settings_abort_with_one_line(var, value, says):
     proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(**{var: value}), capture_output=True,
@@ -265,3 +266,35 @@ def test_realloc_of_a_direct_mapping_grows_without_copy_and_shrinks_in_place(tmp
     assert [int(x) for x in proc.stdout.split()] == [n, (n // 2 + 5 + 4095) // 4096 * 4096]
     s = json.loads(stats.read_text())
     assert s["direct_bytes"] == 0 and s["direct_objects"] == 0 and s["failed_allocs"] == 0
+
+
+DENSE = """
+import re, time
+keep = [bytearray(200) for i in range(400_000)]   # ~100 MiB of dense spans
+for _ in range(40):                                # allocation activity: the policy's clock moves
+    junk = [bytearray(64) for i in range(2000)]
+    time.sleep(0.02)
+print(re.search(r"AnonHugePages:\\s+(\\d+)", open("/proc/self/smaps_rollup").read()).group(1))
+"""
+
+
+@pytest.mark.parametrize("collapse", [1, 0])
+def test_dense_huge_pages(collapse, tmp_path):
+    """Huge pages where the heap is dense: by collapse (the default: faulted in 4 KiB pages,
+    then MADV_COLLAPSE once the policy says a huge page is dense) or at fault time."""
+    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not thp.exists() or "[never]" in thp.read_text():
+        pytest.skip("transparent huge pages are off on this machine")
+    stats = tmp_path / "stats.json"
+    env = preload_env(stats=stats, huge_collapse=collapse, predictor="constant:0")
+    env["PYTHONMALLOC"] = "malloc"
+    proc = subprocess.run([sys.executable, "-c", DENSE], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(stats.read_text())
+    assert s["huge_collapse"] == collapse
+    if collapse:
+        # every dense huge page queued; a few per 100 ms of the policy's clock collapsed
+        assert s["collapsed_huge_pages"] + s["collapse_failures"] >= 8, s
+    if collapse == 0 or s["collapsed_huge_pages"]:
+        assert int(proc.stdout.strip()) >= 8 * 2048  # KiB in huge pages

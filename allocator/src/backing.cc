@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <string>
 
@@ -48,7 +50,7 @@ bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
   // grows: taken()), then a bit per heap page and a count per chunk (read/write).
   const uint64_t pages = want / kHuge, chunks = (pages + kChunkPages - 1) / kChunkPages;
   const uint64_t table = table_ ? chunks * kHuge : 0, bits = (pages + 63) / 64 * 8;
-  const uint64_t len = table + kHuge + 2 * bits + chunks;
+  const uint64_t len = table + kHuge + 3 * bits + chunks;
   void* idx = mmap(nullptr, len, table_ ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (idx == MAP_FAILED) {
@@ -68,7 +70,8 @@ bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
   index_ = reinterpret_cast<uint32_t*>(t);
   committed_ = reinterpret_cast<uint64_t*>(t + table);
   broken_ = reinterpret_cast<uint64_t*>(t + table + bits);
-  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + 2 * bits);
+  advised_ = reinterpret_cast<uint64_t*>(t + table + 2 * bits);
+  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + 3 * bits);
   base_ = base;
   total_ = want;
   per_group_pages_ = per_group_pages;
@@ -129,7 +132,7 @@ void Backing::taken(uint64_t first, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) commit(g * per_group_pages_ + local + i);
   if (!huge_on_ && live_pages_ >= huge_from_) {
     huge_on_ = true;
-    for (unsigned k = 0; k < groups_; ++k)
+    for (unsigned k = 0; k < groups_ && !collapse_; ++k)
       if (hw_[k]) madvise(reinterpret_cast<void*>(base_ + k * per_group_pages_ * kHuge), hw_[k] * kHuge, MADV_HUGEPAGE);
   }
   if (local + n <= hw_[g]) return;  // already read/write (released pages stay mapped)
@@ -140,7 +143,7 @@ void Backing::taken(uint64_t first, uint64_t n) {
     overflowed_ = true;  // the kernel refused (map count, overcommit): this allocation fails
     return;
   }
-  if (huge_on_) madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
+  if (huge_on_ && !collapse_) madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
   if (table_) {
     // The object table's chunks over the new pages: read/write too (charged as they are).
     const uint64_t from = (g * per_group_pages_ + hw_[g]) / kChunkPages;
@@ -178,6 +181,7 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
   if (huge_on_ && !(w & bit) && broken_count_ < kMaxBroken && madvise(hp, kHuge, MADV_NOHUGEPAGE) == 0) {
     w |= bit;
     ++broken_count_;
+    advised_[page / 64] &= ~bit;
   }
   madvise(hp + offset, bytes, MADV_DONTNEED);
   subreleased_ += bytes;
@@ -186,15 +190,49 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
 void Backing::dense(uint64_t id) {
   unsigned g;
   uint64_t local;
-  if (!locate(id, g, local) || local >= hw_[g]) return;
+  if (!huge_on_ || !locate(id, g, local) || local >= hw_[g]) return;
   const uint64_t page = g * per_group_pages_ + local;
   uint64_t& w = broken_[page / 64];
+  uint64_t& a = advised_[page / 64];
   const uint64_t bit = uint64_t(1) << (page % 64);
-  if (!(w & bit)) return;
-  w &= ~bit;
-  --broken_count_;
-  ++rehugified_;
-  madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE);
+  const bool broken = w & bit;
+  // Fault mode: a page not broken is advised already.  Collapse: at most kMaxBroken
+  // advised at once too (each may split the mapping).
+  if (collapse_ ? (a & bit) || (!broken && broken_count_ >= kMaxBroken) : !broken) return;
+  if (madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE) != 0) return;
+  if (broken) {
+    w &= ~bit;
+    --broken_count_;
+    ++rehugified_;
+  }
+  if (!collapse_) return;
+  a |= bit;
+  if (collapse_works_ && nqueued_ < kQueue) queue_[nqueued_++] = page;
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+void Backing::collapse_some() {
+  next_collapse_ns_ = now_ + kCollapseEveryNs;
+  unsigned done = 0, i = 0;
+  for (; i < nqueued_ && done < kCollapsePerTick; ++i) {
+    const uint64_t page = queue_[i];
+    if (!(advised_[page / 64] >> (page % 64) & 1)) continue;  // released or broken since
+    ++done;
+    if (madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_COLLAPSE) == 0) {
+      ++collapsed_;
+    } else if (errno == EINVAL) {  // no MADV_COLLAPSE here: khugepaged does it
+      collapse_works_ = false;
+      nqueued_ = 0;
+      return;
+    } else {
+      ++collapse_failed_;
+    }
+  }
+  for (unsigned j = i; j < nqueued_; ++j) queue_[j - i] = queue_[j];
+  nqueued_ -= i;
 }
 
 void Backing::give_back(uint64_t first, uint64_t n) {
@@ -210,7 +248,16 @@ void Backing::give_back(uint64_t first, uint64_t n) {
     decommit(page);
     uint64_t& w = broken_[page / 64];
     const uint64_t bit = uint64_t(1) << (page % 64);
-    if (w & bit) {  // empty now: a huge page again when next touched
+    if (collapse_) {
+      // Empty: touched again, it is faulted in 4 KiB pages until dense() again.
+      uint64_t& a = advised_[page / 64];
+      if ((a & bit) && broken_count_ < kMaxBroken &&
+          madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_NOHUGEPAGE) == 0) {
+        w |= bit;
+        ++broken_count_;
+      }
+      a &= ~bit;
+    } else if (w & bit) {  // empty now: a huge page again when next touched
       w &= ~bit;
       --broken_count_;
       madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE);

@@ -30,12 +30,27 @@ class Backing {
   // collapses it later).  huge_on(): the switch has happened.
   void set_huge_from(uint64_t pages) { huge_from_ = pages; huge_on_ = pages == 0; }
   bool huge_on() const { return huge_on_; }
+  // Huge pages by collapse (LIFETIME_ALLOC_HUGE_COLLAPSE, the default): taken ranges are
+  // not advised, so the kernel backs them with 4 KiB pages as they are touched (a fault
+  // zeroes 4 KiB, not 2 MiB, and a sparse huge page holds what is used); a huge page the
+  // policy says is dense (dense()) is made MADV_HUGEPAGE and queued, and every
+  // kCollapseEveryNs of the policy's clock up to kCollapsePerTick queued pages are
+  // collapsed (MADV_COLLAPSE, Linux 6.1+: one copy into a huge page; where the kernel
+  // lacks it, khugepaged collapses the advised pages at its own pace).  Off: taken ranges
+  // are MADV_HUGEPAGE (past huge_from) and faulted as huge pages.
+  void set_collapse(bool on) { collapse_ = on; }
+  bool collapse() const { return collapse_; }
+  static constexpr uint64_t kCollapseEveryNs = 100000000;  // 100 ms
+  static constexpr unsigned kCollapsePerTick = 4;           // at most 80 MiB/s copied
+  uint64_t collapsed_pages() const { return collapsed_; }
+  uint64_t collapse_failures() const { return collapse_failed_; }
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
   void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }
   // Returns held pages whose delay is over (heap.cc, when the policy's clock moves).
   void set_now(uint64_t now) {
     now_ = now;
     if (nheld_ && held_[0].at + delay_ns_ <= now) expire();
+    if (nqueued_ && now >= next_collapse_ns_) collapse_some();
   }
   // Returns every held page now, whatever its delay (malloc_trim).
   void release_held() {
@@ -61,8 +76,9 @@ class Backing {
   // once it goes back whole (give_back), so it is faulted as a huge page when next used.
   // At most kMaxBroken at once (each may split the mapping: vm.max_map_count).
   void subreleased(uint64_t id, uint64_t offset, uint64_t bytes);
-  // The policy says a broken huge page is dense again (sim::HugePageHooks::dense):
-  // MADV_HUGEPAGE again, so khugepaged collapses it (at most 1/16 of it free to fault in).
+  // The policy says a huge page is dense (sim::HugePageHooks::dense): a broken one is
+  // MADV_HUGEPAGE again; under collapse, any is advised and queued for collapse_some()
+  // (at most 1/16 of it free to fault in).
   void dense(uint64_t id);
   uint64_t subreleased_bytes_total() const { return subreleased_; }
   uint64_t rehugified_pages() const { return rehugified_; }
@@ -117,6 +133,13 @@ class Backing {
   uint64_t* committed_ = nullptr;   // bit per heap page
   uint64_t* broken_ = nullptr;      // bit per heap page: MADV_NOHUGEPAGE (subreleased)
   uint64_t broken_count_ = 0, rehugified_ = 0;
+  uint64_t* advised_ = nullptr;     // bit per heap page: MADV_HUGEPAGE by dense() (collapse)
+  bool collapse_ = false, collapse_works_ = true;
+  static constexpr unsigned kQueue = 256;
+  uint64_t queue_[kQueue];          // global heap pages to collapse, oldest first
+  unsigned nqueued_ = 0;
+  uint64_t next_collapse_ns_ = 0, collapsed_ = 0, collapse_failed_ = 0;
+  void collapse_some();
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t table_chunks_ = 0;       // chunks with a committed heap page
   uint64_t total_ = 0, per_group_pages_ = 0;

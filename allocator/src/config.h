@@ -24,6 +24,9 @@ struct Config {
   // LIFETIME_ALLOC_HUGE_FROM_MIB: the heap (and the metadata arena) asks for transparent
   // huge pages once the committed heap reaches this (0: from the start); Backing::set_huge_from.
   uint64_t huge_from_bytes = uint64_t(16) << 20;
+  // LIFETIME_ALLOC_HUGE_COLLAPSE (0 or 1): huge pages by collapse, once the policy says a
+  // huge page is dense (Backing::set_collapse), rather than at fault time (0, as before).
+  bool huge_collapse = true;
   // Subrelease in the size-class heaps (sim::SubreleaseRule, heap/src/baseline.h: its
   // defaults): LIFETIME_ALLOC_SUBRELEASE_MS, the interval (0: off), and
   // LIFETIME_ALLOC_SUBRELEASE_WINDOWS, the intervals of demand remembered.

@@ -51,8 +51,8 @@ void TcmallocBaseline::note_used(uint32_t hp, unsigned first, unsigned n) {
         --h.nreleased;
         --released_pages_;
       }
-  if (h.was_subreleased && !h.nreleased && h.nused >= HugePageHooks::kDensePages) {
-    h.was_subreleased = false;
+  if (!h.dense_said && !h.nreleased && h.nused >= HugePageHooks::kDensePages) {
+    h.dense_said = true;
     if (huge_page_hooks.dense) huge_page_hooks.dense(h.id);
   }
 }
@@ -99,7 +99,7 @@ void TcmallocBaseline::subrelease() {
       const unsigned n = e - p;
       if (huge_page_hooks.subreleased) huge_page_hooks.subreleased(h.id, uint64_t(p) * kPageBytes, uint64_t(n) * kPageBytes);
       h.nreleased += n;
-      h.was_subreleased = true;
+      h.dense_said = false;
       released_pages_ += n;
       c_subreleased_ += n;
       want -= std::min<uint64_t>(want, n);

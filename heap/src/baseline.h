@@ -98,7 +98,7 @@ class TcmallocBaseline final : public HeapAllocator {
     uint32_t nused = 0, lfr = 0;
     uint32_t prev = kNone, next = kNone;  // filler bucket links
     bool live = false, whole = false, in_filler = false;
-    bool was_subreleased = false;  // until huge_page_hooks.dense says it is dense again
+    bool dense_said = false;  // huge_page_hooks.dense called; false again at a subrelease
     Bits256 released;  // free pages given back to the OS (subrelease); never used ones
     uint32_t nreleased = 0;
     uint32_t owner = kNone;  // whole pages and tail of a span of several huge pages: the span (checks)

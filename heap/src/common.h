@@ -74,9 +74,9 @@ struct HugePageHooks {
   // Free pages inside a live huge page go back to the OS (subrelease): [offset, offset +
   // bytes) of huge page id.  They come back by being used (a fault), no call.
   void (*subreleased)(uint64_t id, uint64_t offset, uint64_t bytes) = nullptr;
-  // A huge page that had pages subreleased is dense again: none of its pages is released
-  // and at least kDensePages are in use, so backing it with a huge page costs little
-  // resident memory (the allocator lets the kernel collapse it again).
+  // A huge page became dense: none of its pages is released and at least kDensePages are
+  // in use, so backing it with a huge page costs little resident memory (the allocator
+  // has the kernel collapse it).  Once per episode: again only after a subrelease.
   void (*dense)(uint64_t id) = nullptr;
   static constexpr unsigned kDensePages = 240;  // of 256 8 KiB pages: <= 1/16 free
 };
