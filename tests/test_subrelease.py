@@ -55,20 +55,28 @@ def test_sparse_pages_go_back_after_demand_falls(tmp_path):
     # those huge pages are returned: resident is the live spans (1/8) and the small span.
     live_pages = (n // 8) * 8 + 1
     assert b["final_resident_bytes"] == live_pages * PAGE
-    # (every free page once: the small object's page is one of them, taken again)
-    assert b["counters"]["pages_subreleased"] == hps * 256 - (n // 8) * 8
+    # (every free page at least once: the small object's pages are among them, taken
+    # again and given back again as demand decays)
+    freed_once = hps * 256 - (n // 8) * 8
+    assert freed_once <= b["counters"]["pages_subreleased"] <= freed_once + 8
     # Steady state (10 s - 20 s): all of it already released.
     assert b["steady_state_resident_bytes"] == pytest.approx(live_pages * PAGE)
     assert b["steady_state_bytes"] == pytest.approx(hps * HP)
 
 
-def test_recent_demand_keeps_pages(tmp_path):
-    """The same fall, but the trace ends 3 s after it: within the 5 windows of remembered
-    demand nothing is given back."""
-    path, n = _scattered_trace(tmp_path, 4)
-    b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
-    assert b["counters"]["pages_subreleased"] == 0
-    assert b["final_resident_bytes"] == b["final_huge_pages"] * HP
+def test_recent_demand_decays(tmp_path):
+    """The same fall, but the trace ends at it, 2 s and 4 s after it: remembered demand
+    decays a fifth a window (5 windows of 1 s), so pages go back a share at a time: none
+    at once, some after 2 s, more after 4 s, and not yet all."""
+    got = []
+    for end in (1, 3, 5):
+        path, n = _scattered_trace(tmp_path, end)
+        b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
+        got.append(b["final_resident_bytes"])
+        hps = b["final_huge_pages"]
+    live = ((n // 8) * 8 + 1) * PAGE
+    assert got[0] == hps * HP  # the fall has just happened: all kept
+    assert hps * HP > got[1] > got[2] > live, got
 
 
 def test_released_pages_are_reused(tmp_path):

@@ -74,12 +74,21 @@ void TcmallocBaseline::advance(uint64_t now) {
 }
 
 void TcmallocBaseline::subrelease() {
-  uint64_t peak = 0;
-  for (unsigned i = 0; i < sr_windows_; ++i) peak = std::max(peak, sr_peak_[i]);
+  // Recent demand, remembered with decay: the peak of the window a intervals old counts
+  // for (windows - a) / windows of itself (the current window in full), so pages freed by
+  // a drop in demand go back a share at a time over the windows, not all at once after
+  // them (jemalloc's decay of dirty pages has the same shape).
+  uint64_t peak = 0, whole = 0;  // decayed; and in full (no window decayed)
+  for (unsigned a = 0; a < sr_windows_; ++a) {
+    const uint64_t p = sr_peak_[(sr_at_ + sr_windows_ - a) % sr_windows_];
+    peak = std::max(peak, p * (sr_windows_ - a) / sr_windows_);
+    whole = std::max(whole, p);
+  }
   const uint64_t free = live_hps_ * kPagesPerHuge - released_pages_ - used_pages_;
   const uint64_t keep = peak - std::min(peak, used_pages_);
-  // Less than half a huge page to give back: not worth the faults.
-  if (free <= keep || free - keep < kPagesPerHuge / 2) return;
+  // A share of less than half a huge page is not worth the faults, unless no window
+  // remembers the demand any more (then the rest goes too: the last share is not kept).
+  if (free <= keep || (free - keep < kPagesPerHuge / 2 && free <= whole - std::min(whole, used_pages_))) return;
   uint64_t want = free - keep;
   // Sparsest first: their pages are the least likely to fill again (the filler prefers
   // the fullest), and the most likely to empty and go back whole.

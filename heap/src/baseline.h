@@ -40,8 +40,9 @@ class TcmallocBaseline final : public HeapAllocator {
   // Subrelease (after TCMalloc's huge-page filler): every `interval_ns` of the clock, the
   // free pages of live huge pages beyond what recent demand says will be needed again go
   // back to the OS, sparsest huge pages first.  Recent demand: the most pages in use in
-  // any of the last `windows` intervals (the current one included); the free pages kept
-  // are that peak less what is in use now.  interval_ns 0: never (the default).
+  // any of the last `windows` intervals (the current one included), each window's peak
+  // weighted by (windows - its age) / windows; the free pages kept are that less what is
+  // in use now.  interval_ns 0: never (the default).
   void set_subrelease(uint64_t interval_ns, unsigned windows);
   void advance(uint64_t now) override;
   Counters counters() const override;
