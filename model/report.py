@@ -6,7 +6,10 @@ and Fig. 9) as report.md, report.html, report.json and PNG plots.
   3. token and function (frame name) overlap, and vocabulary coverage;
   4. model vs the three baselines on the test versions, overall and on stacks
      unseen in training (model/compare.py): exact and off-by-one accuracy,
-     under-prediction, both weighted and unweighted, with confusion matrices;
+     under-prediction, both weighted and unweighted, with confusion matrices; beside
+     them TCMalloc's removed online lifetime rule (large objects only, and all sizes),
+     replayed over the test datasets' profiles in time order (model/tcmalloc_rule.py),
+     and how far the model is ahead of it;
   5. accuracy against sampling fraction: the model retrained (same hyperparameters)
      on x% of the training samples, each context's sample count thinned binomially
      with its label kept (a context left with no samples drops out); a refit model's
@@ -20,7 +23,7 @@ import os
 import numpy as np
 
 from core.files import write_json
-from model import io, plots
+from model import baselines, io, plots, tcmalloc_rule
 from model.card import metrics_table
 from model.compare import PREDICTORS, compare, display_rows
 from model.data import DatasetError, Examples, check_compatible, load_dataset
@@ -29,6 +32,7 @@ from model.html_page import markdown_page
 from model.metrics import headline
 from model.train import Fitter, predict_classes
 from core import tokenizer
+from core.lifetimes import LabelScheme
 
 DEPTHS = (1, 2, 4, 8, 16, 32)
 
@@ -147,8 +151,11 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
             for b in test_versions]
     rep["name_overlap"] = name_overlap(train_all, test_ex, vocab)
 
-    # 4. model vs baselines on the test versions
-    rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names)
+    # 4. model vs baselines (and TCMalloc's rule) on the test versions
+    rule, split = _rule_replay(test_sets, test_ex, train_ex, config["label_scheme"])
+    rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names,
+                          split=split)
+    rep["tcmalloc_rule"] = {**rule, **({"model_ahead": _model_ahead(rep["test"])} if split else {})}
     metrics = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
                            "missing (not a model directory written by `lifetime train`)")
     held = metrics.get("eval") or {}
@@ -179,15 +186,97 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     return rep
 
 
+def _rule_replay(test_sets, test_ex: Examples, train_ex: Examples, label_scheme: dict):
+    """TCMalloc's rule over the test datasets' profiles -> (what the report says about
+    it, compare's `split` predictors); ({"skipped": why}, None) when it cannot run."""
+    try:
+        scheme = LabelScheme.from_json(label_scheme)
+        fallback = baselines.majority_class(train_ex.label, train_ex.weight)
+        per = tcmalloc_rule.replay_datasets(test_sets, scheme, fallback)
+    except tcmalloc_rule.RuleReplayError as e:
+        return {"skipped": str(e)}, None
+    split = {tcmalloc_rule.NAMES[s]: tcmalloc_rule.aligned(per[s], test_ex)
+             for s in tcmalloc_rule.SIZES}
+    given = split[tcmalloc_rule.NAMES["all"]]
+    return {"classes": {"short": tcmalloc_rule.short_class(scheme.boundaries),
+                        "long": scheme.inf_class, "fallback": fallback},
+            "threshold_s": tcmalloc_rule.THRESHOLD_NS / 1e9, "margin": tcmalloc_rule.MARGIN,
+            "database_size": tcmalloc_rule.DATABASE_SIZE,
+            "large_bytes": [tcmalloc_rule.MIN_PAGES_EXCLUSIVE * tcmalloc_rule.PAGE_BYTES,
+                            tcmalloc_rule.MAX_PAGES * tcmalloc_rule.PAGE_BYTES],
+            "samples_replayed_share": tcmalloc_rule.coverage(given, test_ex)}, split
+
+
+def _model_ahead(test: dict) -> dict:
+    """Points of accuracy the model is ahead of each variant of the rule (model - rule)."""
+    out = {}
+    for part in ("overall", "unseen"):
+        m = test[part]["model"]
+        if not m["contexts"]:
+            continue
+        hm = headline(m)
+        for sizes, name in tcmalloc_rule.NAMES.items():
+            r = test[part].get(name)
+            if not r or not r["contexts"]:
+                continue
+            hr = headline(r)
+            out.setdefault(part, {})[sizes] = {
+                k: (None if hm[k] is None or hr[k] is None else hm[k] - hr[k])
+                for k in ("weighted_exact", "unweighted_exact", "weighted_off_by_one",
+                          "unweighted_off_by_one")}
+    return out
+
+
+def _rule_paragraph(rep) -> list:
+    """The report's words on TCMalloc's rule."""
+    r = rep.get("tcmalloc_rule") or {}
+    if "skipped" in r:
+        return [f"TCMalloc's lifetime rule: not replayed ({r['skipped']}).", ""]
+    if not r:
+        return []
+    names = rep["class_names"]
+    c = r["classes"]
+    L = ["TCMalloc's removed lifetime rule (`baseline: tcmalloc_rule`: objects over "
+         f"{r['large_bytes'][0] // (1 << 20)} MiB only, the others get the training majority "
+         f"class `{names[c['fallback']]}`; `baseline: tcmalloc_rule_all`: every object) is "
+         "online: per allocation stack it counts objects that died within "
+         f"{r['threshold_s']:g} s (short) and those that lived longer (long), and predicts "
+         f"short (`{names[c['short']]}`) only when short > long + {r['margin']}, else long "
+         f"(`{names[c['long']]}`). It is replayed here over the test datasets' profiles in "
+         f"time order ({_pct(r['samples_replayed_share'])} of the test samples), with no "
+         "training data; a context's samples may get different classes, and count where "
+         "they went (unweighted: each context split in those proportions)."]
+    ahead = r.get("model_ahead") or {}
+    for part, title in (("overall", "all test contexts"), ("unseen", "unseen stacks")):
+        if part not in ahead:
+            continue
+        cells = []
+        for sizes, label in (("large", "large objects only"), ("all", "all sizes")):
+            a = ahead[part].get(sizes)
+            if a:
+                cells.append(f"{label} {_pts(a['weighted_exact'])} weighted / "
+                             f"{_pts(a['unweighted_exact'])} unweighted")
+        L[-1] += (f" On {title} the model is ahead of the rule by (points of exact accuracy) "
+                  + "; ".join(cells) + ".")
+    return L + [""]
+
+
+def _pts(x) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}"
+
+
 def _summary(rep) -> dict:
     out = {}
     for part in ("overall", "unseen"):
-        for name in PREDICTORS:
+        for name in (*PREDICTORS, *(n for n in tcmalloc_rule.NAMES.values()
+                                    if n in rep["test"][part])):
             m = rep["test"][part][name]
             if m["contexts"]:
                 out[f"{part}/{name}"] = {k: (None if v is None else round(v, 4))
                                          for k, v in headline(m).items()}
     out["unseen_share"] = rep["test"]["unseen_share"]
+    if (rep.get("tcmalloc_rule") or {}).get("model_ahead"):
+        out["model_ahead_of_tcmalloc_rule"] = rep["tcmalloc_rule"]["model_ahead"]
     return out
 
 
@@ -272,6 +361,8 @@ def _markdown(rep, figs, depths) -> str:
             L += [metrics_table(rows), ""]
             if f"bars_{part}" in figs:
                 L += [f"![model vs baselines]({figs[f'bars_{part}']})", ""]
+        if part == "overall":
+            L += _rule_paragraph(rep)
     L += ["## Confusion matrices (model, all test contexts)", "",
           "Rows: true class; columns: predicted. Below the diagonal = under-prediction.", "",
           f"![confusion, weighted]({figs['confusion_weighted']})", "",
