@@ -186,8 +186,18 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
     # One comparison schema: the test versions, each sampling run, the held-out split.
     trained_eval = json.loads(open(os.path.join(trained, "metrics.json")).read())["eval"]
     assert saved["within_version_held_out"] == trained_eval
+    # ... and on the test versions, TCMalloc's rule replayed over their profiles
+    from model import tcmalloc_rule
+
+    rules = set(tcmalloc_rule.NAMES.values())
+    assert rules <= set(saved["test"]["overall"]) and rules <= set(saved["test"]["unseen"])
+    assert "| baseline: tcmalloc_rule |" in md and "| baseline: tcmalloc_rule_all |" in md
+    assert "TCMalloc's removed lifetime rule" in md and "the model is ahead of the rule" in md
+    assert saved["tcmalloc_rule"]["samples_replayed_share"] == 1.0
+    assert set(saved["summary"]["model_ahead_of_tcmalloc_rule"]["overall"]) == {"large", "all"}
     for comparison in (saved["test"], *saved["sampling"], trained_eval):
-        assert set(comparison["overall"]) == set(saved["test"]["overall"]), comparison.keys()
+        assert set(comparison["overall"]) - rules == set(saved["test"]["overall"]) - rules, \
+            comparison.keys()
     assert saved["sampling"][-1]["overall"] == saved["test"]["overall"]  # fraction 1
     assert saved["stack_overlap"][0]["depths"]["1"]["contexts"] == 1.0  # same version
 

@@ -141,3 +141,90 @@ def test_bad_rule_spec_is_refused(tmp_path):
     trace = write_trace(tmp_path / "t.lttrace", [(0, 10, 64, 1, 1, 0)])
     with pytest.raises(simulator.SimulationError, match="tcmalloc-rule:large|all"):
         simulator.simulate(trace, ["tcmalloc-rule:huge"])
+
+
+def _rule_profile(path, binary, addresses):
+    """15 objects a second from each of three sites: parse_request 64 B living 100 ms,
+    cache_insert 2 MiB living 100 ms, registry_add 2 MiB never freed (weight 1 each)."""
+    from profile_format import profile_pb2, write_profile
+    from tests.synthetic import LOAD
+
+    chunk = profile_pb2.ProfileChunk()
+    h = chunk.header
+    h.schema_version = profile_pb2.SCHEMA_VERSION
+    h.program, h.version_label, h.pid, h.full_trace = "rule", "v2", 1, True
+    h.sampling_interval_bytes = 1
+    chunk.mappings.add(id=1, start=LOAD, limit=LOAD + 0x100000, file_offset=0, path=binary,
+                       build_id=bytes.fromhex("1234abcd"))
+    sites = {"parse_request": (64, 100 * MS), "cache_insert": (BIG, 100 * MS),
+             "registry_add": (BIG, None)}
+    for sid, site in enumerate(sites, 1):
+        chunk.stacks.add(id=sid, addresses=[addresses[site] + 4, addresses["main"] + 8])
+    end = 20 * S
+    for i in range(15):
+        for sid, (size, life) in enumerate(sites.values(), 1):
+            t = i * S + sid * MS
+            s = chunk.samples.add(stack_id=sid, size=size, weight=1.0, alloc_monotonic_ns=t,
+                                  alloc_function=profile_pb2.MALLOC)
+            if life is None:
+                s.censored, s.observed_age_ns = True, end - t
+            else:
+                s.free_monotonic_ns, s.free_function = t + life, profile_pb2.FREE
+    tail = profile_pb2.ProfileChunk()
+    tail.trailer.end_reason, tail.trailer.end_monotonic_ns = profile_pb2.END_EXIT, end
+    write_profile(str(path), [chunk, tail])
+    return list(sites)
+
+
+def test_report_replays_the_rule_over_the_test_datasets_profiles(tmp_path):
+    """What `lifetime report` runs: the rule over a dataset's input profiles, in time
+    order, per context of the dataset's definition, then scored like the tables."""
+    import json
+    import types
+
+    import numpy as np
+
+    from core.context import ContextDefinition
+    from core.lifetimes import LabelScheme
+    from model.compare import compare
+    from model.data import Examples
+    from pipeline import dataset
+    from pipeline.dataset import DatasetConfig
+    from tests.synthetic import build_sites
+
+    binary, addresses = build_sites(tmp_path)
+    (tmp_path / "p").mkdir()
+    sites = _rule_profile(tmp_path / "p" / "rule.ltprof", binary, addresses)
+    out = tmp_path / "ds"
+    dataset.build_dataset([(str(tmp_path / "p" / "rule.ltprof"), "v2")], str(out),
+                          DatasetConfig(context=ContextDefinition.make(max_frames=4)))
+    manifest = json.loads((out / "manifest.json").read_text())
+    test_set = types.SimpleNamespace(manifest=manifest,
+                                     context=ContextDefinition.from_json(manifest["context"]))
+    scheme, fallback = LabelScheme(), 4
+    got = R.replay_datasets([test_set], scheme, fallback)
+    keys = {site: k for k in got["all"] for site in sites if k[2][0] == site}
+    assert set(keys) == set(sites) and keys["cache_insert"][:2] == ("rule", "v2")
+    short, inf = 2, scheme.inf_class
+    # the first 11 of a site learn (long), then short > long + 10
+    assert got["all"][keys["parse_request"]] == {inf: 11, short: 4}
+    assert got["large"][keys["parse_request"]] == {fallback: 15}  # 64 B: not the large rule's
+    for variant in ("large", "all"):
+        assert got[variant][keys["cache_insert"]] == {inf: 11, short: 4}
+        assert got[variant][keys["registry_add"]] == {inf: 15}
+    # scored against the context labels like the tables (compare's split predictors)
+    frames = [keys[s][2] for s in sites]
+    test = Examples([[]] * 3, frames, np.array([1, 1, inf], np.int32), np.full(3, 15, np.float32),
+                    np.array(["a", "b", "c"], object), np.array(["rule"] * 3, object),
+                    np.array(["v2"] * 3, object))
+    given = R.aligned(got["all"], test)
+    assert R.coverage(given, test) == 1.0
+    train = test
+    names = scheme.class_names
+    res = compare(np.array([1, 1, inf]), train, test, names,
+                  split={R.NAMES["all"]: given})
+    rule = res["overall"][R.NAMES["all"]]
+    assert rule["contexts"] == 3 and rule["samples"] == 45
+    assert rule["weighted"]["exact"] == pytest.approx(15 / 45)
+    assert rule["unweighted"]["exact"] == pytest.approx(1 / 3)
+    assert res["overall"]["model"]["weighted"]["exact"] == 1.0
