@@ -8,7 +8,9 @@ Which contexts are scored (`split`):
 Baselines are fit on the model's training datasets (their train splits, as the
 model was), so the model is always compared on equal terms. Every figure is also
 given restricted to contexts whose exact stack does not occur in the training data
-(the result is model/compare.py's comparison, plus what was scored).
+(the result is model/compare.py's comparison, plus what was scored).  Beside the
+tables, TCMalloc's removed online lifetime rule replayed over the datasets' profiles
+(model/tcmalloc_rule.py; `tcmalloc_rule` says how, or why it was skipped).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 
 import numpy as np
 
-from model import io
+from model import io, tcmalloc_rule
 from model.compare import compare
 from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.train import predict_classes
@@ -59,8 +61,11 @@ def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
     if not len(test):
         raise DatasetError(f"datasets {', '.join(dataset_dirs)}: no contexts in the "
                            f"{'/'.join(sorted({s for s, _ in chosen}))} split")
+    # TCMalloc's online rule, replayed over the evaluated datasets' profiles, beside the tables
+    rule, split = tcmalloc_rule.for_comparison(datasets, test, train_ex, config["label_scheme"])
     result = compare(predict_classes(model, test, md.hparams), train_ex, test,
-                     md.class_names)
+                     md.class_names, split=split)
+    result["tcmalloc_rule"] = tcmalloc_rule.with_model_ahead(rule, result)
     result.update({"model_dir": os.path.abspath(model_dir), "class_names": config["class_names"],
                    "datasets": [{"path": d.path, "split": s, "contexts": len(ex),
                                  "samples": float(np.sum(ex.weight))}

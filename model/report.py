@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from core.files import write_json
-from model import baselines, io, plots, tcmalloc_rule
+from model import io, plots, tcmalloc_rule
 from model.card import metrics_table
 from model.compare import PREDICTORS, compare, display_rows
 from model.data import DatasetError, Examples, check_compatible, load_dataset
@@ -32,7 +32,6 @@ from model.html_page import markdown_page
 from model.metrics import headline
 from model.train import Fitter, predict_classes
 from core import tokenizer
-from core.lifetimes import LabelScheme
 
 DEPTHS = (1, 2, 4, 8, 16, 32)
 
@@ -152,10 +151,11 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     rep["name_overlap"] = name_overlap(train_all, test_ex, vocab)
 
     # 4. model vs baselines (and TCMalloc's rule) on the test versions
-    rule, split = _rule_replay(test_sets, test_ex, train_ex, config["label_scheme"])
+    rule, split = tcmalloc_rule.for_comparison(test_sets, test_ex, train_ex,
+                                               config["label_scheme"])
     rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names,
                           split=split)
-    rep["tcmalloc_rule"] = {**rule, **({"model_ahead": _model_ahead(rep["test"])} if split else {})}
+    rep["tcmalloc_rule"] = tcmalloc_rule.with_model_ahead(rule, rep["test"])
     metrics = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
                            "missing (not a model directory written by `lifetime train`)")
     held = metrics.get("eval") or {}
@@ -184,47 +184,6 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
         f.write(markdown_page(md, "Cross-version lifetime model report"))
     write_json(os.path.join(out_dir, "report.json"), rep)
     return rep
-
-
-def _rule_replay(test_sets, test_ex: Examples, train_ex: Examples, label_scheme: dict):
-    """TCMalloc's rule over the test datasets' profiles -> (what the report says about
-    it, compare's `split` predictors); ({"skipped": why}, None) when it cannot run."""
-    try:
-        scheme = LabelScheme.from_json(label_scheme)
-        fallback = baselines.majority_class(train_ex.label, train_ex.weight)
-        per = tcmalloc_rule.replay_datasets(test_sets, scheme, fallback)
-    except tcmalloc_rule.RuleReplayError as e:
-        return {"skipped": str(e)}, None
-    split = {tcmalloc_rule.NAMES[s]: tcmalloc_rule.aligned(per[s], test_ex)
-             for s in tcmalloc_rule.SIZES}
-    given = split[tcmalloc_rule.NAMES["all"]]
-    return {"classes": {"short": tcmalloc_rule.short_class(scheme.boundaries),
-                        "long": scheme.inf_class, "fallback": fallback},
-            "threshold_s": tcmalloc_rule.THRESHOLD_NS / 1e9, "margin": tcmalloc_rule.MARGIN,
-            "database_size": tcmalloc_rule.DATABASE_SIZE,
-            "large_bytes": [tcmalloc_rule.MIN_PAGES_EXCLUSIVE * tcmalloc_rule.PAGE_BYTES,
-                            tcmalloc_rule.MAX_PAGES * tcmalloc_rule.PAGE_BYTES],
-            "samples_replayed_share": tcmalloc_rule.coverage(given, test_ex)}, split
-
-
-def _model_ahead(test: dict) -> dict:
-    """Points of accuracy the model is ahead of each variant of the rule (model - rule)."""
-    out = {}
-    for part in ("overall", "unseen"):
-        m = test[part]["model"]
-        if not m["contexts"]:
-            continue
-        hm = headline(m)
-        for sizes, name in tcmalloc_rule.NAMES.items():
-            r = test[part].get(name)
-            if not r or not r["contexts"]:
-                continue
-            hr = headline(r)
-            out.setdefault(part, {})[sizes] = {
-                k: (None if hm[k] is None or hr[k] is None else hm[k] - hr[k])
-                for k in ("weighted_exact", "unweighted_exact", "weighted_off_by_one",
-                          "unweighted_off_by_one")}
-    return out
 
 
 def _rule_paragraph(rep) -> list:

@@ -49,6 +49,9 @@ import numpy as np
 from core import context as context_def
 from core import symbolize
 from core.errors import LifetimeError
+from core.lifetimes import LabelScheme
+from model import baselines
+from model.metrics import headline
 from pipeline import sources
 
 THRESHOLD_NS = 500_000_000
@@ -265,3 +268,46 @@ def coverage(given: list, test) -> float:
     """Share of the test contexts' samples the replay predicted."""
     total = float(np.sum(test.weight))
     return float(sum(sum(c.values()) for c in given)) / total if total else math.nan
+
+
+def for_comparison(test_sets, test_ex, train_ex, label_scheme: dict):
+    """The rule over the test datasets' profiles for `lifetime evaluate` and `lifetime
+    report` -> (what they say about it, model.compare's `split` predictors aligned with
+    `test_ex`); ({"skipped": why}, None) when it cannot run (a profile gone, another
+    clock).  Objects it does not cover get the tables' fallback, the majority of
+    `train_ex`."""
+    try:
+        scheme = LabelScheme.from_json(label_scheme)
+        fallback = baselines.majority_class(train_ex.label, train_ex.weight)
+        per = replay_datasets(test_sets, scheme, fallback)
+    except RuleReplayError as e:
+        return {"skipped": str(e)}, None
+    split = {NAMES[s]: aligned(per[s], test_ex) for s in SIZES}
+    return {"classes": {"short": short_class(scheme.boundaries), "long": scheme.inf_class,
+                        "fallback": fallback},
+            "threshold_s": THRESHOLD_NS / 1e9, "margin": MARGIN, "database_size": DATABASE_SIZE,
+            "large_bytes": [MIN_PAGES_EXCLUSIVE * PAGE_BYTES, MAX_PAGES * PAGE_BYTES],
+            "samples_replayed_share": coverage(split[NAMES["all"]], test_ex)}, split
+
+
+def with_model_ahead(info: dict, comparison: dict) -> dict:
+    """`info` plus, when the rule ran, `model_ahead`: {scope: {variant: {figure: model -
+    rule}}} (points of accuracy as fractions) over model.compare's result."""
+    if "skipped" in info:
+        return info
+    out = {}
+    for part in ("overall", "unseen"):
+        m = comparison[part]["model"]
+        if not m["contexts"]:
+            continue
+        hm = headline(m)
+        for sizes, name in NAMES.items():
+            r = comparison[part].get(name)
+            if not r or not r["contexts"]:
+                continue
+            hr = headline(r)
+            out.setdefault(part, {})[sizes] = {
+                k: (None if hm[k] is None or hr[k] is None else hm[k] - hr[k])
+                for k in ("weighted_exact", "unweighted_exact", "weighted_off_by_one",
+                          "unweighted_off_by_one")}
+    return {**info, "model_ahead": out}
