@@ -266,7 +266,7 @@ def aligned(per_context: dict, test) -> list:
 
 def coverage(given: list, test) -> float:
     """Share of the test contexts' samples the replay predicted."""
-    total = float(np.sum(test.weight))
+    total = float(np.sum(test.weight, dtype=np.float64))
     return float(sum(sum(c.values()) for c in given)) / total if total else math.nan
 
 
