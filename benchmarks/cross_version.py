@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         train_seconds[seed] = round(time.monotonic() - start, 1)
         per_seed[seed] = {}
         for item, ds in test_ds.items():
-            r = evaluate(model_dir, [ds], split="all", train_dirs=[train_ds])
+            r = evaluate(model_dir, [ds], split="all", train_dirs=[train_ds],
+                         tcmalloc_rule_rows=True)
             per_seed[seed][item] = {scope: {p: headline(r[scope][p]) for p in PREDICTORS
                                             if p in r[scope]}
                                     for scope in SCOPES}
