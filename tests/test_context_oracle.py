@@ -224,6 +224,7 @@ def test_simulate_reports_both_context_oracle_rows(mixed_dataset, tmp_path, caps
                      "--check-invariants"]) == 0
     printed = capsys.readouterr().out
     assert "context oracle (T95)" in printed and "context oracle (cost rule)" in printed
+    assert "TCMalloc rule (> 1 MiB)" in printed and "TCMalloc rule (all sizes)" in printed
     for name, expected in (("context_t95", T95), ("context_cost", COST)):
         rows = [line.split() for line in open(out / "tables" / f"{name}.tbl")
                 if not line.startswith("#")]
