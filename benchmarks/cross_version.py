@@ -52,7 +52,11 @@ from pipeline.manifest import dataset_context  # noqa: E402
 SERVICE = os.path.join(ROOT, "workloads", "bench", "bench_python_service.py")
 SERVERS = ("redis", "postgres")
 SCOPES = ("unseen", "overall")
-PREDICTORS = ("model", "baseline_exact", "baseline_site", "baseline_majority")
+TABLES = ("baseline_exact", "baseline_site", "baseline_majority")
+# TCMalloc's removed online lifetime rule (objects over 1 MiB; all sizes), replayed by
+# `evaluate` over the test profiles (model/tcmalloc_rule.py); absent when it was skipped
+RULES = ("baseline_tcmalloc_rule", "baseline_tcmalloc_rule_all")
+PREDICTORS = ("model", *TABLES, *RULES)
 FIGURES = ("weighted_exact", "unweighted_exact", "weighted_off_by_one",
            "unweighted_off_by_one")
 
@@ -176,16 +180,22 @@ def summarize(per_seed: dict) -> dict:
     seeds = list(per_seed.values())
     out = {}
     for item in seeds[0]:
+        present = [p for p in PREDICTORS if all(p in s[item]["unseen"] for s in seeds)]
         out[item] = {scope: {p: {f: _spread([s[item][scope][p][f] for s in seeds])
-                                 for f in FIGURES} for p in PREDICTORS}
+                                 for f in FIGURES} for p in present}
                      for scope in SCOPES}
-        best = {f: max(PREDICTORS[1:], key=lambda p: out[item]["unseen"][p][f]["mean"])
+        best = {f: max(TABLES, key=lambda p: out[item]["unseen"][p][f]["mean"])
                 for f in FIGURES}
         out[item]["unseen_lead_over_best_table"] = {
             f: _spread([s[item]["unseen"]["model"][f] - max(s[item]["unseen"][p][f]
-                                                           for p in PREDICTORS[1:])
+                                                           for p in TABLES)
                         for s in seeds]) | {"best_table_by_mean": best[f]}
             for f in FIGURES}
+        out[item]["lead_over_tcmalloc_rule"] = {
+            scope: {p: {f: _spread([s[item][scope]["model"][f] - s[item][scope][p][f]
+                                    for s in seeds]) for f in FIGURES}
+                    for p in RULES if p in present}
+            for scope in SCOPES}
     return out
 
 
@@ -202,12 +212,18 @@ def markdown(name: str, summary: dict, info: dict) -> str:
                   "| unweighted off-by-one |", "|---|---|---|---|---|---|"]
         for scope in SCOPES:
             for p in PREDICTORS:
-                lines.append(f"| {scope} | {p} | "
-                             + " | ".join(pct(res[scope][p][f]) for f in FIGURES) + " |")
+                if p in res[scope]:
+                    lines.append(f"| {scope} | {p} | "
+                                 + " | ".join(pct(res[scope][p][f]) for f in FIGURES) + " |")
         lead = res["unseen_lead_over_best_table"]
         lines += ["", "model lead over the best table on unseen contexts (points): "
                   + ", ".join(f"{f} {100 * lead[f]['mean']:+.1f} (min {100 * lead[f]['min']:+.1f})"
                               for f in FIGURES), ""]
+        for scope in SCOPES:
+            for p, rule in (res.get("lead_over_tcmalloc_rule") or {}).get(scope, {}).items():
+                lines += [f"model lead over {p} on {scope} contexts (points): "
+                          + ", ".join(f"{f} {100 * rule[f]['mean']:+.1f} "
+                                      f"(min {100 * rule[f]['min']:+.1f})" for f in FIGURES), ""]
     if "online" in info:
         o = info["online"]
         lines += [f"## online: model inside the sampler on a fresh run of {o['test']}", "",
@@ -274,8 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         train_seconds[seed] = round(time.monotonic() - start, 1)
         per_seed[seed] = {}
         for item, ds in test_ds.items():
-            r = evaluate(model_dir, [ds], split="all", train_dirs=[train_ds])
-            per_seed[seed][item] = {scope: {p: headline(r[scope][p]) for p in PREDICTORS}
+            r = evaluate(model_dir, [ds], split="all", train_dirs=[train_ds],
+                         tcmalloc_rule_rows=True)
+            per_seed[seed][item] = {scope: {p: headline(r[scope][p]) for p in PREDICTORS
+                                            if p in r[scope]}
                                     for scope in SCOPES}
             per_seed[seed][item]["unseen_share"] = r["unseen_share"]
             u = per_seed[seed][item]["unseen"]

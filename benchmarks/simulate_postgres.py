@@ -63,11 +63,14 @@ from benchmarks.servers import postgres, postgres_mixed  # noqa: E402
 
 LIFETIME = table3.LIFETIME
 MB = table3.MB
-ROWS = ("oracle", "context_t95", "context_cost", "model", "exact", "site", "one_class")
+ROWS = ("oracle", "context_t95", "context_cost", "model", "exact", "site", "one_class",
+        "tcmalloc_rule", "tcmalloc_rule_all")
 NAMES = {"oracle": "LLAMA + oracle (per object)", "context_t95": "LLAMA + context oracle (T95)",
          "context_cost": "LLAMA + context oracle (cost rule)", "model": "LLAMA + model",
          "exact": "LLAMA + exact table", "site": "LLAMA + site table",
-         "one_class": "LLAMA + one class"}
+         "one_class": "LLAMA + one class",
+         "tcmalloc_rule": "LLAMA + TCMalloc rule (> 1 MiB)",
+         "tcmalloc_rule_all": "LLAMA + TCMalloc rule (all sizes)"}
 LOG = table3.Log()
 
 
@@ -261,7 +264,10 @@ def prepare_processes(profiles_dir: str, ds: str, out: str, step_ns: int, deadli
             sid: cost[c] for sid, c in p["contexts"].items() if c in cost})
         specs = ["oracle", f"context_t95=table:{files['context_t95']}",
                  f"context_cost=table:{files['context_cost']}", f"exact=table:{files['exact']}",
-                 f"site=table:{files['site']}", f"one_class=constant:{majority}"]
+                 f"site=table:{files['site']}", f"one_class=constant:{majority}",
+                 # TCMalloc's removed online rule, one database per process as in TCMalloc;
+                 # objects it does not cover get the majority (table_default), as the tables
+                 "tcmalloc_rule=tcmalloc-rule:large", "tcmalloc_rule_all=tcmalloc-rule:all"]
         sim_json = os.path.join(p["dir"], f"simulation{table3.policy_tag(policy)}.json")
         if not os.path.exists(sim_json):
             simulator.simulate(p["trace"], specs, table_default=majority,

@@ -74,7 +74,9 @@ from benchmarks.table3 import (check_stamp, loaded, machine_rows, policy_tag, sp
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 ROWS = ("oracle", "model", "exact", "site", "one_class")
 NAMES = {"oracle": "LLAMA + oracle", "model": "LLAMA + model", "exact": "LLAMA + exact table",
-         "site": "LLAMA + site table", "one_class": "LLAMA + one class"}
+         "site": "LLAMA + site table", "one_class": "LLAMA + one class",
+         "tcmalloc_rule": "LLAMA + TCMalloc rule (> 1 MiB)",
+         "tcmalloc_rule_all": "LLAMA + TCMalloc rule (all sizes)"}
 MB = 1 << 20
 LOG: list[str] = []
 

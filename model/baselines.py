@@ -29,6 +29,11 @@ def _majority(labels, weights) -> int:
     return min(totals, key=lambda c: (-totals[c], c))
 
 
+def majority_class(labels, weights) -> int:
+    """The training set's sample-weighted majority class (the tables' fallback)."""
+    return _majority(labels, weights)
+
+
 def exact_key(frames) -> tuple:
     return tuple(frames)
 

@@ -84,7 +84,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     out = args.out or os.path.join(args.model, "evaluations", "_".join(
         os.path.basename(os.path.normpath(d)) for d in args.dataset) + ".json")
     writable_parent(out, "--out" if args.out else "--model")  # before the work
-    result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train)
+    result = evaluate(args.model, args.dataset, split=args.split, train_dirs=args.train,
+                      tcmalloc_rule_rows=True)
     write_json(out, result)
     _print_table(result)
     print(f"\nevaluation: {printable(out)}")

@@ -8,7 +8,10 @@ Which contexts are scored (`split`):
 Baselines are fit on the model's training datasets (their train splits, as the
 model was), so the model is always compared on equal terms. Every figure is also
 given restricted to contexts whose exact stack does not occur in the training data
-(the result is model/compare.py's comparison, plus what was scored).
+(the result is model/compare.py's comparison, plus what was scored).  `lifetime
+evaluate` adds TCMalloc's removed online lifetime rule beside the tables, replayed over
+the datasets' profiles (model/tcmalloc_rule.py; `tcmalloc_rule` says how, or why it
+was skipped).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 
 import numpy as np
 
-from model import io
+from model import io, tcmalloc_rule
 from model.compare import compare
 from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.train import predict_classes
@@ -46,7 +49,10 @@ def select_split(dataset, split: str, training_paths: set[str]) -> tuple[str, Ex
 
 
 def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
-             train_dirs: list[str] | None = None) -> dict:
+             train_dirs: list[str] | None = None, tcmalloc_rule_rows: bool = False) -> dict:
+    """model/compare.py's comparison on `dataset_dirs`; with `tcmalloc_rule_rows` (what
+    `lifetime evaluate` and benchmarks/cross_version.py ask for) TCMalloc's rule too,
+    replayed over the datasets' profiles (skipped, saying why, when they are gone)."""
     md = io.read_model_dir(model_dir)
     model, config = md.load_keras(), md.config
     datasets = [load_dataset(d) for d in dataset_dirs]
@@ -59,8 +65,13 @@ def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
     if not len(test):
         raise DatasetError(f"datasets {', '.join(dataset_dirs)}: no contexts in the "
                            f"{'/'.join(sorted({s for s, _ in chosen}))} split")
+    rule, rule_split = ((tcmalloc_rule.for_comparison(datasets, test, train_ex,
+                                                      config["label_scheme"]))
+                        if tcmalloc_rule_rows else (None, None))
     result = compare(predict_classes(model, test, md.hparams), train_ex, test,
-                     md.class_names)
+                     md.class_names, split=rule_split)
+    if rule is not None:
+        result["tcmalloc_rule"] = tcmalloc_rule.with_model_ahead(rule, result)
     result.update({"model_dir": os.path.abspath(model_dir), "class_names": config["class_names"],
                    "datasets": [{"path": d.path, "split": s, "contexts": len(ex),
                                  "samples": float(np.sum(ex.weight))}

@@ -63,3 +63,29 @@ def headline(m: dict) -> dict:
     """The figures a summary table shows, from `classification_metrics`."""
     return {f"{way}_{k}": m[way][k] for way in ("weighted", "unweighted")
             for k in ("exact", "off_by_one", "under_prediction")}
+
+
+def split_classification_metrics(y_true, given, class_names) -> dict:
+    """`classification_metrics` of a predictor that may give one context's samples
+    different classes (an online rule, model/tcmalloc_rule.py): given[i] is context i's
+    {predicted class: samples}.  Weighted: every sample counts where its prediction put
+    it; unweighted: every context counts once, split between the classes its samples
+    got in their proportions.  Contexts given no samples are left out."""
+    rows_true, rows_pred, w_samples, w_context = [], [], [], []
+    contexts = 0
+    for y, g in zip(np.asarray(y_true, int).tolist(), given):
+        total = float(sum(g.values()))
+        if total <= 0:
+            continue
+        contexts += 1
+        for c, n in sorted(g.items()):
+            rows_true.append(y)
+            rows_pred.append(int(c))
+            w_samples.append(float(n))
+            w_context.append(float(n) / total)
+    t, p = np.asarray(rows_true, int), np.asarray(rows_pred, int)
+    ws, wc = np.asarray(w_samples, float), np.asarray(w_context, float)
+    n = len(class_names)
+    return {"contexts": contexts, "samples": float(ws.sum()),
+            "weighted": _one_way(t, p, ws, n, class_names),
+            "unweighted": _one_way(t, p, wc, n, class_names)}

@@ -6,7 +6,10 @@ and Fig. 9) as report.md, report.html, report.json and PNG plots.
   3. token and function (frame name) overlap, and vocabulary coverage;
   4. model vs the three baselines on the test versions, overall and on stacks
      unseen in training (model/compare.py): exact and off-by-one accuracy,
-     under-prediction, both weighted and unweighted, with confusion matrices;
+     under-prediction, both weighted and unweighted, with confusion matrices; beside
+     them TCMalloc's removed online lifetime rule (large objects only, and all sizes),
+     replayed over the test datasets' profiles in time order (model/tcmalloc_rule.py),
+     and how far the model is ahead of it;
   5. accuracy against sampling fraction: the model retrained (same hyperparameters)
      on x% of the training samples, each context's sample count thinned binomially
      with its label kept (a context left with no samples drops out); a refit model's
@@ -20,7 +23,7 @@ import os
 import numpy as np
 
 from core.files import write_json
-from model import io, plots
+from model import io, plots, tcmalloc_rule
 from model.card import metrics_table
 from model.compare import PREDICTORS, compare, display_rows
 from model.data import DatasetError, Examples, check_compatible, load_dataset
@@ -147,8 +150,12 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
             for b in test_versions]
     rep["name_overlap"] = name_overlap(train_all, test_ex, vocab)
 
-    # 4. model vs baselines on the test versions
-    rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names)
+    # 4. model vs baselines (and TCMalloc's rule) on the test versions
+    rule, split = tcmalloc_rule.for_comparison(test_sets, test_ex, train_ex,
+                                               config["label_scheme"])
+    rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names,
+                          split=split)
+    rep["tcmalloc_rule"] = tcmalloc_rule.with_model_ahead(rule, rep["test"])
     metrics = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
                            "missing (not a model directory written by `lifetime train`)")
     held = metrics.get("eval") or {}
@@ -179,15 +186,56 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     return rep
 
 
+def _rule_paragraph(rep) -> list:
+    """The report's words on TCMalloc's rule."""
+    r = rep.get("tcmalloc_rule") or {}
+    if "skipped" in r:
+        return [f"TCMalloc's lifetime rule: not replayed ({r['skipped']}).", ""]
+    if not r:
+        return []
+    names = rep["class_names"]
+    c = r["classes"]
+    L = ["TCMalloc's removed lifetime rule (`baseline: tcmalloc_rule`: objects over "
+         f"{r['large_bytes'][0] // (1 << 20)} MiB only, the others get the training majority "
+         f"class `{names[c['fallback']]}`; `baseline: tcmalloc_rule_all`: every object) is "
+         "online: per allocation stack it counts objects that died within "
+         f"{r['threshold_s']:g} s (short) and those that lived longer (long), and predicts "
+         f"short (`{names[c['short']]}`) only when short > long + {r['margin']}, else long "
+         f"(`{names[c['long']]}`). It is replayed here over the test datasets' profiles in "
+         f"time order ({_pct(r['samples_replayed_share'])} of the test samples), with no "
+         "training data; a context's samples may get different classes, and count where "
+         "they went (unweighted: each context split in those proportions)."]
+    ahead = r.get("model_ahead") or {}
+    for part, title in (("overall", "all test contexts"), ("unseen", "unseen stacks")):
+        if part not in ahead:
+            continue
+        cells = []
+        for sizes, label in (("large", "large objects only"), ("all", "all sizes")):
+            a = ahead[part].get(sizes)
+            if a:
+                cells.append(f"{label} {_pts(a['weighted_exact'])} weighted / "
+                             f"{_pts(a['unweighted_exact'])} unweighted")
+        L[-1] += (f" On {title} the model is ahead of the rule by (points of exact accuracy) "
+                  + "; ".join(cells) + ".")
+    return L + [""]
+
+
+def _pts(x) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}"
+
+
 def _summary(rep) -> dict:
     out = {}
     for part in ("overall", "unseen"):
-        for name in PREDICTORS:
+        for name in (*PREDICTORS, *(n for n in tcmalloc_rule.NAMES.values()
+                                    if n in rep["test"][part])):
             m = rep["test"][part][name]
             if m["contexts"]:
                 out[f"{part}/{name}"] = {k: (None if v is None else round(v, 4))
                                          for k, v in headline(m).items()}
     out["unseen_share"] = rep["test"]["unseen_share"]
+    if (rep.get("tcmalloc_rule") or {}).get("model_ahead"):
+        out["model_ahead_of_tcmalloc_rule"] = rep["tcmalloc_rule"]["model_ahead"]
     return out
 
 
@@ -272,6 +320,8 @@ def _markdown(rep, figs, depths) -> str:
             L += [metrics_table(rows), ""]
             if f"bars_{part}" in figs:
                 L += [f"![model vs baselines]({figs[f'bars_{part}']})", ""]
+        if part == "overall":
+            L += _rule_paragraph(rep)
     L += ["## Confusion matrices (model, all test contexts)", "",
           "Rows: true class; columns: predicted. Below the diagonal = under-prediction.", "",
           f"![confusion, weighted]({figs['confusion_weighted']})", "",

@@ -13,7 +13,10 @@
    the class core.lifetimes.cost_rule picks from its bytes per class) and written as
    class tables too (OUT/tables/context_{t95,cost}.tbl).
 4. The engine runs once: the baseline and LLAMA x {oracle, context oracle (T95), context
-   oracle (cost rule), exact table, site table, one class[, model]}; its JSON is OUT/simulation.json (and OUT/model/served.txt).
+   oracle (cost rule), exact table, site table, one class, TCMalloc's removed lifetime
+   rule (objects over 1 MiB; and all sizes; simulator/src/tcmalloc_rule.h)[, model]}; its
+   JSON is OUT/simulation.json, and the classes the online predictors (the rule, the model)
+   gave each stack OUT/served.txt (OUT/model/served.txt with --model).
 5. OUT/report.{md,html,json} and PNGs (simulator/report.py).
 """
 
@@ -48,8 +51,8 @@ def add_parser(sub) -> None:
         description="Converts PROFILE (a .ltprof, ideally a full trace) into an object trace, "
                     "fits the exact-context and site tables on the training dataset, runs the "
                     "heap simulator (baseline + LLAMA with the oracle, the context oracles "
-                    "computed from the trace (T95 and cost rule), each table and one class "
-                    "for all) and writes report.md/.html/.json with the Table-3 row and the "
+                    "computed from the trace (T95 and cost rule), each table, one class "
+                    "for all and TCMalloc's removed online lifetime rule) and writes report.md/.html/.json with the Table-3 row and the "
                     "Figure-8 plot into --out.  A .lttrace written by an earlier run (with its "
                     ".stacks.json next to it) is taken as it is.")
     p.add_argument("input", metavar="PROFILE_OR_TRACE")
@@ -129,7 +132,8 @@ _OUTPUTS = ("trace.lttrace", "trace.stacks.json", "simulation.json", "report.md"
             "report.json", "memory_over_time.png", "memory_bars.png",
             os.path.join("tables", "exact.tbl"), os.path.join("tables", "site.tbl"),
             os.path.join("tables", "context_t95.tbl"), os.path.join("tables", "context_cost.tbl"),
-            os.path.join("model", "contexts.txt"), os.path.join("model", "served.txt"))
+            os.path.join("model", "contexts.txt"), os.path.join("model", "served.txt"),
+            "served.txt")
 
 
 def _refuse_irregular_outputs(out: str) -> None:
@@ -230,7 +234,9 @@ def _predictor_specs(tbl, mi) -> list[str]:
     specs = ["oracle", f"context_t95=table:{tbl.files['context_t95']}",
              f"context_cost=table:{tbl.files['context_cost']}",
              f"exact=table:{tbl.files['exact']}", f"site=table:{tbl.files['site']}",
-             f"one_class=constant:{tbl.majority}"]
+             f"one_class=constant:{tbl.majority}",
+             # objects outside the rule's sizes get --table-default: the majority, as the tables
+             "tcmalloc_rule=tcmalloc-rule:large", "tcmalloc_rule_all=tcmalloc-rule:all"]
     if mi is not None:
         specs.append(f"model=model:{mi.contexts_file}")
     return specs
@@ -241,8 +247,8 @@ def _simulate(args: argparse.Namespace, trace_path: str, side: dict, tbl, specs:
     """Step 4: one engine run, every row; its JSON into OUT/simulation.json."""
     n = side["counts"]["records"]
     _say(f"simulating {n:,} objects: baseline + LLAMA x {{oracle, context oracle (T95), "
-         "context oracle (cost rule), exact, site, one class"
-         + (", model" if served_path else "") + "}"
+         "context oracle (cost rule), exact, site, one class, TCMalloc rule (large, all)"
+         + (", model" if "model=model:" in " ".join(specs) else "") + "}"
          + (" with invariant checks" if args.check_invariants else ""))
     t0 = time.monotonic()
     try:
@@ -262,13 +268,20 @@ def _simulate(args: argparse.Namespace, trace_path: str, side: dict, tbl, specs:
     return sim
 
 
-def _model_accuracy(mi, served_path: str, side: dict, tbl, trace_path: str, scheme) -> None:
-    """The model row's per-context accuracy, from what the engine served it."""
-    served = model_input.read_served(served_path).get("model", {})
+def _online_accuracy(mi, served_path: str, side: dict, tbl, trace_path: str, scheme) -> None:
+    """The per-context accuracy of the rows whose classes the engine served (the model;
+    TCMalloc's rule, on the dataset's contexts): a context's class is the one its objects
+    were given most."""
+    served = model_input.read_served(served_path)
+    for label in ("tcmalloc_rule", "tcmalloc_rule_all"):
+        tbl.per_context[label] = model_input.per_context_accuracy(
+            served.get(label, {}), tbl.stack_context, side, tbl.context_t95)
+    if mi is None:
+        return
     labels = (tbl.context_t95 if mi.stack_context is tbl.stack_context else
               tables.context_t95_classes(trace_path, mi.stack_context, scheme))
-    tbl.per_context["model"] = model_input.per_context_accuracy(served, mi.stack_context,
-                                                                side, labels)
+    tbl.per_context["model"] = model_input.per_context_accuracy(served.get("model", {}),
+                                                                mi.stack_context, side, labels)
 
 
 def _write_report(args: argparse.Namespace, checked: _Checked, sim: dict, side: dict, tbl,
@@ -320,11 +333,10 @@ def run(args: argparse.Namespace) -> int:
     tbl = _fit_tables(args, checked, side, trace_path)
     mi = _prepare_model(args, checked, side, tbl)
     specs = _predictor_specs(tbl, mi)
-    served_path = os.path.join(args.out, "model", "served.txt") if mi is not None else None
+    served_path = os.path.join(args.out, *(("model",) if mi is not None else ()), "served.txt")
     sim_json = os.path.join(args.out, "simulation.json")
     sim = _simulate(args, trace_path, side, tbl, specs, served_path, sim_json)
-    if mi is not None:
-        _model_accuracy(mi, served_path, side, tbl, trace_path, checked.scheme)
+    _online_accuracy(mi, served_path, side, tbl, trace_path, checked.scheme)
     rep = _write_report(args, checked, sim, side, tbl, specs, mi, served_path, sim_json)
     _print_results(args.out, rep, time.monotonic() - started)
     return 0

@@ -11,7 +11,8 @@ plot: huge-page-backed memory over time for every allocator, with live bytes.
 Beside the per-object oracle, two context oracles computed from the trace itself
 (simulator/tables.py): each context's T95 class, and the cost rule's class from its
 per-class bytes; the report states how far the context oracles are from the per-object
-oracle, and the model from the context oracles (points of fragmentation reduction).
+oracle, and the model from the context oracles and ahead of TCMalloc's removed online
+lifetime rule (points of fragmentation reduction).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ VARIANTS = {
     "exact": ("exact-context table", "exact-context lookup table fit on the training dataset"),
     "site": ("site table", "allocation-site (first frame) lookup table fit on the training dataset"),
     "one_class": ("one class", "the training set's majority class for every object"),
+    "tcmalloc_rule": ("TCMalloc rule (> 1 MiB)",
+                      "TCMalloc's removed online lifetime rule (simulator/src/tcmalloc_rule.h): "
+                      "per stack, short if more objects died within 0.5 s than lived longer, "
+                      "by more than 10; objects over 1 MiB only, the rest get the training "
+                      "majority class"),
+    "tcmalloc_rule_all": ("TCMalloc rule (all sizes)",
+                          "the same online rule applied to objects of every size"),
     "model": ("model", "the exported model through its C API and its §2.3 prediction cache"),
 }
 
@@ -167,7 +175,8 @@ def _gaps(rows: list) -> dict:
     red = {r["allocator"].split(":", 1)[1]: r["fragmentation_reduction"] for r in rows}
     out = {}
     for a, b in (("oracle", "context_t95"), ("oracle", "context_cost"),
-                 ("context_t95", "model"), ("context_cost", "model"), ("oracle", "model")):
+                 ("context_t95", "model"), ("context_cost", "model"), ("oracle", "model"),
+                 ("model", "tcmalloc_rule"), ("model", "tcmalloc_rule_all")):
         if red.get(a) is not None and red.get(b) is not None:
             out[f"{a}_minus_{b}"] = red[a] - red[b]
     return out
@@ -280,13 +289,34 @@ def markdown_report(rep: dict, figs: dict) -> str:
               f"{cost['deadline_k']:g}, horizon {cost['horizon_ms'] / 1000:g} s, "
               f"under-prediction weight {cost['under_weight']:g}). The two agree on "
               f"{co['cost_rule_equals_t95']:,} contexts."]
+    rules = [v for v in rep["variants"].values()
+             if (v.get("predictor") or {}).get("kind") == "tcmalloc_rule"]
+    if rules:
+        names = rep["trace"]["classes"]
+        p0 = rules[0]["predictor"]
+        L += ["", "TCMalloc's removed lifetime rule (google/tcmalloc's lifetime-based allocator, "
+              "simulator/src/tcmalloc_rule.h) is online and learns from this trace alone: per "
+              "allocation stack it counts objects freed within "
+              f"{p0['threshold_ns'] / 1e9:g} s (short) and those that lived longer (long, "
+              f"counted once past that age), and predicts short (`{names[p0['short_class']]}`) "
+              f"only when short > long + {p0['margin']}, else long (`{names[p0['long_class']]}`), "
+              f"in a database of at most {p0['database_size']:,} stacks. "
+              + " ".join(
+                  f"{v['name']}: {v['predictor']['eligible_objects']:,} objects covered"
+                  + (f" (the rest get `{names[v['predictor']['fallback_class']]}`)"
+                     if v["predictor"]["sizes"] == "large" else "")
+                  + f", {v['predictor']['predicted_short']:,} predicted short, "
+                  f"{v['predictor']['database_evictions']:,} database evictions."
+                  for v in rules)]
     gaps = rep.get("gaps") or {}
     if gaps:
         say = {"oracle_minus_context_t95": "oracle − context oracle (T95)",
                "oracle_minus_context_cost": "oracle − context oracle (cost rule)",
                "context_t95_minus_model": "context oracle (T95) − model",
                "context_cost_minus_model": "context oracle (cost rule) − model",
-               "oracle_minus_model": "oracle − model"}
+               "oracle_minus_model": "oracle − model",
+               "model_minus_tcmalloc_rule": "model − TCMalloc rule (> 1 MiB)",
+               "model_minus_tcmalloc_rule_all": "model − TCMalloc rule (all sizes)"}
         L += ["", "Gaps in steady-state fragmentation reduction (points): "
               + "; ".join(f"{say[k]} {100 * v:+.1f}" for k, v in gaps.items()) + "."]
     L += ["", "## Peak and final memory", "",

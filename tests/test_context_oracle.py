@@ -224,6 +224,7 @@ def test_simulate_reports_both_context_oracle_rows(mixed_dataset, tmp_path, caps
                      "--check-invariants"]) == 0
     printed = capsys.readouterr().out
     assert "context oracle (T95)" in printed and "context oracle (cost rule)" in printed
+    assert "TCMalloc rule (> 1 MiB)" in printed and "TCMalloc rule (all sizes)" in printed
     for name, expected in (("context_t95", T95), ("context_cost", COST)):
         rows = [line.split() for line in open(out / "tables" / f"{name}.tbl")
                 if not line.startswith("#")]
@@ -237,7 +238,27 @@ def test_simulate_reports_both_context_oracle_rows(mixed_dataset, tmp_path, caps
     rep = json.loads((out / "report.json").read_text())
     rows = {r["predictor"]: r for r in rep["table3"]}
     assert list(rows) == ["oracle", "context oracle (T95)", "context oracle (cost rule)",
-                          "exact-context table", "site table", "one class"]
+                          "exact-context table", "site table", "one class",
+                          "TCMalloc rule (> 1 MiB)", "TCMalloc rule (all sizes)"]
+    # TCMalloc's rule (tests/test_tcmalloc_rule.py): no object here is over 1 MiB, so the
+    # large-object rule is the one-class row; the all-sizes rule gives what its Python
+    # twin gives over the same records.
+    from model import tcmalloc_rule
+
+    by_name = {a["name"]: a for a in sim["allocators"]}
+    large, every = by_name["llama:tcmalloc_rule"], by_name["llama:tcmalloc_rule_all"]
+    one = by_name["llama:one_class"]
+    assert large["predictor"]["eligible_objects"] == 0
+    assert large["predictor"]["predicted_per_class"] == one["predictor"]["predicted_per_class"]
+    assert large["steady_state_bytes"] == one["steady_state_bytes"]
+    recs = mixed_records()
+    shorts = tcmalloc_rule.LifetimeRule("all").replay(
+        (r.alloc_ns, r.free_ns, r.size, r.stack_id) for r in recs)
+    want = [0] * 8
+    for c in tcmalloc_rule.predict_classes(shorts, 2, INF, one["predictor"]["class"]).tolist():
+        want[c] += 1
+    assert every["predictor"]["predicted_per_class"] == want and 0 < want[2] < len(recs)
+    assert rows["TCMalloc rule (all sizes)"]["accuracy_per_context"] is not None
     # Per context, against the T95 class in the trace: the T95 oracle is right by
     # construction; the cost rule differs on A only (its 100 objects).
     t95, cost = rows["context oracle (T95)"], rows["context oracle (cost rule)"]
@@ -256,3 +277,5 @@ def test_simulate_reports_both_context_oracle_rows(mixed_dataset, tmp_path, caps
     assert "| mixed (v1) | context oracle (cost rule) |" in md
     assert "| LLAMA context oracle (cost rule) |" in md and "Context oracles, computed" in md
     assert "oracle − context oracle (T95)" in md
+    assert "| mixed (v1) | TCMalloc rule (all sizes) |" in md
+    assert "TCMalloc's removed lifetime rule" in md and "short > long + 10" in md

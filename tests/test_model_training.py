@@ -156,11 +156,16 @@ def test_evaluate_cli_writes_json(trained, tiny_dataset, tmp_path, capsys):
     result = json.loads(out.read_text())
     assert result["datasets"][0]["split"] == "eval"  # its own training dataset: held out only
     assert set(result["overall"]) == {"model", "baseline_majority", "baseline_exact",
-                                      "baseline_site"}
+                                      "baseline_site", "baseline_tcmalloc_rule",
+                                      "baseline_tcmalloc_rule_all"}
+    assert set(result["tcmalloc_rule"]["model_ahead"]["overall"]) == {"large", "all"}
     assert result["overall"]["model"]["contexts"] == result["datasets"][0]["contexts"]
-    # The held-out comparison training wrote is the one evaluate computes on that split.
+    # The held-out comparison training wrote is the one evaluate computes on that split
+    # (evaluate adds TCMalloc's rule, replayed over the dataset's profiles).
     held_out = json.loads(open(os.path.join(trained, "metrics.json")).read())["eval"]
-    assert {k: result[k] for k in held_out} == held_out
+    rules = {"baseline_tcmalloc_rule", "baseline_tcmalloc_rule_all"}
+    assert {k: ({n: m for n, m in result[k].items() if n not in rules}
+                if k in ("overall", "unseen") else result[k]) for k in held_out} == held_out
     assert "| baseline: site |" in capsys.readouterr().out
 
 
@@ -186,8 +191,18 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
     # One comparison schema: the test versions, each sampling run, the held-out split.
     trained_eval = json.loads(open(os.path.join(trained, "metrics.json")).read())["eval"]
     assert saved["within_version_held_out"] == trained_eval
+    # ... and on the test versions, TCMalloc's rule replayed over their profiles
+    from model import tcmalloc_rule
+
+    rules = set(tcmalloc_rule.NAMES.values())
+    assert rules <= set(saved["test"]["overall"]) and rules <= set(saved["test"]["unseen"])
+    assert "| baseline: tcmalloc_rule |" in md and "| baseline: tcmalloc_rule_all |" in md
+    assert "TCMalloc's removed lifetime rule" in md and "the model is ahead of the rule" in md
+    assert saved["tcmalloc_rule"]["samples_replayed_share"] == 1.0
+    assert set(saved["summary"]["model_ahead_of_tcmalloc_rule"]["overall"]) == {"large", "all"}
     for comparison in (saved["test"], *saved["sampling"], trained_eval):
-        assert set(comparison["overall"]) == set(saved["test"]["overall"]), comparison.keys()
+        assert set(comparison["overall"]) - rules == set(saved["test"]["overall"]) - rules, \
+            comparison.keys()
     assert saved["sampling"][-1]["overall"] == saved["test"]["overall"]  # fraction 1
     assert saved["stack_overlap"][0]["depths"]["1"]["contexts"] == 1.0  # same version
 

@@ -170,7 +170,8 @@ def test_simulate_full_proxy_profile_writes_table3_report(full_profile, train_da
     assert sim["settings"]["check_invariants"] and sim["settings"]["series_interval_ns"] == 20 * MS
     rows = {r["predictor"]: r for r in rep["table3"]}
     assert list(rows) == ["oracle", "context oracle (T95)", "context oracle (cost rule)",
-                          "exact-context table", "site table", "one class"]
+                          "exact-context table", "site table", "one class",
+                          "TCMalloc rule (> 1 MiB)", "TCMalloc rule (all sizes)"]
     live = sim["live"]["steady_state_bytes"]
     base = next(a for a in sim["allocators"] if a["name"] == "baseline")["steady_state_bytes"]
     for r in rows.values():

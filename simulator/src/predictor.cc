@@ -8,6 +8,7 @@
 
 #include "json.h"
 #include "model_predictor.h"
+#include "tcmalloc_rule.h"
 #include "files.h"
 
 namespace sim {
@@ -134,12 +135,22 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, const ClassSc
     p = std::make_unique<TablePredictor>(arg, read_class_table(arg, classes.num_classes()), def);
   } else if (kind == "model" && !arg.empty()) {
     p = make_model_predictor(arg, classes, opts);
+  } else if (kind == "tcmalloc-rule" && (arg == "large" || arg == "all")) {
+    // Objects the rule does not cover get the tables' fallback (--table-default).
+    int def = opts.table_default < 0 ? classes.inf_class() : opts.table_default;
+    if (def >= classes.num_classes())
+      throw SimError("--table-default " + std::to_string(def) + ": the trace has " +
+                     std::to_string(classes.num_classes()) + " classes");
+    TcmallocRuleConfig cfg;
+    cfg.large_only = arg == "large";
+    p = std::make_unique<TcmallocRulePredictor>(classes, def, cfg);
   } else {
-    throw SimError("--predictor " + spec + ": expected oracle, table:FILE, constant:CLASS, model:CONTEXTS (optionally LABEL=...)");
+    throw SimError("--predictor " + spec + ": expected oracle, table:FILE, constant:CLASS, model:CONTEXTS, "
+                   "tcmalloc-rule:large|all (optionally LABEL=...)");
   }
   if (label.empty()) {
     label = kind;
-    if (kind == "constant") label += ":" + arg;
+    if (kind == "constant" || kind == "tcmalloc-rule") label += ":" + arg;
     if (kind == "table") {
       size_t slash = arg.find_last_of('/');
       label += ":" + (slash == std::string::npos ? arg : arg.substr(slash + 1));

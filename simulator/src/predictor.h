@@ -8,6 +8,10 @@
 //   model:CONTEXTS    the exported model through its C API, behind the paper's
 //                     prediction cache (§2.3); CONTEXTS names the model plugin and holds
 //                     each stack's context frames (model_predictor.h)
+//   tcmalloc-rule:large|all  TCMalloc's removed online lifetime rule (tcmalloc_rule.h):
+//                     per-stack short/long counters, short iff short > long + 10 (0.5 s);
+//                     large: objects over 1 MiB only, the rest get --table-default; all:
+//                     every object
 //
 // A spec may carry a label for the report: LABEL=KIND[:ARG], e.g. exact=table:stacks.tbl.
 #pragma once
