@@ -41,7 +41,8 @@ setup(
     python_requires=">=3.11",
     # Every package and sub-package of the project's folders (a new sub-package needs no edit).
     packages=find_packages(include=[f"{top}{sub}" for top in TOP_PACKAGES for sub in ("", ".*")]),
-    package_data={"profile_format": ["profile.proto", "README.md"],
+    package_data={"core": ["version_roles.json"],
+                  "profile_format": ["profile.proto", "README.md"],
                   "interop.pprof": ["profile.proto"]},
     install_requires=requirements(),
     entry_points={"console_scripts": ["lifetime=lifetime.cli:main"]},

@@ -61,7 +61,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         values["site_last"] = values["site_last"] == "true"
     hp = parse_hparams(values, refit=args.refit)
     writable_dir(args.out)
-    metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2)
+    metrics = train(args.dataset, args.out, hp, verbose=1 if sys.stdout.isatty() else 2,
+                    selection_versions=args.selection_version)
     m = metrics["eval"]["overall"]["model"]
     print(f"model: {printable(args.out)}: {metrics['epochs_run']} epochs "
           f"(best {metrics['best_epoch']}); "
@@ -185,6 +186,10 @@ def add_parser(sub) -> None:
     p.add_argument("--refit", action="store_true",
                    help="after early stopping, retrain on train + eval splits for the best "
                         "epoch count (for models used on other versions)")
+    p.add_argument("--selection-version", action="append", default=[], metavar="LABEL",
+                   help="a version label choices for this model were made on (hyperparameters, "
+                        "wrappers, ...): config.json's roles.selection, never called test by "
+                        "`lifetime report` (core/version_roles.py); repeatable")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("evaluate", help="model vs baselines on datasets (JSON + table)")

@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from core import version_roles
 from core.files import write_json
 from model import io, plots, tcmalloc_rule
 from model.card import metrics_table
@@ -111,6 +112,24 @@ def _by_version(ex: Examples) -> dict:
     return {v: ex.select(ex.version_label == v) for v in sorted(set(ex.version_label.tolist()))}
 
 
+def test_roles(mdir, train_ex: Examples, test_labels, model_dir: str) -> tuple[list, list[str]]:
+    """(version_roles.Status per test version, the lines to print: at most one saying the
+    model records no roles, one naming the versions that are not test data).  The
+    model's recorded roles and the report's own training datasets (its tables fit on
+    them) count; a reserved test version is refused (ReservedVersionError)."""
+    roles, notes = version_roles.roles_of(mdir.config), []
+    if roles is None:
+        notes.append(f"model {model_dir} records no roles (trained before they were recorded): "
+                     "its training datasets' versions count as training, selection unknown")
+        roles = {"train": [v for d in mdir.config.get("training_datasets", [])
+                           for v in d.get("version_labels", [])], "selection": []}
+    roles = {**roles, "train": sorted(set(roles["train"]) | set(train_ex.version_label.tolist()))}
+    statuses = version_roles.classify(test_labels, roles, mdir.config,
+                                      source=f"model {model_dir} (config.json roles)")
+    line = version_roles.seen_line(statuses, "lifetime report")
+    return statuses, notes + ([line] if line else [])
+
+
 def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], out_dir: str,
                  fractions=(0.1, 0.3, 1.0), depths=DEPTHS) -> dict:
     mdir = io.read_model_dir(model_dir)
@@ -124,13 +143,20 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     test_ex = Examples.concat([select_split(d, "auto", training_paths)[1] for d in test_sets])
     if not len(test_ex):
         raise DatasetError("report: the test datasets hold no contexts")
+    statuses, notes = test_roles(mdir, train_ex, set(test_ex.version_label.tolist()), model_dir)
+    for line in notes:
+        print(f"lifetime report: {line}", flush=True)
     os.makedirs(out_dir, exist_ok=True)
     rep: dict = {"model_dir": os.path.abspath(model_dir), "class_names": class_names,
+                 "version_roles": {s.label: {"role": s.role, "why": s.why} for s in statuses},
+                 "roles_notes": notes,
                  "hyperparameters": config["hyperparameters"],
                  "train_datasets": sorted(training_paths), "test_datasets": [d.path for d in test_sets]}
 
     # 1. datasets
-    rep["datasets"] = {d.path: {"role": "train" if d.path in training_paths else "test",
+    rep["datasets"] = {d.path: {"role": "train" if d.path in training_paths else ", ".join(sorted(
+                                    {rep["version_roles"][v]["role"] for v in
+                                     set(d.all().version_label.tolist())} or {"test"})),
                                 "contexts": len(d.all()), "samples": float(d.all().weight.sum()),
                                 "programs": {p: {"samples": s["samples"],
                                                  "named_frame_share": s["symbolized_frame_share"]}
@@ -281,8 +307,9 @@ def _figures(rep, class_names, out_dir) -> dict:
 def _markdown(rep, figs, depths) -> str:
     L = ["# Cross-version lifetime model report", "",
          f"Model `{rep['model_dir']}` ({rep['hyperparameters']['architecture']} architecture). "
-         "Training datasets feed the model, the baselines and the overlap statistics.", "",
-         "## Datasets", "",
+         "Training datasets feed the model, the baselines and the overlap statistics.", ""]
+    L += [f"**Roles.** {n}." for n in rep.get("roles_notes", [])]
+    L += ["", "## Datasets", "",
          "| dataset | role | contexts | samples | program: named-frame share |", "|---|---|---|---|---|"]
     for path, d in rep["datasets"].items():
         progs = "; ".join(f"{p}: {_pct(s['named_frame_share'])}" for p, s in d["programs"].items())
@@ -308,8 +335,10 @@ def _markdown(rep, figs, depths) -> str:
     L += ["", f"Test token occurrences outside the model's vocabulary (read as `<unk>`): "
               f"{_pct(n['unk_token_share'])}.", ""]
     share = rep["test"]["unseen_share"]
-    for part, title in (("overall", "all test contexts"),
-                        ("unseen", "test contexts whose exact stack is unseen in training")):
+    test = "test" if all(v["role"] == version_roles.TEST for v in rep.get(
+        "version_roles", {}).values()) else "compared (not all test: see Roles)"
+    for part, title in (("overall", f"all {test} contexts"),
+                        ("unseen", f"{test} contexts whose exact stack is unseen in training")):
         rows = display_rows(rep["test"][part])
         count = rows["model"]["contexts"]
         L += [f"## Model vs baselines: {title}", "",

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from core import version_roles
 from core.files import write_json
 from core.native_log import native_notices_dropped
 from model import io
@@ -186,9 +187,27 @@ def load_training_data(dataset_dirs: list[str]):
     return datasets, train, evl
 
 
-def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbose: int = 2) -> dict:
-    """Trains on the datasets and writes the model directory; returns metrics.json."""
+def model_roles(datasets, eval_ex: Examples, selection_versions=()) -> dict:
+    """config.json's roles: train, the training datasets' version labels; selection,
+    the labels early stopping watched (the eval split: those same versions), those the
+    datasets record as selection, and SELECTION_VERSIONS (choices made elsewhere)."""
+    train_labels = {v for d in datasets for v in d.all().version_label.tolist()}
+    selection = set(selection_versions) | set(eval_ex.version_label.tolist())
+    for d in datasets:
+        selection |= set((version_roles.roles_of(d.manifest) or {}).get("selection", ()))
+    version_roles.refuse_reserved(train_labels, "training", "lifetime train")
+    version_roles.refuse_reserved(selection, "selection", "lifetime train")
+    return {**version_roles.record(train_labels, selection),
+            "early_stopping": "the training datasets' eval split"}
+
+
+def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbose: int = 2,
+          selection_versions=()) -> dict:
+    """Trains on the datasets and writes the model directory; returns metrics.json.
+    SELECTION_VERSIONS: version labels choices for this model were made on (its
+    config.json's roles.selection)."""
     datasets, train_ex, eval_ex = load_training_data(dataset_dirs)
+    roles = model_roles(datasets, eval_ex, selection_versions)
     vocab = datasets[0].vocab
     labels = datasets[0].label_scheme
     class_names = labels["class_names"]
@@ -222,6 +241,7 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
             "eval_contexts": len(d.splits["eval"]),
             "version_labels": sorted(set(d.all().version_label.tolist())),
             "tokenizer_version": d.manifest.get("tokenizer_version")} for d in datasets],
+        "roles": roles,
     }
     metrics = {"eval": held_out, "refit_on_eval": hp.refit,
                "train": {"model": classification_metrics(

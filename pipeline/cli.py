@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from core import context, options
+from core import context, options, version_roles
 from core.errors import LifetimeError, UsageError, printable
 from core.files import writable_dir
 from core.label_options import add_boundaries, label_scheme
@@ -39,6 +39,10 @@ def add_parser(sub) -> None:
                                          "%(default)s)")
     p.add_argument("--shards", type=options.positive_int(options.MAX_SHARDS), default=1,
                    metavar=f"1-{options.MAX_SHARDS}", help="files per split (default: 1)")
+    p.add_argument("--selection-version", action="append", default=[], metavar="LABEL",
+                   help="a version the choices given here (--wrapper, ...) were made on: "
+                        "recorded in the manifest's roles.selection, so no report calls it "
+                        "test (core/version_roles.py); repeatable")
     p.set_defaults(func=run_build_dataset, beam=True)
 
     p = sub.add_parser("characterize", help="Markdown report with plots per workload",
@@ -112,10 +116,14 @@ def _context_options(args: argparse.Namespace) -> dict:
 
 def run_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
     _check_beam_args(beam_args)
+    version_roles.refuse_reserved(args.version_label or (), "test" if args.like else "training",
+                                  "--version-label")
+    version_roles.refuse_reserved(args.selection_version, "selection", "--selection-version")
     from pipeline.dataset import DatasetConfig, build_dataset
 
     config = DatasetConfig(vocab_size=args.vocab_size, eval_percent=args.eval_percent,
                            num_shards=args.shards, labels=label_scheme(args),
+                           selection_versions=tuple(args.selection_version),
                            **_context_options(args), **symbol_options(args))
     vocab = args.vocab or (os.path.join(args.like, "vocab.txt") if args.like else None)
     writable_dir(args.out)

@@ -68,6 +68,9 @@ class DatasetConfig:
     # root holding the profiled machine's files ("" = none).
     debug_dirs: tuple[str, ...] = symbolize.DEFAULT_DEBUG_DIRS
     sysroot: str = ""
+    # Versions the choices given to this build (--wrapper, ...) were made on: recorded
+    # as the manifest's roles.selection (core/version_roles.py).
+    selection_versions: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)

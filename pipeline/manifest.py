@@ -5,6 +5,11 @@ per program and module), what was dropped and why, and everything it was made wi
 Keys only some datasets have: "lifetimes_derived" ({"files": N}, when a profile's
 header says its lifetimes come from per-stack aggregates, not objects) and
 files."imported_from" ({file: importer}, for files another profiler recorded).
+
+"roles" (core/version_roles.py): {"train": the version labels the dataset's vocabulary
+and detected wrappers were fit on (none for a test version cut `--like` a training
+dataset, or on a given vocabulary without detection), "selection": the labels given as
+`--selection-version`}. A manifest without it predates roles.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import os
 
 from core import context as context_def
-from core import tokenizer
+from core import tokenizer, version_roles
 
 FORMAT = "lifetime-dataset-v1"
 MANIFEST = "manifest.json"
@@ -69,6 +74,14 @@ def summarize_files(file_stats: list[dict]) -> dict:
     return summary
 
 
+def dataset_roles(config, vocab_path, file_stats) -> dict:
+    """The manifest's roles: this dataset's labels are train when it fit anything to them
+    (its vocabulary, detected wrappers); --selection-version labels are selection."""
+    fits = not vocab_path or config.detect_wrappers
+    labels = {f["version_label"] for f in file_stats} if fits else ()
+    return version_roles.record(labels, config.selection_versions)
+
+
 def make_manifest(files, config, vocab_path, context_summary, file_stats, dead_lines, vocab,
                   definition, stripped) -> dict:
     """The manifest from the job's summaries (dataset.BuildDataset gathers them)."""
@@ -80,6 +93,7 @@ def make_manifest(files, config, vocab_path, context_summary, file_stats, dead_l
         "context": definition.to_json(),
         "context_cuts": stripped,  # samples whose context starts below each wrapper
         "inputs": [{"file": f, "version_label": label} for f, label in files],
+        "roles": dataset_roles(config, vocab_path, file_stats),
         "vocabulary": {"file": VOCAB, "size": len(vocab), "given": vocab_path},
         "splits": context_summary,
         "files": summarize_files(file_stats),
