@@ -179,14 +179,13 @@ def classify(labels: Iterable[str], model_roles: dict | None, config: dict | Non
     return out
 
 
-def seen_line(statuses: list[Status], where: str) -> str | None:
+def seen_line(statuses: list[Status]) -> str | None:
     """ONE line naming every version that may not be called test, or None."""
     seen = [s for s in statuses if s.role != TEST]
     if not seen:
         return None
-    return (f"not test data for {where}: " + "; ".join(f"{s.label} is {s.role} ({s.why})"
-                                                      for s in seen)
-            + " -- shown, labelled so, not called test or unseen")
+    return ("not test data: " + "; ".join(f"{s.label} is {s.role} ({s.why})" for s in seen)
+            + "; shown, labelled so, never called test or unseen")
 
 
 def roles_table() -> str:

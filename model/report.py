@@ -126,7 +126,7 @@ def test_roles(mdir, train_ex: Examples, test_labels, model_dir: str) -> tuple[l
     roles = {**roles, "train": sorted(set(roles["train"]) | set(train_ex.version_label.tolist()))}
     statuses = version_roles.classify(test_labels, roles, mdir.config,
                                       source=f"model {model_dir} (config.json roles)")
-    line = version_roles.seen_line(statuses, "lifetime report")
+    line = version_roles.seen_line(statuses)
     return statuses, notes + ([line] if line else [])
 
 

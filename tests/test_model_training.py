@@ -175,8 +175,11 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
     out = tmp_path / "report"
     rep = write_report(trained, [tiny_dataset], [tiny_dataset], str(out), fractions=(0.5, 1.0))
     md = (out / "report.md").read_text()
+    # The test dataset is the training one (its eval split): its version is not test data.
+    assert rep["version_roles"]["v1"]["role"] == "seen (training)"
     for heading in ("## Exact stack overlap", "## Token and function overlap",
-                    "## Model vs baselines: all test contexts", "## Confusion matrices",
+                    "## Model vs baselines: all compared (not all test: see Roles) contexts",
+                    "## Confusion matrices",
                     "## Accuracy against sampling fraction"):
         assert heading in md
     assert "| baseline: exact |" in md and "| from -> to | depth 1 | depth 2 |" in md
