@@ -44,7 +44,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import real_programs  # noqa: E402
 
+from benchmarks import roles_note  # noqa: E402
 from core import export_dir as export_dirs  # noqa: E402
+from core import version_roles  # noqa: E402
 from core.context import ContextDefinition  # noqa: E402
 from pipeline.dataset import DatasetConfig, build_dataset  # noqa: E402
 from pipeline.manifest import dataset_context  # noqa: E402
@@ -201,10 +203,11 @@ def summarize(per_seed: dict) -> dict:
 
 def markdown(name: str, summary: dict, info: dict) -> str:
     pct = lambda s: f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f} (n={s['n']})"  # noqa: E731
-    lines = [f"# {name}", "", f"train: {', '.join(info['train'])}; seeds: {info['seeds']}", ""]
+    lines = [f"# {name}", "", f"train: {', '.join(info['train'])}; seeds: {info['seeds']}", "",
+             *roles_note.markdown_line(info.get("test_roles"))]
     for item, res in summary.items():
         meta = info["test"][item]
-        lines += [f"## test {item}", "",
+        lines += [f"## {meta.get('role', 'test')} {item}", "",
                   f"{meta['contexts']} contexts, {meta['unseen_contexts_share']:.1%} unseen in "
                   f"training ({meta['unseen_samples_share']:.1%} of samples); label purity "
                   f"{meta['label_purity']:.1%}", "",
@@ -266,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                          "first test item (servers only)")
     args = ap.parse_args(argv)
 
+    roles_note.refuse_reserved(args.family, args.train, "training", "cross_version --train")
+    roles_note.refuse_reserved(args.family, args.test, "test", "cross_version --test")
     base = os.path.join(args.out, args.name or args.family)
     datasets = args.datasets_from or os.path.join(base, "datasets")
     log = [f"cd {ROOT} && nice .venv/bin/python benchmarks/cross_version.py "
@@ -302,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{u['baseline_exact']['weighted_exact']:.1%}, site "
                   f"{u['baseline_site']['weighted_exact']:.1%}); unweighted model "
                   f"{u['model']['unweighted_exact']:.1%}", flush=True)
+    # What the test items may be called: the model's recorded roles, the family's table.
+    test_roles = roles_note.statuses(args.family, args.test,
+                                     os.path.join(base, f"model-seed{args.seeds[0]}"),
+                                     "cross_version", train_versions=args.train)
     summary = summarize({s: {i: {k: v for k, v in r.items() if k in SCOPES}
                              for i, r in res.items()} for s, res in per_seed.items()})
     manifests = {item: load_dataset(ds).manifest for item, ds in [("train", train_ds),
@@ -313,12 +322,14 @@ def main(argv: list[str] | None = None) -> int:
         return sum((splits[s]["label_purity"] or 0) * splits[s]["samples"] for s in splits) / n
 
     info = {"family": args.family, "train": args.train, "seeds": args.seeds,
+            "test_roles": test_roles,
             "hyperparameters": json.loads(args.hparams), "train_seconds": train_seconds,
             "context": manifests["train"]["context"],
             "train_label_purity": purity(manifests["train"]),
             "test": {item: {"contexts": sum(manifests[item]["splits"][s]["contexts"]
                                             for s in manifests[item]["splits"]),
                             "label_purity": purity(manifests[item]),
+                            "role": test_roles[version_roles.label(args.family, item)]["role"],
                             "unseen_contexts_share": per_seed[args.seeds[0]][item][
                                 "unseen_share"]["contexts"],
                             "unseen_samples_share": per_seed[args.seeds[0]][item][

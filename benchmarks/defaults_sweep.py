@@ -52,6 +52,13 @@ CONFIGS = {
 TABLES = ("baseline_exact", "baseline_site", "baseline_majority")
 SCOPES = ("overall", "unseen")
 FIGURES = ("weighted_exact", "unweighted_exact")
+# The sweep scores on each family's *test* version (core/version_roles.json): a default
+# it picks is a choice made on test data, recorded there (chosen_on "training defaults"),
+# so every report of a model trained with those defaults calls that version "seen
+# (selection)" (issue 33 item 2 moves the sweep to selection versions).
+ON_TEST = ("scored on the families' test versions (core/version_roles.json): a choice made "
+           "here is made on test data, and makes them selection data for every model "
+           "trained with it")
 REGRESSION_POINTS = 1.0   # the ranking rule's tolerance against a family's best config
 TABLE_CEILING = 0.98      # at or above it, "halves the error" becomes "at least matches"
 
@@ -194,7 +201,7 @@ def _table_name(t: str) -> str:
 
 def markdown(results: dict) -> str:
     configs = results["configs"]
-    lines = ["# Training-defaults sweep (issue 21 item 4)", "",
+    lines = ["# Training-defaults sweep (issue 21 item 4)", "", f"**Not held out**: {ON_TEST}.", "",
              "configs: " + "; ".join(f"`{c}` {json.dumps(h)}" for c, h in configs.items()),
              "", "Model exact accuracy (%), mean ± sd over seeds (worst seed), against the best "
              "lookup table (exact, site, majority) of the same figure; \"halves\": the "
@@ -305,6 +312,7 @@ def main() -> int:
         seeds[c] = [int(s) for s in v.split(",")]
     all_seeds = sorted({s for v in seeds.values() for s in v})
 
+    print(f"defaults_sweep: {ON_TEST}", flush=True)
     os.makedirs(args.out, exist_ok=True)
     start = time.monotonic()
     results = {"configs": configs, "seeds": seeds, "families": {}}

@@ -57,7 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import table3  # noqa: E402
+from benchmarks import roles_note, table3  # noqa: E402
 from core import export_dir  # noqa: E402
 from benchmarks.servers import postgres, postgres_mixed  # noqa: E402
 
@@ -511,6 +511,10 @@ def main() -> int:
         if not export_dir.is_export(e):
             LOG.sh([LIFETIME, "export", m, "--out", e])
         exports[s] = e
+    test_roles = roles_note.statuses("postgres", [args.test],
+                                     os.path.join(out, f"model-seed{args.seeds[0]}"),
+                                     "simulate_postgres", roles_note.simulation_uses(args.policy),
+                                     args.train)
 
     # 3. full trace of the test version; 4. a sampled run of it for the unseen contexts
     tdir = profile(args.test, args.load_seed, os.path.join(out, "test", args.test), args, True)
@@ -564,7 +568,8 @@ def main() -> int:
                 - per_seed[s]["rows"]["model"]["fragmentation_reduction"] for s in per_seed])}
     result = {"workload": "postgres-mixed", "config": config, "policy": args.policy, **reuse,
               "train": args.train,
-              "test": args.test, "seeds": args.seeds, "load_seed": args.load_seed,
+              "test": args.test, "test_roles": test_roles, "seeds": args.seeds,
+              "load_seed": args.load_seed,
               "server": first["server"], "baseline": first["baseline"], "live": first["live"],
               "summary": summary, "gaps": gaps, "coverage": common["coverage"],
               "contexts": {"server_wide": len(common["t95"]),
@@ -696,6 +701,7 @@ def markdown(r: dict) -> str:
     lines = [f"# PostgreSQL {r['test']} (full trace, mixed workload, load seed {r['load_seed']}), "
              f"model trained on {', '.join(r['train'])} (sampled); LLAMA policy: "
              f"{r.get('policy', 'paper')}", "",
+             *roles_note.markdown_line(r.get("test_roles")),
              f"server: {srv['processes']} processes (one heap each), {srv['objects']:,} objects, "
              f"{srv['seconds']:.1f} s; memory = the sum of the processes' heaps on a "
              f"{srv['series_step_ns'] / 1e6:.0f} ms grid; model seeds {r['seeds']}", "",

@@ -66,6 +66,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from benchmarks import roles_note  # noqa: E402
 from benchmarks.servers import machine, redis, redis_fates, redis_mixed, redis_phases  # noqa: E402
 from core import export_dir  # noqa: E402
 from benchmarks.table3 import (check_stamp, loaded, machine_rows, policy_tag, spread,  # noqa: E402
@@ -191,6 +192,9 @@ def run_load_seed(args, out: str) -> int:
         if not export_dir.is_export(e):
             sh([LIFETIME, "export", m, "--out", e])
         exports[s] = e
+    test_roles = roles_note.statuses("redis", [args.test], os.path.join(out, f"model-seed{args.seeds[0]}"),
+                                     "simulate_redis", roles_note.simulation_uses(args.policy),
+                                     args.train)
 
     # 3. full trace of the test version
     tdir = os.path.join(out, "test", args.test, "profiles")
@@ -256,7 +260,8 @@ def run_load_seed(args, out: str) -> int:
         with open(p) as f:
             runs[os.path.relpath(p, out)] = json.load(f)
     result = {"workload": args.workload, "config": config, "policy": args.policy, **reuse,
-              "train": args.train, "test": args.test, "seeds": args.seeds,
+              "train": args.train, "test": args.test, "test_roles": test_roles,
+              "seeds": args.seeds,
               "interval": args.interval, "keys": args.keys, "load_seed": args.load_seed,
               "trace": first["trace"], "source": {k: first["source"].get(k) for k in (
                   "total_allocations", "complete", "full_trace", "coverage")},
@@ -420,6 +425,7 @@ def markdown(r: dict) -> str:
     lines = [f"# Redis {r['test']} (full trace, `{r.get('workload', 'phases')}` workload, load "
              f"seed {r['load_seed']}), model trained on {', '.join(r['train'])} "
              f"(sampled, {r['interval']} B)", "",
+             *roles_note.markdown_line(r.get("test_roles")),
              f"trace: {r['trace']['records']:,} objects, {r['trace']['seconds']:.1f} s; "
              f"model seeds {r['seeds']} (mean ± sample sd (n, min..max) where the row depends on the seed)", "",
              "| allocator | acc. (allocs) | acc. (bytes) | steady MiB | peak MiB | peak / "

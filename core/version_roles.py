@@ -127,9 +127,12 @@ def roles_of(doc: dict | None) -> dict | None:
     return out
 
 
-def _applies(choice: dict, config: dict | None) -> bool:
-    """Whether a recorded choice is one a model with this config.json depends on."""
+def _applies(choice: dict, config: dict | None, uses: Iterable[str] = ()) -> bool:
+    """Whether a recorded choice is one a model with this config.json, or a tool using
+    USES (`policy:segregated`, `context_cost`: what a benchmark runs), depends on."""
     applies = choice.get("applies_to") or {}
+    if "uses" in applies:
+        return bool(set(applies["uses"]) & set(uses))
     if config is None:
         return False
     if "hyperparameters" in applies:
@@ -138,13 +141,13 @@ def _applies(choice: dict, config: dict | None) -> bool:
     if "wrappers" in applies:
         ctx = config.get("context") or {}
         return bool(set(ctx.get("configured_wrappers") or ()) & set(applies["wrappers"]))
-    return False  # policies, constants, thresholds on training versions: not the model's
+    return False  # thresholds made on training versions: not a test version's concern
 
 
-def choices_on(lbl: str, config: dict | None) -> list[str]:
-    """Recorded choices made on LABEL that a model with this config depends on."""
+def choices_on(lbl: str, config: dict | None, uses: Iterable[str] = ()) -> list[str]:
+    """Recorded choices made on LABEL that a model with this config (or USES) depends on."""
     return [c["choice"] for c in table().get("chosen_on", [])
-            if lbl in c.get("on", []) and _applies(c, config)]
+            if lbl in c.get("on", []) and _applies(c, config, uses)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,10 +158,11 @@ class Status:
 
 
 def classify(labels: Iterable[str], model_roles: dict | None, config: dict | None = None,
-             source: str = "the model") -> list[Status]:
+             source: str = "the model", uses: Iterable[str] = ()) -> list[Status]:
     """What each version a tool would call test/unseen may be called.  Refuses a
     reserved one (ReservedVersionError).  MODEL_ROLES: the model's recorded `roles`
-    (None: unknown); CONFIG: its config.json (for the recorded choices it depends on)."""
+    (None: unknown); CONFIG: its config.json (for the recorded choices it depends on);
+    USES: what else the tool depends on (`policy:NAME`, `context_cost`)."""
     labels = sorted(set(labels))
     refuse_reserved(labels, "test")
     out = []
@@ -171,7 +175,7 @@ def classify(labels: Iterable[str], model_roles: dict | None, config: dict | Non
             out.append(Status(lbl, SEEN_TRAINING, "core/version_roles.json: a training version"))
         elif family_role(lbl) == "selection":
             out.append(Status(lbl, SEEN_SELECTION, "core/version_roles.json: a selection version"))
-        elif choices := choices_on(lbl, config):
+        elif choices := choices_on(lbl, config, uses):
             out.append(Status(lbl, SEEN_SELECTION, f"{', '.join(choices)} chosen on it "
                               "(core/version_roles.json chosen_on)"))
         else:

@@ -163,3 +163,30 @@ def test_train_records_roles_and_report_relabels_a_selection_version(tmp_path, s
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Model vs baselines: all test contexts" not in md
     assert "| seen (selection) |" in md
+
+
+def test_benchmarks_say_in_one_line_which_test_versions_are_not_test_data(tmp_path, capsys):
+    from benchmarks import roles_note
+
+    # Run to run within a training version (cross_version.py's redis-within).
+    got = roles_note.statuses("redis", ["6.0.16/run2"], None, "cross_version",
+                              train_versions=["6.0.16/run1"])
+    assert got["redis-6.0.16"]["role"] == vr.SEEN_TRAINING
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and out.startswith("cross_version: not test data: redis-6.0.16")
+    # The simulators' segregated policy and cost-rule row were chosen on 6.2.14's traces.
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"roles": {"train": ["redis-5.0.6"],
+                                                             "selection": []}}))
+    got = roles_note.statuses("redis", ["6.2.14"], str(model), "simulate_redis",
+                              roles_note.simulation_uses("segregated"), ["5.0.6"])
+    assert got["redis-6.2.14"]["role"] == vr.SEEN_SELECTION
+    assert "segregated" in got["redis-6.2.14"]["why"]
+    assert roles_note.markdown_line(got)[0].startswith("**Not test data**: redis-6.2.14")
+    capsys.readouterr()
+    assert roles_note.statuses("postgres", ["16.2"], str(model), "x")["postgres-16.2"][
+        "role"] == vr.TEST
+    assert capsys.readouterr().out == "" and roles_note.markdown_line({}) == []
+    with pytest.raises(vr.ReservedVersionError):
+        roles_note.refuse_reserved("cpython", ["3.13.1"], "test", "cross_version --test")
