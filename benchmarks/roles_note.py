@@ -28,7 +28,11 @@ def statuses(family: str, versions, model_dir: str | None, who: str,
     """{label: {"role", "why"}} for FAMILY's VERSIONS (VERSION or VERSION/RUN) as WHO
     would report them; TRAIN_VERSIONS (the benchmark's own) count as training."""
     config = model_config(model_dir)
-    roles = version_roles.roles_of(config) or {"train": [], "selection": []}
+    roles = version_roles.roles_of(config)
+    if config is not None and roles is None:
+        print(f"{who}: model {model_dir} records no roles (trained before they were recorded): "
+              "selection unknown", flush=True)
+    roles = roles or {"train": [], "selection": []}
     roles = {**roles, "train": sorted(set(roles["train"]) | {
         version_roles.label(family, v) for v in train_versions})}
     found = version_roles.classify([version_roles.label(family, v) for v in versions], roles,
