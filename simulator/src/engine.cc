@@ -4,7 +4,9 @@
 #include <chrono>
 #include <exception>
 #include <set>
+#include <unordered_set>
 
+#include "attribution.h"
 #include "baseline.h"
 #include "free_queue.h"
 #include "json.h"
@@ -16,6 +18,34 @@ namespace sim {
 namespace {
 
 constexpr uint64_t kMaxSamples = 1000000;
+
+// One more instance of each allocator so far per --isolate group: NAME/apart:LABEL, its
+// objects of the group's stacks in a second heap of the same kind (attribution.h).
+void add_isolated(const EngineOptions& opts, const ClassScheme& classes, Results& R,
+                  std::vector<std::unique_ptr<HeapAllocator>>& allocs, std::vector<int>& parent) {
+  const size_t n = allocs.size();
+  for (const auto& [label, ids] : opts.isolate) {
+    std::unordered_set<uint64_t> stacks(ids.begin(), ids.end());
+    for (size_t i = 0; i < n; ++i) {
+      const AllocatorResult& of = R.allocators[i];
+      auto make = [&]() -> std::unique_ptr<HeapAllocator> {
+        if (of.kind != "llama") return std::make_unique<TcmallocBaseline>(of.name);
+        std::string names = opts.policy;
+        for (const auto& [l, nm] : opts.policy_for)
+          if ("llama:" + l == of.name) names = nm;
+        LlamaPolicy policy = names.empty() ? LlamaPolicy() : parse_llama_policy(names, "--policy " + names);
+        return make_policy_heap(of.name, classes, policy, opts.deadline_k, opts.recycle_spans_immediately);
+      };
+      allocs.push_back(std::make_unique<IsolatedHeap>(make(), make(), stacks));
+      AllocatorResult ar;
+      ar.name = of.name + "/apart:" + label;
+      ar.kind = of.kind;
+      ar.policy = of.policy;
+      R.allocators.push_back(std::move(ar));
+      parent.push_back(int(i));
+    }
+  }
+}
 
 }  // namespace
 
@@ -60,6 +90,15 @@ Results Engine::run(const std::string& trace_path) {
     preds.push_back(std::move(p));
   }
   if (allocs.empty()) throw SimError("nothing to simulate: no baseline and no --predictor");
+  // Counterfactuals: after the allocators above, each again per --isolate group, with
+  // that group's stacks in a heap of their own; it places every object with the class
+  // its own allocator's predictor gave it (parent), so a predictor runs once per object.
+  std::vector<int> parent(allocs.size(), -1);
+  if (!opts_.isolate.empty()) {
+    if (opts_.check_invariants) throw SimError("--check-invariants does not apply to --isolate heaps");
+    add_isolated(opts_, classes, R, allocs, parent);
+    preds.resize(allocs.size());
+  }
   for (const auto& [label, names_for] : opts_.policy_for)
     if (!labels.count(label)) throw SimError("--policy " + label + "=" + names_for + ": no LLAMA instance is labelled " + label);
   const size_t A = allocs.size();
@@ -80,6 +119,12 @@ Results Engine::run(const std::string& trace_path) {
   std::vector<uint64_t> snaps = opts_.snapshot_at_ns;
   std::sort(snaps.begin(), snaps.end());
   size_t next_snap = 0;
+  std::vector<uint64_t> attrib_at = opts_.attribute_at_ns;
+  std::sort(attrib_at.begin(), attrib_at.end());
+  size_t next_attrib = 0;
+  SlotOwners owners;  // filled only when attribution is asked for
+  const bool attributing = !attrib_at.empty();
+  std::vector<int> cls_of(A, 0);  // this allocation's class per allocator (parents')
   uint64_t next_sample = 0;
 
   // State.
@@ -119,6 +164,18 @@ Results Engine::run(const std::string& trace_path) {
       }
       R.snapshots.push_back(std::move(s));
       ++next_snap;
+    }
+    while (next_attrib < attrib_at.size() && (attrib_at[next_attrib] < t || (inclusive && attrib_at[next_attrib] == t))) {
+      Snapshot s{attrib_at[next_attrib], {}};
+      for (size_t i = 0; i < A; ++i) {  // not the --isolate heaps: their two heaps' ids overlap
+        allocs[i]->advance(attrib_at[next_attrib]);
+        JsonWriter j;
+        if (parent[i] >= 0) j.null();
+        else write_attribution(*allocs[i], owners, j);
+        s.pages_json.push_back(j.str());
+      }
+      R.attributions.push_back(std::move(s));
+      ++next_attrib;
     }
   };
   auto at_time = [&](uint64_t t) {
@@ -168,6 +225,7 @@ Results Engine::run(const std::string& trace_path) {
       }
     }
     live -= size;
+    if (attributing) owners.on_free(f_slot);
     ++R.frees;
     after_event(t, f_slot, size);
   };
@@ -178,6 +236,7 @@ Results Engine::run(const std::string& trace_path) {
     int true_cls = -1;
     for (size_t i = 0; i < A; ++i) {
       AllocRequest q{slot, rec->size, rec->align, rec->thread_id, 0, rec->alloc_ns, rec->stack_id};
+      if (parent[i] >= 0) q.cls = cls_of[parent[i]];
       if (preds[i]) {
         q.cls = preds[i]->predict(*rec);
         if (q.cls < 0 || q.cls >= classes.num_classes())
@@ -190,12 +249,14 @@ Results Engine::run(const std::string& trace_path) {
         else if (q.cls < true_cls) ++ar.under;
         else ++ar.over;
       }
+      cls_of[i] = q.cls;
       uint64_t addr = allocs[i]->alloc(q);
       if (opts_.check_invariants) {
         shadows[i].on_alloc(R.allocators[i].name, addr, rec->size, slot);
         check_pages(i, addr, rec->size);
       }
     }
+    if (attributing) owners.on_alloc(slot, rec->stack_id, classes.classify(rec->alloc_ns, rec->free_ns));
     ++R.allocs;
     if (rec->free_ns == kNever) ++R.never_freed;
     after_event(rec->alloc_ns, slot, rec->size);

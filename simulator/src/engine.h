@@ -27,6 +27,12 @@ struct EngineOptions {
   uint64_t series_interval_ns = 0;       // 0: automatic, about 1000 samples
   std::vector<uint64_t> snapshot_at_ns;  // huge page dumps after all events <= t
   bool snapshot_spans = false;           // LLAMA snapshots also list each page's spans
+  // Fragmentation attribution (attribution.h): per allocator, the live objects' bytes per
+  // (huge page, stack, class) after all events <= t, for each t.
+  std::vector<uint64_t> attribute_at_ns;
+  // Counterfactuals (attribution.h, IsolatedHeap): per (label, stack ids), one more
+  // instance of every allocator with those stacks' objects in a heap of their own.
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> isolate;
   bool check_invariants = false;
   uint64_t full_check_every = 1024;      // events between whole-heap checks
 };
@@ -64,6 +70,7 @@ struct Results {
   std::vector<uint64_t> series_t, series_live;
   std::vector<AllocatorResult> allocators;
   std::vector<Snapshot> snapshots;
+  std::vector<Snapshot> attributions;  // --attribute-at-ns: write_attribution per allocator
   std::vector<std::pair<std::string, std::string>> settings;  // for the report
   double wall_s = 0;
   std::vector<std::unique_ptr<Predictor>> predictors;  // owns AllocatorResult::predictor

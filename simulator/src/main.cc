@@ -6,6 +6,8 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine.h"
 #include "llama.h"
@@ -48,6 +50,10 @@ const char kUsage[] =
     "  --snapshot-at-ns T      dump every live huge page after all events <= T (repeatable)\n"
     "  --snapshot-spans        LLAMA snapshots also list each page's spans (class, used\n"
     "                          lines, open/listed/closed)\n"
+    "  --attribute-at-ns T     per allocator, live bytes per (huge page, stack, class)\n"
+    "                          after all events <= T (repeatable; lifetime fragmentation)\n"
+    "  --isolate LABEL=ID[,ID...]  one more instance of every allocator, the objects of\n"
+    "                          these stack ids in a heap of their own (repeatable)\n"
     "  --check-invariants      check heap invariants after every event (slow)\n"
     "  --check-every N         events between whole-heap checks (default 1024)\n"
     "  --json OUT              write the report to OUT (default: stdout)\n"
@@ -60,6 +66,27 @@ uint64_t parse_u64(const std::string& opt, const char* s) {
   if (lt_parse_u64(s, &v) != LT_NUMBER_OK)
     throw sim::SimError(opt + ": expected a non-negative integer, got '" + s + "'");
   return v;
+}
+
+// --isolate LABEL=ID[,ID...]: a group of stack ids (decimal or 0x-hex) under a label.
+std::pair<std::string, std::vector<uint64_t>> parse_isolate(const std::string& v) {
+  size_t eq = v.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+    throw sim::SimError("--isolate " + v + ": expected LABEL=ID[,ID...]");
+  std::vector<uint64_t> ids;
+  size_t pos = eq + 1;
+  while (pos <= v.size()) {
+    size_t comma = v.find(',', pos);
+    if (comma == std::string::npos) comma = v.size();
+    std::string id = v.substr(pos, comma - pos);
+    char* endp = nullptr;
+    errno = 0;
+    unsigned long long x = std::strtoull(id.c_str(), &endp, 0);
+    if (id.empty() || id[0] == '-' || errno || *endp) throw sim::SimError("--isolate " + v + ": bad stack id '" + id + "'");
+    ids.push_back(x);
+    pos = comma + 1;
+  }
+  return {v.substr(0, eq), ids};
 }
 
 }  // namespace
@@ -106,6 +133,8 @@ int main(int argc, char** argv) {
         if (opts.series_interval_ns == 0) throw sim::SimError(a + ": must be positive");
       } else if (a == "--snapshot-at-ns") opts.snapshot_at_ns.push_back(parse_u64(a, arg()));
       else if (a == "--snapshot-spans") opts.snapshot_spans = true;
+      else if (a == "--attribute-at-ns") opts.attribute_at_ns.push_back(parse_u64(a, arg()));
+      else if (a == "--isolate") opts.isolate.push_back(parse_isolate(arg()));
       else if (a == "--check-invariants") opts.check_invariants = true;
       else if (a == "--check-every") {
         opts.full_check_every = parse_u64(a, arg());

@@ -163,6 +163,36 @@ std::string report_json(const Results& r, const EngineOptions& opts) {
     j.end_object();
   }
   j.end_array();
+  // Only when asked for (the report is otherwise as it was): fragmentation attribution
+  // and the counterfactual heaps' groups (attribution.h).
+  if (!opts.attribute_at_ns.empty()) {
+    j.key("attributions");
+    j.begin_array();
+    for (const auto& s : r.attributions) {
+      j.begin_object();
+      j.kv("t_ns", s.t);
+      j.key("allocators");
+      j.begin_object();
+      for (size_t i = 0; i < r.allocators.size(); ++i) {
+        j.key(r.allocators[i].name);
+        j.raw(s.pages_json[i]);
+      }
+      j.end_object();
+      j.end_object();
+    }
+    j.end_array();
+  }
+  if (!opts.isolate.empty()) {
+    j.key("isolate");
+    j.begin_object();
+    for (const auto& [label, ids] : opts.isolate) {
+      j.key(label);
+      j.begin_array();
+      for (uint64_t id : ids) j.value(id);
+      j.end_array();
+    }
+    j.end_object();
+  }
   j.end_object();
   j.newline();
   return j.str();
