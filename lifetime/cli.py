@@ -20,6 +20,7 @@ from model import cli as model_cli
 from pipeline import cli as pipeline_cli
 from profiler import cli as profiler_cli
 from simulator import cli as simulator_cli
+from simulator import fragmentation as fragmentation_cli
 
 # Every subcommand is registered by `add_parser(sub)` of the module that owns its work
 # (each parser's func= runs it); here they are only listed, in `lifetime --help` order.
@@ -29,6 +30,7 @@ SUBCOMMAND_MODULES = (
     model_cli,          # evaluate-online, train, evaluate, report
     export_cli,         # export
     simulator_cli,      # simulate
+    fragmentation_cli,  # fragmentation
     pprof_cli,          # pprof
     importing,          # import
     run_cli,            # run

@@ -44,12 +44,17 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
              model_revalidate_every: int | None = None,
              model_served: str | os.PathLike | None = None,
              recycle_spans_immediately: bool = False,
-             policy: str | Sequence[str] = (), snapshot_spans: bool = False) -> dict:
+             policy: str | Sequence[str] = (), snapshot_spans: bool = False,
+             attribute_at_ns: Sequence[int] = (),
+             isolate: Sequence[tuple[str, Sequence[int]]] = ()) -> dict:
     """Runs the engine on `trace` and returns its report (see simulator/README.md).
 
     predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE",
     "model=model:CONTEXTS" (simulator/model_input.py writes CONTEXTS); model_served: where the
-    engine writes the model predictors' classes per stack (`--model-served`)."""
+    engine writes the model predictors' classes per stack (`--model-served`).
+    attribute_at_ns: times of fragmentation attributions (`--attribute-at-ns`, report key
+    "attributions"); isolate: (label, stack ids) groups, each one more instance of every
+    allocator with those stacks' objects in a heap of their own (`--isolate`)."""
     args = [str(engine_path()), os.fspath(trace)]
     for p in predictors:
         args += ["--predictor", p]
@@ -65,6 +70,10 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
         args += ["--snapshot-at-ns", str(t)]
     if snapshot_spans:
         args.append("--snapshot-spans")
+    for t in attribute_at_ns:
+        args += ["--attribute-at-ns", str(t)]
+    for label, ids in isolate:
+        args += ["--isolate", f"{label}=" + ",".join(str(int(i)) for i in ids)]
     if deadline_k is not None:
         args += ["--deadline-k", str(deadline_k)]
     if recycle_spans_immediately:

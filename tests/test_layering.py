@@ -54,6 +54,7 @@ ARROWS = {
     ("profiler", "export"),         # lifetime profile --model: the model's plugin
     ("profiler", "profile_format"),
     ("simulator", "export"),        # lifetime simulate --model: the model's plugin
+    ("simulator", "interop"),       # lifetime fragmentation: pinned bytes as pprof (its writer)
     ("simulator", "model"),
     ("simulator", "pipeline"),
     ("simulator", "profile_format"),

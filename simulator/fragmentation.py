@@ -1,0 +1,581 @@
+"""`lifetime fragmentation TRACE --out DIR`: which allocation contexts' live objects pin
+the memory a heap policy holds (issue 34, item 1; wired into lifetime/cli.py).
+
+The engine replays the trace under one policy (`--policy`, default `segregated`; with
+`--predictor SPEC` or `--model EXPORT_DIR`, default `constant:0`) and, at each time asked,
+writes per huge page the live bytes of each (stack, true class) on it
+(`lifetime_simulate --attribute-at-ns`, simulator/src/attribution.h).  Here those rows
+are turned into per-context figures.
+
+**Pinned bytes (the one definition).**  The heap is what the simulator reports: live
+huge pages x 2 MiB.  A huge page's *held-but-not-live* bytes are 2 MiB less the live
+bytes on it (objects' requested sizes; an object across huge pages counts on each
+for the bytes that fall there).  They are shared among the stacks with live bytes on
+that huge page in proportion to those bytes: a stack with live bytes b of the page's L
+gets (2 MiB - L) x b / L.  A context's pinned bytes are the sum over its stacks and the
+huge pages.  Huge pages with no live object at all (alignment padding, a span whose
+objects all died but that its thread still holds) cannot be attributed to a context:
+they are reported as `unattributed`.  So, at every time, exactly
+
+    sum over contexts of pinned + unattributed = heap - live.
+
+**Contexts**: each trace stack is symbolized from the side file and cut by a context
+definition (`core.context`): the training dataset's with `--train DATASET` (as
+`lifetime simulate` does for its tables), else the default one (built-in wrappers, 16
+frames).  Several stacks can share a context; the pprof profile keeps the stacks.
+
+**Steady state**: the simulator's (the second half of the trace, [start + (end -
+start) / 2, end]); its time-weighted mean is estimated by `--steady-samples` N
+attributions at the midpoints of N equal slices of it, each context's figures averaged
+over them.  The report compares the samples' mean heap - live with the engine's own
+time-weighted figure.
+
+**Lifetime distribution**: each live object's class from its recorded free time in the
+trace (never freed = inf; the project's label scheme, the trace's boundaries).
+
+**Counterfactual (what placing a context's objects apart would have saved)**:
+
+* `saved_static` (always, per time): the context's live objects taken off the heap at
+  that moment and packed end to end on huge pages of their own, every other object left
+  where it is: the huge pages on which only that context has live bytes go back, and
+  its objects take ceil(its live bytes / 2 MiB) huge pages: saved = 2 MiB x (huge
+  pages it alone holds) - 2 MiB x ceil(live / 2 MiB).  It ignores that the history
+  would have been different; negative where the context shares every page it sits on.
+* `saved_rerun` (`--rerun N`, the top N contexts by steady pinned bytes): the trace is
+  replayed once more with, per context, the policy's heap and a second heap of the same
+  policy taking that context's stacks' objects (`lifetime_simulate --isolate`); saved =
+  the policy's steady-state heap - the pair's, the engine's own time-weighted figures.
+
+Outputs in --out: fragmentation.json (everything), fragmentation.txt (the text
+printed), pinned.pb.gz (pprof: pinned and live bytes and objects by stack, steady
+state; pinned_at_<S>s.pb.gz per --at), pinned.png (a bar chart of the top contexts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import simulator
+from core import options
+from core import symbolize
+from core.context import ContextDefinition
+from core.errors import LifetimeError
+from core.files import open_regular, refuse_irregular_output, writable_dir, write_json
+from core.plots import pyplot, save_png
+from core.symbol_options import add_symbol_options, symbol_options
+from interop.pprof import ProfileBuilder
+from pipeline.manifest import dataset_context
+from simulator import convert, model_input
+from simulator.tables import symbolize_stacks
+from simulator.trace import MAGIC, RECORD, read_header
+
+HUGE_PAGE = 2 << 20
+MIB = float(1 << 20)
+NO_OBJECT = "(huge pages with no live object)"  # the unattributed part, as a context name
+OUTPUTS = ("fragmentation.json", "fragmentation.txt", "pinned.pb.gz", "pinned.png")
+
+
+class FragmentationError(LifetimeError):
+    """A problem `lifetime fragmentation` can name: its input, the engine, an option."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "fragmentation", help="which allocation contexts pin a heap's memory (simulated)",
+        description="Replays a full trace (.lttrace with its .stacks.json) under one heap "
+                    "policy and reports, at the steady state and at each --at, the "
+                    "allocation contexts whose live objects pin the most otherwise-empty "
+                    "memory: pinned and live MiB, objects, their lifetime classes and what "
+                    "placing them apart would have saved.  Writes fragmentation.json/.txt, "
+                    "pinned.pb.gz (pprof: `go tool pprof -top`) and pinned.png into --out.")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--policy", default="segregated", metavar="NAME[,NAME...]",
+                   help="the heap: a LLAMA policy as `lifetime_simulate --policy` takes it "
+                        "(default segregated; paper = LLAMA's own), or baseline (the "
+                        "TCMalloc-like allocator, no predictor)")
+    pred = p.add_mutually_exclusive_group()
+    pred.add_argument("--predictor", default=None, metavar="SPEC",
+                      help="oracle | constant:C | table:FILE (default constant:0)")
+    pred.add_argument("--model", metavar="EXPORT_DIR",
+                      help="a `lifetime export` directory, served as `lifetime simulate "
+                           "--model` serves it")
+    p.add_argument("--train", metavar="DATASET",
+                   help="use this dataset's context definition (default: the built-in one)")
+    p.add_argument("--at", type=options.finite_float(0, 1e9), action="append", default=[],
+                   metavar="SECONDS",
+                   help="also attribute at this time, seconds since the first allocation "
+                        "(repeatable)")
+    p.add_argument("--steady-samples", type=options.positive_int(1000), default=16, metavar="N",
+                   help="attributions averaged over the steady state (default 16)")
+    p.add_argument("--top", type=options.positive_int(10**6), default=10, metavar="N",
+                   help="contexts shown in the text and the PNG (default 10)")
+    p.add_argument("--rerun", type=options.int_range(0, 64), default=0, metavar="N",
+                   help="replay the trace once more with each of the top N contexts in a heap "
+                        "of its own (the counterfactual saved_rerun; default 0: only the "
+                        "static counterfactual)")
+    add_symbol_options(p)
+    p.set_defaults(func=run)
+
+
+def _say(msg: str) -> None:
+    print(f"lifetime fragmentation: {msg}", file=sys.stderr, flush=True)
+
+
+# -- input -------------------------------------------------------------------------------
+
+def read_trace_frame(path: str) -> tuple[object, int]:
+    """(header, first allocation time) of a trace; one-line errors naming the file."""
+    try:
+        f, _ = open_regular(path)
+    except FileNotFoundError:
+        raise FragmentationError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise FragmentationError(f"{path}: is a directory, not a trace") from None
+    except OSError as e:
+        raise FragmentationError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise FragmentationError(f"{path}: not an object trace (.lttrace); convert a "
+                                     "profile with `lifetime simulate` first")
+        f.seek(0)
+        try:
+            header = read_header(f, path)
+        except LifetimeError as e:
+            raise FragmentationError(str(e)) from None
+        f.seek(header.header_bytes)
+        first = f.read(RECORD.size)
+    t0 = RECORD.unpack(first)[0] if len(first) == RECORD.size else header.end_ns
+    return header, t0
+
+
+def _load_side(path: str) -> dict:
+    try:
+        return convert.load_stacks(convert.stacks_path(path))
+    except LifetimeError as e:
+        raise FragmentationError(str(e)) from None
+
+
+def steady_times(t0: int, end: int, n: int) -> list[int]:
+    """The midpoints of n equal slices of the simulator's steady state [t0 + (end-t0)/2, end]."""
+    lo = t0 + (end - t0) // 2
+    return [lo + ((2 * i + 1) * (end - lo)) // (2 * n) for i in range(n)]
+
+
+# -- aggregation -------------------------------------------------------------------------
+
+def attribute(att: dict) -> dict:
+    """One allocator's attribution at one time (the engine's rows) -> per stack id:
+    {stack: {"pinned", "live", "objects", "class_objects": {cls: n}, "class_bytes":
+    {cls: b}, "pages": set of the huge pages it has live bytes on}}, plus the totals:
+    heap, live, unattributed (huge pages with no live object), and per huge page its
+    stacks (for the static counterfactual)."""
+    rows = np.asarray(att["rows"], dtype=np.float64).reshape(-1, 6)
+    heap = att["huge_pages"] * HUGE_PAGE
+    stacks: dict = {}
+    page_stacks = collections.defaultdict(set)
+    whole = rows[:, 1] > 1
+    single = ~whole
+    hp = rows[single, 0].astype(np.uint64)
+    pages, inv = np.unique(hp, return_inverse=True)
+    page_live = np.bincount(inv, weights=rows[single, 5], minlength=len(pages))
+    held = HUGE_PAGE - page_live
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(page_live[inv] > 0, rows[single, 5] / page_live[inv], 0.0)
+    pinned = held[inv] * share
+    # Huge pages whose only live bytes are zero-byte objects would divide by zero: none
+    # exist (the engine reads size 0 as 1).
+    covered = len(pages) + int(rows[whole, 1].sum())
+    unattributed = (att["huge_pages"] - covered) * HUGE_PAGE
+    for k, (row, pin) in enumerate(zip(rows[single], pinned)):
+        _add(stacks, row, pin)
+        page_stacks[int(row[0])].add(int(row[2]))
+    for row in rows[whole]:
+        _add(stacks, row, 0.0)
+        page_stacks[("whole", int(row[0]))].add(int(row[2]))  # pages of one object alone
+    return {"stacks": stacks, "heap": heap, "live": int(att["live_bytes"]),
+            "objects": int(att["objects"]), "unattributed": unattributed,
+            "page_stacks": page_stacks,
+            "whole_pages": {int(r[0]): int(r[1]) for r in rows[whole]}}
+
+
+def _add(stacks: dict, row, pin: float) -> None:
+    sid, cls = int(row[2]), int(row[3])
+    s = stacks.get(sid)
+    if s is None:
+        s = stacks[sid] = {"pinned": 0.0, "live": 0, "objects": 0,
+                           "class_objects": collections.Counter(),
+                           "class_bytes": collections.Counter()}
+    s["pinned"] += float(pin)
+    s["live"] += int(row[5])
+    s["objects"] += int(row[4])
+    s["class_objects"][cls] += int(row[4])
+    s["class_bytes"][cls] += int(row[5])
+
+
+def by_context(snap: dict, context_of: dict, nclasses: int) -> dict:
+    """Per context (key: frames tuple) at one time: pinned, live, objects, objects and bytes
+    per class, huge pages it alone holds (static counterfactual), saved_static."""
+    out = {}
+    for sid, s in snap["stacks"].items():
+        c = context_of[sid]
+        d = out.get(c)
+        if d is None:
+            d = out[c] = {"pinned": 0.0, "live": 0, "objects": 0,
+                          "class_objects": [0] * nclasses, "class_bytes": [0] * nclasses,
+                          "stacks": set(), "sole_huge_pages": 0}
+        d["pinned"] += s["pinned"]
+        d["live"] += s["live"]
+        d["objects"] += s["objects"]
+        for k, v in s["class_objects"].items():
+            d["class_objects"][k] += v
+        for k, v in s["class_bytes"].items():
+            d["class_bytes"][k] += v
+        d["stacks"].add(sid)
+    for page, sids in snap["page_stacks"].items():
+        ctxs = {context_of[s] for s in sids}
+        if len(ctxs) == 1:
+            n = snap["whole_pages"][page[1]] if isinstance(page, tuple) else 1
+            out[next(iter(ctxs))]["sole_huge_pages"] += n
+    for d in out.values():
+        d["saved_static"] = HUGE_PAGE * (d["sole_huge_pages"] - math.ceil(d["live"] / HUGE_PAGE))
+    return out
+
+
+def mean_contexts(per_time: list[dict], nclasses: int) -> dict:
+    """Each context's figures averaged over the times (absent = 0)."""
+    n = len(per_time)
+    out: dict = {}
+    for ctxs in per_time:
+        for c, d in ctxs.items():
+            m = out.get(c)
+            if m is None:
+                m = out[c] = {"pinned": 0.0, "live": 0.0, "objects": 0.0, "saved_static": 0.0,
+                              "sole_huge_pages": 0.0, "class_objects": np.zeros(nclasses),
+                              "class_bytes": np.zeros(nclasses), "stacks": set()}
+            for k in ("pinned", "live", "objects", "saved_static", "sole_huge_pages"):
+                m[k] += d[k] / n
+            m["class_objects"] += np.asarray(d["class_objects"], np.float64) / n
+            m["class_bytes"] += np.asarray(d["class_bytes"], np.float64) / n
+            m["stacks"] |= d["stacks"]
+    return out
+
+
+# -- names -------------------------------------------------------------------------------
+
+def short_name(frames: tuple, n: int = 3, width: int = 70) -> str:
+    """The first n frames of a context, qualified names only, joined by ' < ' (callee first)."""
+    if frames == NO_OBJECT:
+        return NO_OBJECT
+    parts = []
+    for f in frames[:n]:
+        try:
+            q = symbolize.qualified_name(f) or f
+        except Exception:  # noqa: BLE001 - a name we cannot parse is shown as it is
+            q = f
+        parts.append(q)
+    s = " < ".join(parts) if parts else "(no frames)"
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+# -- outputs -----------------------------------------------------------------------------
+
+def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
+                symbolizer, context_of: dict, class_names: list) -> str:
+    """A pprof profile: per trace stack, pinned bytes, live bytes and live objects (the
+    stack's figures, rounded); one more sample for the huge pages with no live object.
+    Locations are the side file's return addresses, named by the symbolizer."""
+    b = ProfileBuilder()
+    p = b.profile
+    for type_, unit in (("pinned_space", "bytes"), ("live_space", "bytes"), ("live_objects", "count")):
+        b.value_type(p.sample_type.add(), type_, unit)
+    b.value_type(p.period_type, "space", "bytes")
+    p.default_sample_type = b.string("pinned_space")
+    p.comment.append(b.string("pinned_space: free bytes of the huge pages held, shared among "
+                              "the stacks with live bytes on each page in proportion to them "
+                              "(lifetime fragmentation)"))
+    stacks = {int(s["id"]): s for s in side["stacks"]}
+    executable = side["source"].get("executable_path", "")
+    for m in sorted(side["mappings"], key=lambda m: (m["path"] != executable, m["start"], m["id"])):
+        b.mapping(m["id"], m["start"], m["limit"], m["file_offset"], m["path"],
+                  m.get("build_id") or "", False)
+    for sid in sorted(stack_figures):
+        f = stack_figures[sid]
+        loc_ids = []
+        for address in stacks[sid]["addresses"]:
+            lid = b.location_id(address)
+            if lid is None:
+                lookup = address - 1 if address else 0
+                mapping = symbolizer.mapping_for(lookup)
+                frames = symbolizer.symbolize_address(address, True)
+                lid = b.add_location(address, lookup, b.mapping_id(mapping.id) if mapping else 0,
+                                     [(fr.function, fr.symbol or "") for fr in frames])
+            loc_ids.append(lid)
+        sample = p.sample.add(location_id=loc_ids)
+        sample.value.extend((round(f["pinned"]), round(f["live"]), round(f["objects"])))
+        sample.label.add(key=b.string("context"),
+                         str=b.string(short_name(context_of[sid], n=2, width=120)))
+        cls = int(np.argmax(f["class_bytes"])) if np.sum(f["class_bytes"]) else -1
+        if cls >= 0:
+            sample.label.add(key=b.string("lifetime_class"), str=b.string(class_names[cls]))
+    if unattributed > 0:
+        lid = b.add_location(("no-object",), 0, 0, [(NO_OBJECT, "")])
+        p.sample.add(location_id=[lid]).value.extend((round(unattributed), 0, 0))
+    with open(path, "wb") as f:
+        f.write(b.serialize())
+    return path
+
+
+def write_png(path: str, rows: list[dict], title: str, totals: dict) -> str:
+    """Horizontal bars per top context: pinned MiB and live MiB side by side."""
+    plt = pyplot()
+    names = [r["name"] for r in rows][::-1]
+    pinned = [r["pinned"] / MIB for r in rows][::-1]
+    live = [r["live"] / MIB for r in rows][::-1]
+    y = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.42 * max(1, len(rows))))
+    ax.barh(y + 0.2, pinned, 0.4, label="pinned: free memory of the huge pages its objects hold",
+            color="tab:red")
+    ax.barh(y - 0.2, live, 0.4, label="live: its objects' bytes", color="tab:blue")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlabel("MiB")
+    ax.set_title(title, fontsize=9)
+    ax.text(0.99, 0.02, f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB; "
+            f"these {len(rows)} pin {sum(pinned):.1f} of {totals['pinned'] / MIB:.1f} MiB pinned",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="dimgrey")
+    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.08))
+    ax.grid(axis="x", alpha=0.3)
+    return save_png(fig, path)
+
+
+# -- the command -------------------------------------------------------------------------
+
+def _context_definition(args) -> ContextDefinition:
+    if not args.train:
+        return ContextDefinition.make()
+    if not os.path.isdir(args.train):
+        raise FragmentationError(f"--train {args.train}: no such dataset directory")
+    try:
+        return dataset_context(args.train)
+    except LifetimeError as e:
+        raise FragmentationError(f"--train {args.train}: {e}") from None
+
+
+def _engine_args(args, side, out_dir, symbols, stack_context) -> tuple[list, dict, str]:
+    """(predictor specs, simulate() keyword arguments, allocator name) for the policy."""
+    if args.policy == "baseline":
+        if args.predictor or args.model:
+            raise FragmentationError("--policy baseline takes no predictor")
+        return [], {"baseline": True}, "baseline"
+    if args.model:
+        try:
+            mi = model_input.prepare(args.model, side, os.path.join(out_dir, "model"),
+                                     class_names=side["class_names"],
+                                     debug_dirs=symbols["debug_dirs"],
+                                     sysroot=symbols["sysroot"] or None, progress=_say)
+        except LifetimeError as e:
+            raise FragmentationError(str(e)) from None
+        spec = f"model=model:{mi.contexts_file}"
+    else:
+        spec = args.predictor or "constant:0"
+    label = spec.split("=", 1)[0] if "=" in spec.split(":", 1)[0] else spec
+    if spec.startswith("table:"):
+        label = "table:" + os.path.basename(spec[len("table:"):])
+    return [spec], {"baseline": False, "policy": [args.policy]}, f"llama:{label}"
+
+
+def _run_engine(trace: str, specs, kwargs, **more) -> dict:
+    try:
+        return simulator.simulate(trace, specs, **kwargs, **more)
+    except simulator.SimulationError as e:
+        if e.returncode in (2, 4):
+            raise FragmentationError(str(e).removeprefix("lifetime_simulate: error: ")) from None
+        raise
+    except FileNotFoundError as e:
+        raise FragmentationError(str(e)) from None
+
+
+def _rows(ctxs: dict, top: int) -> list[dict]:
+    order = sorted(ctxs, key=lambda c: (-ctxs[c]["pinned"], short_name(c)))
+    return [dict(ctxs[c], context=c, name=short_name(c)) for c in order[:top]]
+
+
+def _json_context(c, d: dict, class_names: list) -> dict:
+    return {"context": list(c) if isinstance(c, tuple) else c, "name": short_name(c),
+            "pinned_bytes": d["pinned"], "live_bytes": d["live"], "objects": d["objects"],
+            "sole_huge_pages": d["sole_huge_pages"], "saved_static_bytes": d["saved_static"],
+            **({"saved_rerun_bytes": d["saved_rerun"]} if "saved_rerun" in d else {}),
+            "objects_per_class": dict(zip(class_names, map(float, d["class_objects"]))),
+            "bytes_per_class": dict(zip(class_names, map(float, d["class_bytes"]))),
+            "stacks": sorted(d["stacks"])}
+
+
+def _mix(d: dict, class_names: list) -> str:
+    """The context's live bytes by lifetime class, the two largest shares."""
+    b = np.asarray(d["class_bytes"], np.float64)
+    if not b.sum():
+        return "-"
+    order = np.argsort(-b, kind="stable")[:2]
+    return " ".join(f"{class_names[k]} {100 * b[k] / b.sum():.0f}%" for k in order if b[k] > 0)
+
+
+def text_table(title: str, rows: list[dict], totals: dict, class_names: list, rerun: bool) -> str:
+    lines = [title,
+             f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB, "
+             f"heap - live {(totals['heap'] - totals['live']) / MIB:.1f} MiB = pinned by contexts "
+             f"{totals['pinned'] / MIB:.1f} + huge pages with no live object "
+             f"{totals['unattributed'] / MIB:.1f} MiB",
+             f"{'#':>2} {'pinned MiB':>10} {'%':>5} {'live MiB':>8} {'objects':>9} "
+             f"{'saved MiB':>9}" + (f" {'rerun MiB':>9}" if rerun else "") +
+             f"  {'lifetimes (live bytes)':<24} context"]
+    gap = totals["heap"] - totals["live"]
+    for i, r in enumerate(rows, 1):
+        lines.append(f"{i:>2} {r['pinned'] / MIB:>10.2f} {100 * r['pinned'] / gap if gap else 0:>5.1f} "
+                     f"{r['live'] / MIB:>8.2f} {r['objects']:>9.0f} {r['saved_static'] / MIB:>9.1f}"
+                     + (f" {r['saved_rerun'] / MIB:>9.1f}" if rerun and 'saved_rerun' in r
+                        else (f" {'':>9}" if rerun else ""))
+                     + f"  {_mix(r, class_names):<24} {r['name']}")
+    return "\n".join(lines)
+
+
+def _check_outputs(out: str) -> None:
+    writable_dir(out)
+    for name in OUTPUTS:
+        path = os.path.join(out, name)
+        try:
+            refuse_irregular_output(path)
+        except OSError as e:
+            raise FragmentationError(f"{path}: cannot write there ({e.strerror})") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    symbols = symbol_options(args)
+    header, t0 = read_trace_frame(args.trace)
+    side = _load_side(args.trace)
+    definition = _context_definition(args)
+    _check_outputs(args.out)
+    end = header.end_ns
+    for s in args.at:
+        if not (s >= 0 and t0 + s * 1e9 <= end):
+            raise FragmentationError(f"--at {s}: the trace spans 0..{(end - t0) / 1e9:.3f} s")
+    class_names = list(side.get("class_names") or [])
+    nclasses = len(header.boundaries_ns) + 2
+    if len(class_names) != nclasses:
+        class_names = [f"class {k}" for k in range(nclasses)]
+    _say(f"symbolizing {len(side['stacks']):,} stacks (context definition: "
+         f"{'--train ' + args.train if args.train else 'built-in'})")
+    context_of = symbolize_stacks(side, definition, debug_dirs=symbols["debug_dirs"],
+                                  sysroot=symbols["sysroot"] or None)
+    specs, kwargs, name = _engine_args(args, side, args.out, symbols, context_of)
+
+    steady = steady_times(t0, end, args.steady_samples)
+    at_ns = [t0 + round(s * 1e9) for s in args.at]
+    times = sorted(set(steady) | set(at_ns))
+    _say(f"simulating {header.num_records:,} objects under {args.policy}"
+         + (f" with {specs[0]}" if specs else "") + f", attributing at {len(times)} times")
+    sim = _run_engine(args.trace, specs, kwargs, attribute_at_ns=times)
+    alloc = next(a for a in sim["allocators"] if a["name"] == name)
+    snaps = {a["t_ns"]: attribute(a["allocators"][name]) for a in sim["attributions"]}
+    missing = {sid for s in snaps.values() for sid in s["stacks"]} - set(context_of)
+    if missing:
+        raise FragmentationError(f"{args.trace}: stack {min(missing)} is not in the side file "
+                                 f"{convert.stacks_path(args.trace)}")
+
+    def at(ts: list[int], label: str) -> dict:
+        per_time = [by_context(snaps[t], context_of, nclasses) for t in ts]
+        ctxs = mean_contexts(per_time, nclasses)
+        tot = {k: sum(snaps[t][k] for t in ts) / len(ts) for k in ("heap", "live", "unattributed")}
+        tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
+        gap = tot["heap"] - tot["live"]
+        tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
+                        "heap_minus_live": gap,
+                        "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+        return {"label": label, "times_ns": ts, "contexts": ctxs, "totals": tot}
+
+    views = [at(steady, "steady state")] + [at([t], f"{(t - t0) / 1e9:g} s") for t in at_ns]
+    sv = views[0]
+    sv["totals"]["engine_steady_heap"] = alloc["steady_state_bytes"]
+    sv["totals"]["engine_steady_live"] = sim["live"]["steady_state_bytes"]
+    eg = alloc["steady_state_bytes"] - sim["live"]["steady_state_bytes"]
+    sv["totals"]["engine_steady_heap_minus_live"] = eg
+    sv["totals"]["pinned_vs_engine"] = sv["totals"]["pinned"] / eg if eg else None
+
+    if args.rerun:
+        top = _rows(sv["contexts"], args.rerun)
+        groups = [(f"c{i}", sorted(r["stacks"])) for i, r in enumerate(top)]
+        _say(f"counterfactual: replaying with each of the top {len(groups)} contexts apart")
+        sim2 = _run_engine(args.trace, specs, kwargs, isolate=groups)
+        heaps = {a["name"]: a["steady_state_bytes"] for a in sim2["allocators"]}
+        for (label, _), r in zip(groups, top):
+            sv["contexts"][r["context"]]["saved_rerun"] = heaps[name] - heaps[f"{name}/apart:{label}"]
+
+    policy_desc = args.policy + (f", {specs[0]}" if specs else "")
+    result = {"format": "lifetime-fragmentation-v1", "trace": os.path.abspath(args.trace),
+              "allocator": name, "policy": args.policy, "predictor": specs[0] if specs else None,
+              "context_definition": definition.to_json(), "class_names": class_names,
+              "start_ns": t0, "end_ns": end, "steady_state_from_ns": sim["settings"]["steady_state_from_ns"],
+              "steady_samples": args.steady_samples,
+              "definition": __doc__.split("**Pinned bytes (the one definition).**")[1].split("**Contexts**")[0].strip(),
+              "views": []}
+    texts, png_rows = [], None
+    for v in views:
+        rows = _rows(v["contexts"], args.top)
+        title = (f"{os.path.basename(args.trace)} under {policy_desc}: {v['label']}"
+                 + (f" (mean of {len(v['times_ns'])} times)" if len(v["times_ns"]) > 1 else ""))
+        texts.append(text_table(title, rows, v["totals"], class_names,
+                                rerun=bool(args.rerun) and v is sv))
+        if png_rows is None:
+            png_rows, png_title, png_totals = rows, title, v["totals"]
+        ordered = sorted(v["contexts"], key=lambda c: -v["contexts"][c]["pinned"])
+        result["views"].append({"label": v["label"], "times_ns": v["times_ns"], "totals": v["totals"],
+                                "contexts": [_json_context(c, v["contexts"][c], class_names)
+                                             for c in ordered]})
+    t = sv["totals"]
+    texts[0] += (f"\ncheck: the {args.steady_samples} samples' heap - live "
+                 f"{(t['heap'] - t['live']) / MIB:.2f} MiB vs the simulator's steady state "
+                 f"{t['engine_steady_heap_minus_live'] / MIB:.2f} MiB "
+                 f"(pinned by contexts = {100 * (t['pinned_vs_engine'] or 0):.1f}% of it)")
+    text = "\n\n".join(texts)
+
+    out = args.out
+    write_json(os.path.join(out, "fragmentation.json"), result)
+    with open(os.path.join(out, "fragmentation.txt"), "w") as f:
+        f.write(text + "\n")
+    sym = symbolize.Symbolizer([convert.MappingRecord(m) for m in side["mappings"]],
+                               cache=symbolize.ModuleCache(debug_dirs=symbols["debug_dirs"],
+                                                           sysroot=symbols["sysroot"] or None),
+                               inline_frames=False)
+    for v, fname in [(views[0], "pinned.pb.gz")] + [
+            (v, f"pinned_at_{(v['times_ns'][0] - t0) / 1e9:g}s.pb.gz") for v in views[1:]]:
+        per_stack = _stack_means(snaps, v["times_ns"], nclasses)
+        write_pprof(os.path.join(out, fname), side, per_stack, v["totals"]["unattributed"], sym,
+                    context_of, class_names)
+    write_png(os.path.join(out, "pinned.png"), png_rows, png_title, png_totals)
+    print(text)
+    print(f"wrote {out}/fragmentation.json, .txt, pinned.pb.gz, pinned.png "
+          f"({time.monotonic() - started:.1f} s)")
+    return 0
+
+
+def _stack_means(snaps: dict, ts: list[int], nclasses: int) -> dict:
+    out: dict = {}
+    for t in ts:
+        for sid, s in snaps[t]["stacks"].items():
+            m = out.setdefault(sid, {"pinned": 0.0, "live": 0.0, "objects": 0.0,
+                                     "class_bytes": np.zeros(nclasses)})
+            m["pinned"] += s["pinned"] / len(ts)
+            m["live"] += s["live"] / len(ts)
+            m["objects"] += s["objects"] / len(ts)
+            for k, v in s["class_bytes"].items():
+                m["class_bytes"][k] += v / len(ts)
+    return out
+
+
