@@ -423,7 +423,13 @@ def _mix(d: dict, class_names: list) -> str:
     if not b.sum():
         return "-"
     order = np.argsort(-b, kind="stable")[:2]
-    return " ".join(f"{class_names[k]} {100 * b[k] / b.sum():.0f}%" for k in order if b[k] > 0)
+    return " ".join(f"{_class_label(class_names[k])} {100 * b[k] / b.sum():.0f}%"
+                    for k in order if b[k] > 0)
+
+
+def _class_label(name: str) -> str:
+    """A bounded class as "<1s" (the scheme names it "1s"); ">=1000s" and "inf" as they are."""
+    return name if name[:1] in "<>" or not name[:1].isdigit() else "<" + name
 
 
 def text_table(title: str, rows: list[dict], totals: dict, class_names: list, rerun: bool) -> str:
