@@ -68,7 +68,7 @@ from core import symbolize
 from core.context import ContextDefinition
 from core.errors import LifetimeError
 from core.files import open_regular, refuse_irregular_output, writable_dir, write_json
-from core.plots import pyplot, save_png
+from core.plots import pyplot
 from core.symbol_options import add_symbol_options, symbol_options
 from interop.pprof import ProfileBuilder
 from pipeline.manifest import dataset_context
@@ -334,25 +334,35 @@ def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
 
 
 def write_png(path: str, rows: list[dict], title: str, totals: dict) -> str:
-    """Horizontal bars per top context: pinned MiB and live MiB side by side."""
+    """Horizontal bars per top context: pinned MiB and live MiB side by side, values on the
+    pinned bars, the totals and how to read a name underneath."""
     plt = pyplot()
     names = [r["name"] for r in rows][::-1]
     pinned = [r["pinned"] / MIB for r in rows][::-1]
     live = [r["live"] / MIB for r in rows][::-1]
     y = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.42 * max(1, len(rows))))
-    ax.barh(y + 0.2, pinned, 0.4, label="pinned: free memory of the huge pages its objects hold",
-            color="tab:red")
-    ax.barh(y - 0.2, live, 0.4, label="live: its objects' bytes", color="tab:blue")
+    fig, ax = plt.subplots(figsize=(10.5, 1.9 + 0.42 * max(1, len(rows))))
+    ax.barh(y + 0.2, pinned, 0.4, color="tab:red",
+            label="pinned: free memory of the huge pages its live objects keep "
+                  "(shared by live bytes)")
+    ax.barh(y - 0.2, live, 0.4, color="tab:blue", label="live: its objects' bytes")
+    for yi, v in zip(y, pinned):
+        ax.text(v, yi + 0.2, f" {v:.1f}", va="center", fontsize=7, color="tab:red")
     ax.set_yticks(y, names, fontsize=8)
     ax.set_xlabel("MiB")
     ax.set_title(title, fontsize=9)
-    ax.text(0.99, 0.02, f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB; "
-            f"these {len(rows)} pin {sum(pinned):.1f} of {totals['pinned'] / MIB:.1f} MiB pinned",
-            transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="dimgrey")
-    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.08))
+    ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    return save_png(fig, path)
+    fig.text(0.01, 0.01,
+             f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB: "
+             f"{(totals['heap'] - totals['live']) / MIB:.1f} MiB held but not live, of which "
+             f"these {len(rows)} contexts pin {sum(pinned):.1f}.  A context: its allocation "
+             "site first, then its callers (a < b: a called by b).",
+             fontsize=7.5, color="dimgrey", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))  # the footnote below the axes (save_png would re-lay out)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # -- the command -------------------------------------------------------------------------
@@ -523,7 +533,11 @@ def run(args: argparse.Namespace) -> int:
         for (label, _), r in zip(groups, top):
             sv["contexts"][r["context"]]["saved_rerun"] = heaps[name] - heaps[f"{name}/apart:{label}"]
 
-    policy_desc = args.policy + (f", {specs[0]}" if specs else "")
+    policy_desc = args.policy + (f", {specs[0].split('=', 1)[0] if args.model else specs[0]}"
+                                 if specs else "")
+    src = side.get("source", {})
+    workload = " ".join(str(x) for x in (src.get("program"), src.get("version_label")) if x) \
+        or os.path.basename(args.trace)
     result = {"format": "lifetime-fragmentation-v1", "trace": os.path.abspath(args.trace),
               "allocator": name, "policy": args.policy, "predictor": specs[0] if specs else None,
               "context_definition": definition.to_json(), "class_names": class_names,
@@ -534,8 +548,9 @@ def run(args: argparse.Namespace) -> int:
     texts, png_rows = [], None
     for v in views:
         rows = _rows(v["contexts"], args.top)
-        title = (f"{os.path.basename(args.trace)} under {policy_desc}: {v['label']}"
-                 + (f" (mean of {len(v['times_ns'])} times)" if len(v["times_ns"]) > 1 else ""))
+        title = (f"{workload}: what holds the heap under {policy_desc}, {v['label']}"
+                 + (f" (mean of {len(v['times_ns'])} times in the second half)"
+                    if len(v["times_ns"]) > 1 else " after the first allocation"))
         texts.append(text_table(title, rows, v["totals"], class_names,
                                 rerun=bool(args.rerun) and v is sv))
         if png_rows is None:
