@@ -57,6 +57,10 @@ BAD = [
     (["simulate", "t.lttrace", "--train", "d", "--model-revalidate-every", "-1"],
      "0..4294967295"),
     (["simulate", "t.lttrace", "--train", "d", "--run-records", "0"], "1..67108864"),
+    # fragmentation (simulator/fragmentation.py)
+    (["fragmentation", "t.lttrace", "--out", "o", "--steady-samples", "0"], "1..1000"),
+    (["fragmentation", "t.lttrace", "--out", "o", "--rerun", "65"], "0..64"),
+    (["fragmentation", "t.lttrace", "--out", "o", "--at", "-1"], "[0, 1e+09]"),
 ]
 
 
