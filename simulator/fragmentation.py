@@ -249,6 +249,20 @@ def by_context(snap: dict, context_of: dict, nclasses: int) -> dict:
     return out
 
 
+def group_saved_static(snap: dict, context_of: dict, group: set) -> float:
+    """saved_static for a set of contexts placed apart together: the huge pages on which
+    only they have live bytes go back; their live objects take ceil(their live bytes /
+    2 MiB) huge pages of their own."""
+    sole = live = 0
+    for page, sids in snap["page_stacks"].items():
+        if all(context_of[s] in group for s in sids):
+            sole += snap["whole_pages"][page[1]] if isinstance(page, tuple) else 1
+    for sid, st in snap["stacks"].items():
+        if context_of[sid] in group:
+            live += st["live"]
+    return HUGE_PAGE * (sole - math.ceil(live / HUGE_PAGE))
+
+
 def mean_contexts(per_time: list[dict], nclasses: int) -> dict:
     """Each context's figures averaged over the times (absent = 0)."""
     n = len(per_time)
@@ -458,6 +472,10 @@ def text_table(title: str, rows: list[dict], totals: dict, class_names: list, re
                      + (f" {r['saved_rerun'] / MIB:>9.1f}" if rerun and 'saved_rerun' in r
                         else (f" {'':>9}" if rerun else ""))
                      + f"  {_mix(r, class_names):<24} {r['name']}")
+    lines.append(f"all {len(rows)} above apart together: saved {totals['top_saved_static'] / MIB:.1f} MiB "
+                 "(static)" + (f"; the top {totals['rerun_contexts']} replayed apart together: saved "
+                               f"{totals['top_saved_rerun'] / MIB:.1f} MiB" if "top_saved_rerun" in totals
+                               else ""))
     return "\n".join(lines)
 
 
@@ -514,6 +532,9 @@ def run(args: argparse.Namespace) -> int:
         tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
                         "heap_minus_live": gap,
                         "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+        group = {r["context"] for r in _rows(ctxs, args.top)}
+        tot["top_saved_static"] = sum(group_saved_static(snaps[t], context_of, group)
+                                      for t in ts) / len(ts)
         return {"label": label, "times_ns": ts, "contexts": ctxs, "totals": tot}
 
     views = [at(steady, "steady state")] + [at([t], f"{(t - t0) / 1e9:g} s") for t in at_ns]
@@ -527,11 +548,15 @@ def run(args: argparse.Namespace) -> int:
     if args.rerun:
         top = _rows(sv["contexts"], args.rerun)
         groups = [(f"c{i}", sorted(r["stacks"])) for i, r in enumerate(top)]
-        _say(f"counterfactual: replaying with each of the top {len(groups)} contexts apart")
+        groups.append(("top", sorted(set().union(*(r["stacks"] for r in top)))))
+        _say(f"counterfactual: replaying with each of the top {len(top)} contexts apart, "
+             "and with all of them apart together")
         sim2 = _run_engine(args.trace, specs, kwargs, isolate=groups)
         heaps = {a["name"]: a["steady_state_bytes"] for a in sim2["allocators"]}
         for (label, _), r in zip(groups, top):
             sv["contexts"][r["context"]]["saved_rerun"] = heaps[name] - heaps[f"{name}/apart:{label}"]
+        sv["totals"]["top_saved_rerun"] = heaps[name] - heaps[f"{name}/apart:top"]
+        sv["totals"]["rerun_contexts"] = len(top)
 
     policy_desc = args.policy + (f", {specs[0].split('=', 1)[0] if args.model else specs[0]}"
                                  if specs else "")

@@ -126,10 +126,14 @@ def test_counterfactual_static_and_rerun_agree_where_the_answer_is_known(tmp_pat
     rc, out, err = run_cli(capsys, trace, "--out", tmp_path / "out", "--policy", "baseline",
                            "--rerun", 2, "--steady-samples", 2)
     assert rc == 0, err
-    b = ctx(result(tmp_path / "out")["views"][0], B)
+    steady = result(tmp_path / "out")["views"][0]
+    b = ctx(steady, B)
     assert b["pinned_bytes"] == 8 * (HP - 1024) and b["sole_huge_pages"] == 8
     assert b["saved_static_bytes"] == 7 * HP
     assert b["saved_rerun_bytes"] == pytest.approx(7 * HP)
+    # The top contexts together (B alone is live): the same.
+    assert steady["totals"]["top_saved_static"] == 7 * HP
+    assert steady["totals"]["top_saved_rerun"] == pytest.approx(7 * HP)
     assert "rerun MiB" in out
 
 
