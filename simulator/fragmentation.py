@@ -57,6 +57,7 @@ import argparse
 import collections
 import math
 import os
+import re
 import sys
 import time
 
@@ -71,6 +72,7 @@ from core.files import open_regular, refuse_irregular_output, writable_dir, writ
 from core.plots import pyplot
 from core.symbol_options import add_symbol_options, symbol_options
 from interop.pprof import ProfileBuilder
+from interop.pprof.convert import DROP_FRAMES
 from pipeline.manifest import dataset_context
 from simulator import convert, model_input
 from simulator.tables import symbolize_stacks
@@ -302,12 +304,15 @@ def short_name(frames: tuple, n: int = 3, width: int = 70) -> str:
 # -- outputs -----------------------------------------------------------------------------
 
 def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
-                symbolizer, context_of: dict, class_names: list) -> str:
+                symbolizer, context_of: dict, class_names: list, wrappers=()) -> str:
     """A pprof profile: per trace stack, pinned bytes, live bytes and live objects (the
     stack's figures, rounded); one more sample for the huge pages with no live object.
-    Locations are the side file's return addresses, named by the symbolizer."""
+    Locations are the side file's return addresses, named by the symbolizer; pprof drops
+    the allocator's frames (`lifetime pprof`'s list) and the context definition's
+    wrappers, so a stack's flat figure lands on its allocation site."""
     b = ProfileBuilder()
     p = b.profile
+    p.drop_frames = b.string("|".join([DROP_FRAMES] + [re.escape(w) for w in wrappers]))
     for type_, unit in (("pinned_space", "bytes"), ("live_space", "bytes"), ("live_objects", "count")):
         b.value_type(p.sample_type.add(), type_, unit)
     b.value_type(p.period_type, "space", "bytes")
@@ -603,7 +608,7 @@ def run(args: argparse.Namespace) -> int:
             (v, f"pinned_at_{(v['times_ns'][0] - t0) / 1e9:g}s.pb.gz") for v in views[1:]]:
         per_stack = _stack_means(snaps, v["times_ns"], nclasses)
         write_pprof(os.path.join(out, fname), side, per_stack, v["totals"]["unattributed"], sym,
-                    context_of, class_names)
+                    context_of, class_names, wrappers=definition.wrappers)
     write_png(os.path.join(out, "pinned.png"), png_rows, png_title, png_totals)
     print(text)
     print(f"wrote {out}/fragmentation.json, .txt, pinned.pb.gz, pinned.png "
