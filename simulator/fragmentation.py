@@ -432,8 +432,28 @@ def _run_engine(trace: str, specs, kwargs, **more) -> dict:
 
 
 def _rows(ctxs: dict, top: int) -> list[dict]:
-    order = sorted(ctxs, key=lambda c: (-ctxs[c]["pinned"], short_name(c)))
-    return [dict(ctxs[c], context=c, name=short_name(c)) for c in order[:top]]
+    order = sorted(ctxs, key=lambda c: (-ctxs[c]["pinned"], short_name(c)))[:top]
+    names = unique_names(order)
+    return [dict(ctxs[c], context=c, name=names[c]) for c in order]
+
+
+def unique_names(contexts: list) -> dict:
+    """short_name of each context, with the first frame where it differs from another
+    shown context of the same short name appended (' … @k: frame')."""
+    names = {c: short_name(c) for c in contexts}
+    groups = collections.defaultdict(list)
+    for c in contexts:
+        groups[names[c]].append(c)
+    for same in groups.values():
+        if len(same) < 2:
+            continue
+        for c in same:
+            others = [o for o in same if o is not c]
+            k = next((i for i in range(len(c)) if any(i >= len(o) or o[i] != c[i] for o in others)),
+                     len(c))
+            tail = short_name(c[k:k + 1], n=1, width=40) if k < len(c) else "(end)"
+            names[c] = f"{short_name(c, width=60)} … @{k}: {tail}"
+    return names
 
 
 def _json_context(c, d: dict, class_names: list) -> dict:
