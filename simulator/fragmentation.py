@@ -12,10 +12,13 @@ huge pages x 2 MiB.  A huge page's *held-but-not-live* bytes are 2 MiB less the 
 bytes on it (objects' requested sizes; an object across huge pages counts on each
 for the bytes that fall there).  They are shared among the stacks with live bytes on
 that huge page in proportion to those bytes: a stack with live bytes b of the page's L
-gets (2 MiB - L) x b / L.  A context's pinned bytes are the sum over its stacks and the
-huge pages.  Huge pages with no live object at all (alignment padding, a span whose
-objects all died but that its thread still holds) cannot be attributed to a context:
-they are reported as `unattributed`.  So, at every time, exactly
+gets (2 MiB - L) x b / L.  A huge page held with no live object on it at all (LLAMA's
+open pages, a span a thread still holds whose objects all died, alignment padding) is
+pinned whole by the stack that last allocated on it (the page or span was kept for more
+of its objects; the engine records the last allocation per huge page).  A context's
+pinned bytes are the sum over its stacks and the huge pages.  What is left --
+`unattributed` -- is only a page held with no live object on which no allocation was
+ever recorded (none in any trace measured).  So, at every time, exactly
 
     sum over contexts of pinned + unattributed = heap - live.
 
@@ -80,7 +83,7 @@ from simulator.trace import MAGIC, RECORD, read_header
 
 HUGE_PAGE = 2 << 20
 MIB = float(1 << 20)
-NO_OBJECT = "(huge pages with no live object)"  # the unattributed part, as a context name
+NO_OBJECT = "(held huge pages with no live object, no allocation recorded)"  # unattributed
 OUTPUTS = ("fragmentation.json", "fragmentation.txt", "pinned.pb.gz", "pinned.png")
 
 
@@ -173,38 +176,47 @@ def steady_times(t0: int, end: int, n: int) -> list[int]:
 
 # -- aggregation -------------------------------------------------------------------------
 
+EMPTY = 255          # the engine's class field of a live huge page with no live object
+NO_STACK = 2**64 - 1  # ... on which no allocation was recorded
+
+
 def attribute(att: dict) -> dict:
     """One allocator's attribution at one time (the engine's rows) -> per stack id:
     {stack: {"pinned", "live", "objects", "class_objects": {cls: n}, "class_bytes":
-    {cls: b}, "pages": set of the huge pages it has live bytes on}}, plus the totals:
-    heap, live, unattributed (huge pages with no live object), and per huge page its
-    stacks (for the static counterfactual)."""
-    rows = np.asarray(att["rows"], dtype=np.float64).reshape(-1, 6)
+    {cls: b}}}, plus the totals: heap, live, unattributed (huge pages with no live object
+    and no recorded allocation), and per huge page the stacks with live bytes on it (for
+    the static counterfactual)."""
+    rows = np.asarray(att["rows"], dtype=np.uint64).reshape(-1, 6)
     heap = att["huge_pages"] * HUGE_PAGE
     stacks: dict = {}
     page_stacks = collections.defaultdict(set)
-    whole = rows[:, 1] > 1
-    single = ~whole
-    hp = rows[single, 0].astype(np.uint64)
+    empty = rows[:, 3] == EMPTY
+    whole = (rows[:, 1] > 1) & ~empty
+    single = ~whole & ~empty
+    hp = rows[single, 0]
+    live_bytes = rows[single, 5].astype(np.float64)
     pages, inv = np.unique(hp, return_inverse=True)
-    page_live = np.bincount(inv, weights=rows[single, 5], minlength=len(pages))
-    held = HUGE_PAGE - page_live
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(page_live[inv] > 0, rows[single, 5] / page_live[inv], 0.0)
-    pinned = held[inv] * share
-    # Huge pages whose only live bytes are zero-byte objects would divide by zero: none
-    # exist (the engine reads size 0 as 1).
-    covered = len(pages) + int(rows[whole, 1].sum())
-    unattributed = (att["huge_pages"] - covered) * HUGE_PAGE
-    for k, (row, pin) in enumerate(zip(rows[single], pinned)):
+    inv = inv.reshape(-1)
+    page_live = np.bincount(inv, weights=live_bytes, minlength=len(pages))
+    # Every object counts at least one byte (the engine reads size 0 as 1): page_live > 0.
+    pinned = (HUGE_PAGE - page_live[inv]) * live_bytes / page_live[inv]
+    for row, pin in zip(rows[single], pinned):
         _add(stacks, row, pin)
         page_stacks[int(row[0])].add(int(row[2]))
     for row in rows[whole]:
         _add(stacks, row, 0.0)
         page_stacks[("whole", int(row[0]))].add(int(row[2]))  # pages of one object alone
+    unattributed = 0
+    for row in rows[empty]:  # held, nothing live: the whole page to the last allocating stack
+        if int(row[2]) == NO_STACK:
+            unattributed += HUGE_PAGE
+        else:
+            _add(stacks, row, float(HUGE_PAGE))
+    accounted = len(pages) + int(rows[whole, 1].sum()) + int(empty.sum())
+    unattributed += (att["huge_pages"] - accounted) * HUGE_PAGE  # 0: the engine lists every page
     return {"stacks": stacks, "heap": heap, "live": int(att["live_bytes"]),
             "objects": int(att["objects"]), "unattributed": unattributed,
-            "page_stacks": page_stacks,
+            "empty_pages": int(empty.sum()), "page_stacks": page_stacks,
             "whole_pages": {int(r[0]): int(r[1]) for r in rows[whole]}}
 
 
@@ -216,6 +228,8 @@ def _add(stacks: dict, row, pin: float) -> None:
                            "class_objects": collections.Counter(),
                            "class_bytes": collections.Counter()}
     s["pinned"] += float(pin)
+    if cls == EMPTY:
+        return
     s["live"] += int(row[5])
     s["objects"] += int(row[4])
     s["class_objects"][cls] += int(row[4])
@@ -485,8 +499,9 @@ def text_table(title: str, rows: list[dict], totals: dict, class_names: list, re
     lines = [title,
              f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB, "
              f"heap - live {(totals['heap'] - totals['live']) / MIB:.1f} MiB = pinned by contexts "
-             f"{totals['pinned'] / MIB:.1f} + huge pages with no live object "
-             f"{totals['unattributed'] / MIB:.1f} MiB",
+             f"{totals['pinned'] / MIB:.1f} (of which {totals['empty_pages'] * HUGE_PAGE / MIB:.1f} "
+             "on huge pages with no live object, to the last stack that allocated there) + "
+             f"unattributed {totals['unattributed'] / MIB:.1f} MiB",
              f"{'#':>2} {'pinned MiB':>10} {'%':>5} {'live MiB':>8} {'objects':>9} "
              f"{'saved MiB':>9}" + (f" {'rerun MiB':>9}" if rerun else "") +
              f"  {'lifetimes (live bytes)':<24} context"]
@@ -551,7 +566,8 @@ def run(args: argparse.Namespace) -> int:
     def at(ts: list[int], label: str) -> dict:
         per_time = [by_context(snaps[t], context_of, nclasses) for t in ts]
         ctxs = mean_contexts(per_time, nclasses)
-        tot = {k: sum(snaps[t][k] for t in ts) / len(ts) for k in ("heap", "live", "unattributed")}
+        tot = {k: sum(snaps[t][k] for t in ts) / len(ts)
+               for k in ("heap", "live", "unattributed", "empty_pages")}
         tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
         gap = tot["heap"] - tot["live"]
         tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],

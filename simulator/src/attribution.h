@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -44,7 +45,12 @@ struct SlotOwners {
 // H = the allocator's live huge pages (the heap the simulator reports); huge pages
 // that appear in no row hold no live object (alignment padding, open spans whose
 // objects all died).  Rows are sorted (deterministic).
-void write_attribution(const HeapAllocator& heap, const SlotOwners& owners, JsonWriter& j);
+// Huge pages the heap holds with no live object on them (LLAMA's open pages and the
+// spans a thread still holds whose objects all died; alignment padding) are one row
+// each, [HP, 1, STACK, 255, 0, 0]: STACK = the stack that last allocated on that huge
+// page (`last_stack`, which the engine keeps while attributing), or 2^64-1 when none did.
+void write_attribution(const HeapAllocator& heap, const SlotOwners& owners,
+                       const std::unordered_map<uint64_t, uint64_t>& last_stack, JsonWriter& j);
 
 // The policy's heap with the objects of some stacks placed apart, in a second heap of the
 // same policy (the counterfactual of `lifetime fragmentation --rerun`): every allocation

@@ -123,6 +123,7 @@ Results Engine::run(const std::string& trace_path) {
   std::sort(attrib_at.begin(), attrib_at.end());
   size_t next_attrib = 0;
   SlotOwners owners;  // filled only when attribution is asked for
+  std::vector<std::unordered_map<uint64_t, uint64_t>> last_stack(attrib_at.empty() ? 0 : A);  // huge page -> stack
   const bool attributing = !attrib_at.empty();
   std::vector<int> cls_of(A, 0);  // this allocation's class per allocator (parents')
   uint64_t next_sample = 0;
@@ -171,7 +172,7 @@ Results Engine::run(const std::string& trace_path) {
         allocs[i]->advance(attrib_at[next_attrib]);
         JsonWriter j;
         if (parent[i] >= 0) j.null();
-        else write_attribution(*allocs[i], owners, j);
+        else write_attribution(*allocs[i], owners, last_stack[i], j);
         s.pages_json.push_back(j.str());
       }
       R.attributions.push_back(std::move(s));
@@ -251,6 +252,7 @@ Results Engine::run(const std::string& trace_path) {
       }
       cls_of[i] = q.cls;
       uint64_t addr = allocs[i]->alloc(q);
+      if (attributing && parent[i] < 0) last_stack[i][addr / kHugePageBytes] = rec->stack_id;
       if (opts_.check_invariants) {
         shadows[i].on_alloc(R.allocators[i].name, addr, rec->size, slot);
         check_pages(i, addr, rec->size);
