@@ -366,22 +366,24 @@ def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
     return path
 
 
-def write_png(path: str, rows: list[dict], title: str, totals: dict) -> str:
+def write_png(path: str, rows: list[dict], title: str, totals: dict, class_names: list) -> str:
     """Horizontal bars per top context: pinned MiB and live MiB side by side, values on the
-    pinned bars, the totals and how to read a name underneath."""
+    pinned bars; under each name its objects and their lifetime classes; the totals and
+    how to read a name underneath."""
     plt = pyplot()
-    names = [r["name"] for r in rows][::-1]
+    names = [f"{r['name']}\n{r['objects']:,.0f} objects: {_mix(r, class_names)}"
+             for r in rows][::-1]
     pinned = [r["pinned"] / MIB for r in rows][::-1]
     live = [r["live"] / MIB for r in rows][::-1]
     y = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(10.5, 1.9 + 0.42 * max(1, len(rows))))
+    fig, ax = plt.subplots(figsize=(11, 2.2 + 0.55 * max(1, len(rows))))
     ax.barh(y + 0.2, pinned, 0.4, color="tab:red",
             label="pinned: free memory of the huge pages its live objects keep "
                   "(shared by live bytes)")
     ax.barh(y - 0.2, live, 0.4, color="tab:blue", label="live: its objects' bytes")
     for yi, v in zip(y, pinned):
         ax.text(v, yi + 0.2, f" {v:.1f}", va="center", fontsize=7, color="tab:red")
-    ax.set_yticks(y, names, fontsize=8)
+    ax.set_yticks(y, names, fontsize=7.5)
     ax.set_xlabel("MiB")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
@@ -390,9 +392,11 @@ def write_png(path: str, rows: list[dict], title: str, totals: dict) -> str:
              f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB: "
              f"{(totals['heap'] - totals['live']) / MIB:.1f} MiB held but not live, of which "
              f"these {len(rows)} contexts pin {sum(pinned):.1f}.  A context: its allocation "
-             "site first, then its callers (a < b: a called by b).",
+             "site first, then its callers (a < b: a called by b).\nUnder each: its live objects "
+             "and their lifetime classes by live bytes, from the trace's free times (inf: never "
+             "freed).",
              fontsize=7.5, color="dimgrey", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))  # the footnote below the axes (save_png would re-lay out)
+    fig.tight_layout(rect=(0.01, 0.07, 1, 1))  # the footnote below the axes (save_png would re-lay out)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -620,7 +624,8 @@ def run(args: argparse.Namespace) -> int:
         texts.append(text_table(title, rows, v["totals"], class_names,
                                 rerun=bool(args.rerun) and v is sv))
         if png_rows is None:
-            png_rows, png_title, png_totals = rows, title, v["totals"]
+            png_rows, png_totals = rows, v["totals"]
+            png_title = title.replace(": what holds", "\nwhat holds")
         ordered = sorted(v["contexts"], key=lambda c: -v["contexts"][c]["pinned"])
         result["views"].append({"label": v["label"], "times_ns": v["times_ns"], "totals": v["totals"],
                                 "contexts": [_json_context(c, v["contexts"][c], class_names)
@@ -645,7 +650,7 @@ def run(args: argparse.Namespace) -> int:
         per_stack = _stack_means(snaps, v["times_ns"], nclasses)
         write_pprof(os.path.join(out, fname), side, per_stack, v["totals"]["unattributed"], sym,
                     context_of, class_names, wrappers=definition.wrappers)
-    write_png(os.path.join(out, "pinned.png"), png_rows, png_title, png_totals)
+    write_png(os.path.join(out, "pinned.png"), png_rows, png_title, png_totals, class_names)
     print(text)
     print(f"wrote {out}/fragmentation.json, .txt, pinned.pb.gz, pinned.png "
           f"({time.monotonic() - started:.1f} s)")
