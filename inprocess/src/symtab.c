@@ -21,10 +21,16 @@
  *     symbolize.strip_allocator_frames (rules 1-4; there are no inline frames here).
  *
  * Indexing (lt_symtab_refresh) runs at start-up and after each dlopen, never inside
- * an allocation: it maps each module's file read-only and builds sorted symbol arrays
- * in mmap'd memory.  Lookups only read that memory.  Modules are appended, never
- * removed (a dlclose'd module's file mapping stays valid), and published with a
- * release store of the count, so lookups take no lock.
+ * an allocation: it maps each module's file (and its debug file) read-only, sorts its
+ * function symbols in a scratch mapping, then copies what lookups need -- 16-byte
+ * entries (offsets from the table's lowest start) and the names of the symbols kept,
+ * packed -- into an index arena, and unmaps the files and the scratch.  So a process
+ * pays for the symbols it can name, not for the pages of every symbol and string
+ * table the index read (issue 32: a model's per-process cost).  A .dynsym entry whose
+ * range .symtab covers entirely is never consulted (.dynsym is read only where
+ * .symtab names nothing) and is not kept.  Lookups only read the arena.  Modules are
+ * appended, never removed (a dlclose'd module's index stays valid), and published
+ * with a release store of the count, so lookups take no lock.
  */
 #include "symtab.h"
 
@@ -41,23 +47,32 @@
 
 #define LT_SYM_MODULES 1024
 
+/* An entry of a compact table: the symbol [start, end) and max_end (the max end over
+ * entries [0..i]) as offsets from the table's base (its lowest start), its name as an
+ * offset in the table's names.  A table whose offsets do not fit 32 bits (no real
+ * module: its functions would span 4 GiB) keeps wide entries instead. */
 struct lt_sym {
-  uint64_t start, size, max_end; /* max_end: max end over entries [0..i] */
-  uint32_t name;                 /* offset in the table's string section */
-  uint32_t rank;
+  uint32_t start, end, max_end;
+  uint32_t name;
+};
+
+struct lt_sym_wide {
+  uint64_t start, end, max_end; /* end = start + size, as the ELF file gives them */
+  uint64_t name;
 };
 
 struct lt_symtable {
-  const struct lt_sym *syms;
+  const struct lt_sym *syms;       /* compact; NULL when wide (or empty) */
+  const struct lt_sym_wide *wide;  /* wide; NULL when compact (or empty) */
   size_t n;
-  const char *str;
-  size_t str_size;
+  uint64_t base;
+  const char *str;                 /* the names, NUL-terminated, packed */
 };
 
 struct lt_module {
   uintptr_t bias;
   uintptr_t lo, hi;              /* span of the PT_LOAD segments, in process addresses */
-  char path[PATH_MAX];
+  const char *path;              /* realpath, in the index arena */
   const char *base;              /* basename of path */
   const char *name;              /* version-free name (lt_module_name), in path */
   size_t name_len;
@@ -68,6 +83,32 @@ static struct lt_module *modules; /* LT_SYM_MODULES entries, mmap'd */
 static _Atomic size_t module_count;
 static lt_lock index_lock;        /* serializes refreshes, never held by lookups */
 
+/* The index arena (under index_lock): bump allocation from mmap'd chunks, never freed.
+ * A chunk's untouched tail costs address space only. */
+#define ARENA_CHUNK (1u << 20)
+static char *arena_at, *arena_end;
+
+static void *arena_take(size_t bytes, size_t align) {
+  uintptr_t at = ((uintptr_t)arena_at + align - 1) & ~(uintptr_t)(align - 1);
+  if (!arena_at || bytes > (size_t)(arena_end - (char *)at)) {
+    size_t chunk = bytes + align > ARENA_CHUNK ? (bytes + align + 4095) & ~(size_t)4095
+                                               : ARENA_CHUNK;
+    char *p = lt_map(chunk);
+    if (!p) return NULL;
+    arena_at = p;
+    arena_end = p + chunk;
+    at = ((uintptr_t)arena_at + align - 1) & ~(uintptr_t)(align - 1);
+  }
+  arena_at = (char *)at + bytes;
+  return (void *)at;
+}
+
+static const char *arena_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = arena_take(n, 1);
+  if (p) memcpy(p, s, n);
+  return p;
+}
 /* ---------------- module names (symbolize.module_name) ---------------- */
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -116,30 +157,52 @@ size_t lt_module_name(const char *path, size_t len, const char **start) {
   return m ? m : base_len;
 }
 
+
 /* ---------------- building ---------------- */
 
-static int sym_less(const struct lt_sym *a, const struct lt_sym *b, const char *str) {
+/* A kept symbol while a table is built (scratch memory, unmapped after): its name is
+ * an offset in the mapped file's string section. */
+struct scratch_sym {
+  uint64_t start, size;
+  uint32_t name;
+  uint32_t rank;
+};
+
+/* One symbol section's function symbols, sorted and de-duplicated; v is a scratch
+ * mapping of bytes bytes (unmap with scratch_free), str the file's string section. */
+struct scratch {
+  struct scratch_sym *v;
+  size_t n, bytes;
+  const char *str;
+};
+
+static void scratch_free(struct scratch *s) {
+  if (s->v) munmap(s->v, s->bytes);
+  *s = (struct scratch){0};
+}
+
+static int sym_less(const struct scratch_sym *a, const struct scratch_sym *b, const char *str) {
   if (a->start != b->start) return a->start < b->start;
   if (a->size != b->size) return a->size < b->size;
   if (a->rank != b->rank) return a->rank < b->rank;
   return strcmp(str + a->name, str + b->name) < 0;
 }
 
-static void sift(struct lt_sym *v, size_t i, size_t n, const char *str) {
+static void sift(struct scratch_sym *v, size_t i, size_t n, const char *str) {
   for (;;) {
     size_t c = 2 * i + 1;
     if (c >= n) return;
     if (c + 1 < n && sym_less(&v[c], &v[c + 1], str)) c++;
     if (!sym_less(&v[i], &v[c], str)) return;
-    struct lt_sym t = v[i]; v[i] = v[c]; v[c] = t;
+    struct scratch_sym t = v[i]; v[i] = v[c]; v[c] = t;
     i = c;
   }
 }
 
-static void heapsort_syms(struct lt_sym *v, size_t n, const char *str) {
+static void heapsort_syms(struct scratch_sym *v, size_t n, const char *str) {
   for (size_t i = n / 2; i-- > 0;) sift(v, i, n, str);
   for (size_t k = n; k-- > 1;) {
-    struct lt_sym t = v[0]; v[0] = v[k]; v[k] = t;
+    struct scratch_sym t = v[0]; v[0] = v[k]; v[k] = t;
     sift(v, 0, k, str);
   }
 }
@@ -152,10 +215,18 @@ static uint32_t rank_of(const char *name, int bind) {
   return b * 16 + u;
 }
 
-/* Reads one symbol section of a mapped ELF file into a sorted, de-duplicated table. */
-static void read_table(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec, int type,
-                       struct lt_symtable *out) {
-  memset(out, 0, sizeof *out);
+static int is_function(const Elf64_Sym *s, size_t str_size) {
+  int t = ELF64_ST_TYPE(s->st_info);
+  return (t == STT_FUNC || t == STT_GNU_IFUNC) && s->st_shndx != SHN_UNDEF && s->st_size &&
+         s->st_name && s->st_name < str_size;
+}
+
+/* Reads the first symbol section of type `type` of a mapped ELF file into out: its
+ * function symbols sorted by (start, size, rank, name), equal (start, size) keeping
+ * the first.  Empty when there is none or it is malformed. */
+static void collect(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec, int type,
+                    struct scratch *out) {
+  *out = (struct scratch){0};
   for (int i = 0; i < nsec; i++) {
     if (sh[i].sh_type != (Elf64_Word)type || sh[i].sh_entsize != sizeof(Elf64_Sym)) continue;
     if (sh[i].sh_link >= (Elf64_Word)nsec) return;
@@ -167,38 +238,107 @@ static void read_table(const uint8_t *file, size_t len, const Elf64_Shdr *sh, in
     size_t str_size = strs->sh_size;
     if (str_size == 0 || str[str_size - 1] != 0) return;
     size_t keep = 0;
-    for (size_t k = 0; k < count; k++) {
-      int t = ELF64_ST_TYPE(syms[k].st_info);
-      if ((t == STT_FUNC || t == STT_GNU_IFUNC) && syms[k].st_shndx != SHN_UNDEF &&
-          syms[k].st_size && syms[k].st_name && syms[k].st_name < str_size)
-        keep++;
-    }
+    for (size_t k = 0; k < count; k++) keep += is_function(&syms[k], str_size);
     if (!keep) return;
-    struct lt_sym *v = lt_map(keep * sizeof *v);
+    size_t bytes = (keep * sizeof(struct scratch_sym) + 4095) & ~(size_t)4095;
+    struct scratch_sym *v = lt_map(bytes);
     if (!v) return;
     size_t n = 0;
     for (size_t k = 0; k < count; k++) {
-      int t = ELF64_ST_TYPE(syms[k].st_info);
-      if (!((t == STT_FUNC || t == STT_GNU_IFUNC) && syms[k].st_shndx != SHN_UNDEF &&
-            syms[k].st_size && syms[k].st_name && syms[k].st_name < str_size))
-        continue;
-      v[n++] = (struct lt_sym){.start = syms[k].st_value, .size = syms[k].st_size,
-                               .name = syms[k].st_name,
-                               .rank = rank_of(str + syms[k].st_name,
-                                               ELF64_ST_BIND(syms[k].st_info))};
+      if (!is_function(&syms[k], str_size)) continue;
+      v[n++] = (struct scratch_sym){.start = syms[k].st_value, .size = syms[k].st_size,
+                                    .name = syms[k].st_name,
+                                    .rank = rank_of(str + syms[k].st_name,
+                                                    ELF64_ST_BIND(syms[k].st_info))};
     }
     heapsort_syms(v, n, str);
     size_t m = 0; /* equal (start, size): the first (best rank, then name) stays */
     for (size_t k = 0; k < n; k++)
       if (!m || v[k].start != v[m - 1].start || v[k].size != v[m - 1].size) v[m++] = v[k];
-    uint64_t max_end = 0;
-    for (size_t k = 0; k < m; k++) {
-      if (v[k].start + v[k].size > max_end) max_end = v[k].start + v[k].size;
-      v[k].max_end = max_end;
-    }
-    *out = (struct lt_symtable){.syms = v, .n = m, .str = str, .str_size = str_size};
+    *out = (struct scratch){.v = v, .n = m, .bytes = bytes, .str = str};
     return;
   }
+}
+
+/* The union of a table's ranges, as sorted disjoint [start, end) runs in a scratch
+ * mapping (*bytes of it); an entry whose end wraps contains no address.  NULL: none. */
+struct run { uint64_t start, end; };
+
+static struct run *coverage(const struct scratch *t, size_t *count, size_t *bytes) {
+  *count = 0;
+  *bytes = (t->n * sizeof(struct run) + 4095) & ~(size_t)4095;
+  struct run *r = t->n ? lt_map(*bytes) : NULL;
+  if (!r) return NULL;
+  size_t n = 0;
+  for (size_t k = 0; k < t->n; k++) { /* sorted by start */
+    uint64_t a = t->v[k].start, b = a + t->v[k].size;
+    if (b <= a) continue;
+    if (n && a <= r[n - 1].end) {
+      if (b > r[n - 1].end) r[n - 1].end = b;
+    } else {
+      r[n++] = (struct run){a, b};
+    }
+  }
+  *count = n;
+  return r;
+}
+
+/* 1 if [a, b) lies inside one of the runs. */
+static int covered(const struct run *r, size_t n, uint64_t a, uint64_t b) {
+  size_t lo = 0, hi = n; /* first run with start > a */
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r[mid].start <= a) lo = mid + 1; else hi = mid;
+  }
+  return lo > 0 && b <= r[lo - 1].end && b > a;
+}
+
+/* Copies a scratch table's symbols into the arena as *out, dropping those whose range
+ * the runs cover (.dynsym under .symtab: never consulted).  The names of the symbols
+ * kept are packed after them.  Under index_lock. */
+static void emit(const struct scratch *t, const struct run *cover, size_t ncover,
+                 struct lt_symtable *out) {
+  *out = (struct lt_symtable){0};
+  size_t n = 0, names = 0;
+  uint64_t base = 0, top = 0;
+  int wide = 0;
+  for (size_t k = 0; k < t->n; k++) {
+    const struct scratch_sym *s = &t->v[k];
+    uint64_t end = s->start + s->size;
+    if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
+    if (!n) base = s->start;
+    if (end < s->start) wide = 1; /* wraps: contains nothing, as offline */
+    else if (end > top) top = end;
+    names += strlen(t->str + s->name) + 1;
+    n++;
+  }
+  if (!n) return;
+  if (top - base > UINT32_MAX || names > UINT32_MAX) wide = 1;
+  size_t entry = wide ? sizeof(struct lt_sym_wide) : sizeof(struct lt_sym);
+  void *v = arena_take(n * entry, 8);
+  char *str = v ? arena_take(names, 1) : NULL;
+  if (!str) return;
+  size_t i = 0, at = 0;
+  uint64_t max_end = 0;
+  for (size_t k = 0; k < t->n; k++) {
+    const struct scratch_sym *s = &t->v[k];
+    uint64_t end = s->start + s->size;
+    if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
+    if (end > max_end) max_end = end;
+    if (wide) {
+      ((struct lt_sym_wide *)v)[i] = (struct lt_sym_wide){s->start, end, max_end, at};
+    } else {
+      ((struct lt_sym *)v)[i] = (struct lt_sym){
+          (uint32_t)(s->start - base), (uint32_t)(end - base),
+          (uint32_t)(max_end - base), (uint32_t)at};
+    }
+    size_t len = strlen(t->str + s->name) + 1;
+    memcpy(str + at, t->str + s->name, len);
+    at += len;
+    i++;
+  }
+  *out = (struct lt_symtable){.syms = wide ? NULL : v, .wide = wide ? v : NULL, .n = n,
+                              .base = base, .str = str};
 }
 
 /* Maps an ELF file read-only; its section headers in *sh (NULL if not ELF64). */
@@ -305,11 +445,18 @@ long lt_elf_section(const char *path, const char *name, void *out, size_t cap) {
   return size;
 }
 
+/* A separate debug file in use while a module is indexed: its mapping and its .symtab. */
+struct debug_use {
+  const uint8_t *file;
+  size_t len;
+  struct scratch symtab;
+};
+
 /* Uses path's .symtab for m if it is the module's debug file: the same build id (where
  * the module has one; required for a build-id path), and the recorded CRC32 for a
- * debuglink.  Returns 1 if used (the file stays mapped). */
+ * debuglink.  Returns 1 if used (the file stays mapped in *use until indexed). */
 static int try_debug_file(struct lt_module *m, const char *path, const uint8_t *id, size_t idn,
-                          int by_link, uint32_t crc) {
+                          int by_link, uint32_t crc, struct debug_use *use) {
   size_t dlen;
   const Elf64_Shdr *dsh;
   int dn;
@@ -320,11 +467,24 @@ static int try_debug_file(struct lt_module *m, const char *path, const uint8_t *
   size_t didn = build_id(dfile, dlen, dsh, dn, &did);
   int ok = by_link ? crc32_of(dfile, dlen) == crc : 1;
   if (ok && (!by_link || didn) && idn && (didn != idn || memcmp(did, id, idn) != 0)) ok = 0;
-  if (ok) read_table(dfile, dlen, dsh, dn, SHT_SYMTAB, &m->tab[0]);
-  if (ok && m->tab[0].n) return 1;
+  if (ok) collect(dfile, dlen, dsh, dn, SHT_SYMTAB, &use->symtab);
+  if (ok && use->symtab.n) {
+    use->file = dfile;
+    use->len = dlen;
+    return 1;
+  }
+  scratch_free(&use->symtab);
   munmap((void *)dfile, dlen);
   return 0;
 }
+
+struct debug_query {
+  const uint8_t *id;
+  size_t idn;
+  const char *link;
+  uint32_t crc;
+  struct debug_use *use;
+};
 
 /* The debug directories: LIFETIME_DEBUG_DIR (':'-separated), then /usr/lib/debug --
  * what `--debug-dir` gives the offline symbolizer.  Calls fn for each until it
@@ -341,8 +501,6 @@ static int each_debug_dir(int (*fn)(struct lt_module *, const char *, size_t, vo
   return fn(m, "/usr/lib/debug", 14, ctx);
 }
 
-struct debug_query { const uint8_t *id; size_t idn; const char *link; uint32_t crc; };
-
 static int by_build_id(struct lt_module *m, const char *dir, size_t n, void *ctx) {
   const struct debug_query *q = ctx;
   static const char hex[] = "0123456789abcdef";
@@ -357,7 +515,7 @@ static int by_build_id(struct lt_module *m, const char *dir, size_t n, void *ctx
     if (i == 0) path[k++] = '/';
   }
   memcpy(path + k, ".debug", 7);
-  return try_debug_file(m, path, q->id, q->idn, 0, 0);
+  return try_debug_file(m, path, q->id, q->idn, 0, 0, q->use);
 }
 
 static int by_link_global(struct lt_module *m, const char *dir, size_t n, void *ctx) {
@@ -369,41 +527,62 @@ static int by_link_global(struct lt_module *m, const char *dir, size_t n, void *
   memcpy(path, dir, n);
   memcpy(path + n, m->path, dl);
   memcpy(path + n + dl, q->link, ln + 1);
-  return try_debug_file(m, path, q->id, q->idn, 1, q->crc);
+  return try_debug_file(m, path, q->id, q->idn, 1, q->crc, q->use);
 }
 
+/* No .symtab in the module: its separate debug file, looked up as offline
+ * (symbolize.find_debug_file): by build id under the debug directories
+ * (D/.build-id/xx/yyyy.debug), then by .gnu_debuglink (beside the module, in .debug/
+ * beside it, D/<module's dir>/name).  1 if found (in *use). */
+static int find_debug_file(struct lt_module *m, const uint8_t *file, size_t len,
+                           const Elf64_Shdr *sh, int nsec, struct debug_use *use) {
+  struct debug_query q = {0};
+  q.use = use;
+  q.idn = build_id(file, len, sh, nsec, &q.id);
+  if (q.idn > 64) q.idn = 0;
+  if (q.idn >= 2 && each_debug_dir(by_build_id, m, &q)) return 1;
+  q.link = debuglink(file, len, sh, nsec, &q.crc);
+  if (!q.link) return 0;
+  char path[PATH_MAX];
+  size_t dl = (size_t)(m->base - m->path), ln = strlen(q.link);
+  if (dl + ln + 8 < sizeof path) {
+    memcpy(path, m->path, dl);
+    memcpy(path + dl, q.link, ln + 1);
+    if (try_debug_file(m, path, q.id, q.idn, 1, q.crc, use)) return 1;
+    memcpy(path + dl, ".debug/", 7);
+    memcpy(path + dl + 7, q.link, ln + 1);
+    if (try_debug_file(m, path, q.id, q.idn, 1, q.crc, use)) return 1;
+  }
+  return each_debug_dir(by_link_global, m, &q);
+}
+
+/* Indexes m's symbols into the arena; the files and scratch are unmapped after. */
 static void index_file(struct lt_module *m) {
   size_t len;
   const Elf64_Shdr *sh;
   int nsec;
   const uint8_t *file = map_elf(m->path, &len, &sh, &nsec);
   if (!file) return;
-  read_table(file, len, sh, nsec, SHT_SYMTAB, &m->tab[0]);
-  read_table(file, len, sh, nsec, SHT_DYNSYM, &m->tab[1]);
-  /* No .symtab: a separate debug file, looked up as offline (symbolize.find_debug_file):
-   * by build id under the debug directories (D/.build-id/xx/yyyy.debug), then by
-   * .gnu_debuglink (beside the module, in .debug/ beside it, D/<module's dir>/name). */
-  if (!m->tab[0].n) {
-    struct debug_query q = {0};
-    q.idn = build_id(file, len, sh, nsec, &q.id);
-    if (q.idn > 64) q.idn = 0;
-    if (q.idn >= 2 && each_debug_dir(by_build_id, m, &q)) return;
-    q.link = debuglink(file, len, sh, nsec, &q.crc);
-    if (q.link) {
-      char path[PATH_MAX];
-      size_t dl = (size_t)(m->base - m->path), ln = strlen(q.link);
-      if (dl + ln + 8 < sizeof path) {
-        memcpy(path, m->path, dl);
-        memcpy(path + dl, q.link, ln + 1);
-        if (try_debug_file(m, path, q.id, q.idn, 1, q.crc)) return;
-        memcpy(path + dl, ".debug/", 7);
-        memcpy(path + dl + 7, q.link, ln + 1);
-        if (try_debug_file(m, path, q.id, q.idn, 1, q.crc)) return;
-      }
-      each_debug_dir(by_link_global, m, &q);
-    }
+  struct scratch symtab, dynsym;
+  struct debug_use use = {0};
+  collect(file, len, sh, nsec, SHT_SYMTAB, &symtab);
+  collect(file, len, sh, nsec, SHT_DYNSYM, &dynsym);
+  if (!symtab.n && find_debug_file(m, file, len, sh, nsec, &use)) {
+    scratch_free(&symtab);
+    symtab = use.symtab;
+    use.symtab = (struct scratch){0};
   }
-  /* The files stay mapped: the tables point at their string sections. */
+  emit(&symtab, NULL, 0, &m->tab[0]);
+  /* .dynsym is read only where .symtab names nothing: its entries inside .symtab's
+   * ranges are never consulted. */
+  size_t nruns = 0, run_bytes = 0;
+  struct run *runs = m->tab[0].n ? coverage(&symtab, &nruns, &run_bytes) : NULL;
+  emit(&dynsym, runs, nruns, &m->tab[1]);
+  if (runs) munmap(runs, run_bytes);
+  scratch_free(&symtab);
+  scratch_free(&dynsym);
+  if (use.file) munmap((void *)use.file, use.len);
+  munmap((void *)file, len);
 }
 
 static int add_module(struct dl_phdr_info *info, size_t size, void *ctx) {
@@ -438,7 +617,8 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *ctx) {
   m->bias = info->dlpi_addr;
   m->lo = lo;
   m->hi = hi;
-  lt_strlcpy(m->path, path, sizeof m->path);
+  m->path = arena_strdup(path);
+  if (!m->path) return 0;
   const char *slash = strrchr(m->path, '/');
   m->base = slash ? slash + 1 : m->path;
   m->name_len = lt_module_name(m->path, strlen(m->path), &m->name);
@@ -469,18 +649,37 @@ static const struct lt_module *module_of(uintptr_t a) {
   return NULL;
 }
 
+/* The innermost symbol containing v: among the entries that contain it, the latest
+ * start, then the smallest (entries are sorted by start, then size, and no two have
+ * the same range).  The walk back from the last start <= v ends where max_end says no
+ * earlier entry reaches v, or at a start below the best found. */
 static const char *lookup(const struct lt_symtable *t, uint64_t v) {
-  size_t lo = 0, hi = t->n; /* first entry with start > v */
+  if (t->syms) {
+    if (v < t->base || v - t->base > UINT32_MAX) return NULL; /* no entry reaches v */
+    uint32_t r = (uint32_t)(v - t->base);
+    const struct lt_sym *s = t->syms;
+    size_t lo = 0, hi = t->n; /* first entry with start > r */
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (s[mid].start <= r) lo = mid + 1; else hi = mid;
+    }
+    const struct lt_sym *best = NULL;
+    for (size_t j = lo; j-- > 0 && s[j].max_end > r;) {
+      if (best && s[j].start < best->start) break;
+      if (r < s[j].end && (!best || s[j].end < best->end)) best = &s[j];
+    }
+    return best ? t->str + best->name : NULL;
+  }
+  const struct lt_sym_wide *s = t->wide;
+  size_t lo = 0, hi = s ? t->n : 0;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (t->syms[mid].start <= v) lo = mid + 1; else hi = mid;
+    if (s[mid].start <= v) lo = mid + 1; else hi = mid;
   }
-  const struct lt_sym *best = NULL;
-  for (size_t j = lo; j-- > 0 && t->syms[j].max_end > v;) {
-    const struct lt_sym *s = &t->syms[j];
-    if (v < s->start + s->size &&
-        (!best || s->start > best->start || (s->start == best->start && s->size < best->size)))
-      best = s;
+  const struct lt_sym_wide *best = NULL;
+  for (size_t j = lo; j-- > 0 && s[j].max_end > v;) {
+    if (best && s[j].start < best->start) break;
+    if (v < s[j].end && (!best || s[j].end - s[j].start < best->end - best->start)) best = &s[j];
   }
   return best ? t->str + best->name : NULL;
 }
