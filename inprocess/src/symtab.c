@@ -66,7 +66,9 @@ struct lt_symtable {
   const struct lt_sym_wide *wide;  /* wide; NULL when compact (or empty) */
   size_t n;
   uint64_t base;
-  const char *str;                 /* the names, NUL-terminated, packed */
+  const uint32_t *blocks;          /* compact: each block's offset in code */
+  const char *code;                /* compact: the front-coded names */
+  const char *str;                 /* wide: the names; compact: the long names */
 };
 
 struct lt_module {
@@ -293,9 +295,107 @@ static int covered(const struct run *r, size_t n, uint64_t a, uint64_t b) {
   return lo > 0 && b <= r[lo - 1].end && b > a;
 }
 
+/* Names of a compact table, front-coded: the distinct names of the symbols kept, in
+ * strcmp order, in blocks of FC_BLOCK; a block's first name whole, each next one as
+ * the length it shares with the one before (a byte, at most 255) and the rest, each
+ * NUL-terminated.  An entry's name is the name's rank; decoding it copies at most
+ * FC_BLOCK names of at most FC_MAX bytes into the caller's buffer.  A longer name is
+ * kept whole in the table's long names (its entry's name: FC_LONG | offset).  Mangled
+ * C++ names share long prefixes: the names of the idle python's modules take ~330 KiB
+ * so against ~730 KiB packed whole. */
+#define FC_BLOCK 16
+#define FC_MAX 1023
+#define FC_LONG 0x80000000u
+
+struct name_ref { const char *s; size_t len; uint32_t k; }; /* k: the entry's index */
+
+static int ref_less(const struct name_ref *a, const struct name_ref *b) {
+  int c = strcmp(a->s, b->s);
+  return c ? c < 0 : a->k < b->k;
+}
+
+static void sift_refs(struct name_ref *v, size_t i, size_t n) {
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && ref_less(&v[c], &v[c + 1])) c++;
+    if (!ref_less(&v[i], &v[c])) return;
+    struct name_ref t = v[i]; v[i] = v[c]; v[c] = t;
+    i = c;
+  }
+}
+
+static size_t shared_prefix(const char *a, const char *b) {
+  size_t n = 0;
+  while (n < 255 && a[n] && a[n] == b[n]) n++;
+  return n;
+}
+
+/* The entries' names, front-coded into the arena (entries v[0..n) get their name
+ * field); 0 if they do not fit the compact form or memory runs out. */
+static int emit_names(struct name_ref *r, size_t n, struct lt_sym *v, struct lt_symtable *out) {
+  for (size_t i = n / 2; i-- > 0;) sift_refs(r, i, n);
+  for (size_t k = n; k-- > 1;) {
+    struct name_ref t = r[0]; r[0] = r[k]; r[k] = t;
+    sift_refs(r, 0, k);
+  }
+  size_t distinct = 0, blob = 0, longs = 0;
+  const char *prev = NULL, *last_short = NULL;
+  for (size_t i = 0; i < n; i++) {
+    int same = prev && strcmp(prev, r[i].s) == 0;
+    prev = r[i].s;
+    if (same) continue;
+    if (r[i].len > FC_MAX) {
+      longs += r[i].len + 1;
+      continue;
+    }
+    blob += distinct++ % FC_BLOCK == 0 ? r[i].len + 1
+                                       : 2 + r[i].len - shared_prefix(last_short, r[i].s);
+    last_short = r[i].s;
+  }
+  if (distinct >= FC_LONG || longs >= FC_LONG || blob > UINT32_MAX) return 0;
+  size_t nblocks = (distinct + FC_BLOCK - 1) / FC_BLOCK;
+  uint32_t *blocks = arena_take(nblocks * sizeof *blocks + 1, 4);
+  char *code = arena_take(blob + 1, 1);
+  char *lng = arena_take(longs + 1, 1);
+  if (!blocks || !code || !lng) return 0;
+  size_t id = 0, at = 0, lat = 0;
+  uint32_t name = 0;
+  last_short = NULL; /* the name coded before, in this block or the last */
+  prev = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const struct name_ref *x = &r[i];
+    int same = prev && strcmp(prev, x->s) == 0;
+    prev = x->s;
+    if (!same && x->len > FC_MAX) {
+      name = FC_LONG | (uint32_t)lat;
+      memcpy(lng + lat, x->s, x->len + 1);
+      lat += x->len + 1;
+    } else if (!same) {
+      if (id % FC_BLOCK == 0) {
+        blocks[id / FC_BLOCK] = (uint32_t)at;
+        memcpy(code + at, x->s, x->len + 1);
+        at += x->len + 1;
+      } else {
+        size_t s = shared_prefix(last_short, x->s);
+        code[at++] = (char)(unsigned char)s;
+        memcpy(code + at, x->s + s, x->len - s + 1);
+        at += x->len - s + 1;
+      }
+      last_short = x->s;
+      name = (uint32_t)id++;
+    }
+    v[x->k].name = name;
+  }
+  out->blocks = blocks;
+  out->code = code;
+  out->str = lng;
+  return 1;
+}
+
 /* Copies a scratch table's symbols into the arena as *out, dropping those whose range
- * the runs cover (.dynsym under .symtab: never consulted).  The names of the symbols
- * kept are packed after them.  Under index_lock. */
+ * the runs cover (.dynsym under .symtab: never consulted), with their names (compact:
+ * front-coded; wide: packed whole).  Under index_lock. */
 static void emit(const struct scratch *t, const struct run *cover, size_t ncover,
                  struct lt_symtable *out) {
   *out = (struct lt_symtable){0};
@@ -313,9 +413,36 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
     n++;
   }
   if (!n) return;
-  if (top - base > UINT32_MAX || names > UINT32_MAX) wide = 1;
-  size_t entry = wide ? sizeof(struct lt_sym_wide) : sizeof(struct lt_sym);
-  void *v = arena_take(n * entry, 8);
+  if (top - base > UINT32_MAX || n > UINT32_MAX) wide = 1;
+  if (!wide) {
+    struct lt_sym *v = arena_take(n * sizeof *v, 8);
+    size_t ref_bytes = (n * sizeof(struct name_ref) + 4095) & ~(size_t)4095;
+    struct name_ref *r = v ? lt_map(ref_bytes) : NULL;
+    if (!r) return;
+    size_t i = 0;
+    uint64_t max_end = 0;
+    for (size_t k = 0; k < t->n; k++) {
+      const struct scratch_sym *s = &t->v[k];
+      uint64_t end = s->start + s->size;
+      if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
+      if (end > max_end) max_end = end;
+      v[i] = (struct lt_sym){(uint32_t)(s->start - base), (uint32_t)(end - base),
+                             (uint32_t)(max_end - base), 0};
+      const char *name = t->str + s->name;
+      r[i] = (struct name_ref){name, strlen(name), (uint32_t)i};
+      i++;
+    }
+    int ok = emit_names(r, n, v, out);
+    munmap(r, ref_bytes);
+    if (ok) {
+      out->syms = v;
+      out->n = n;
+      out->base = base;
+      return;
+    }
+    *out = (struct lt_symtable){0}; /* (the entries stay in the arena, unused) */
+  }
+  struct lt_sym_wide *v = arena_take(n * sizeof *v, 8);
   char *str = v ? arena_take(names, 1) : NULL;
   if (!str) return;
   size_t i = 0, at = 0;
@@ -325,20 +452,12 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
     uint64_t end = s->start + s->size;
     if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
     if (end > max_end) max_end = end;
-    if (wide) {
-      ((struct lt_sym_wide *)v)[i] = (struct lt_sym_wide){s->start, end, max_end, at};
-    } else {
-      ((struct lt_sym *)v)[i] = (struct lt_sym){
-          (uint32_t)(s->start - base), (uint32_t)(end - base),
-          (uint32_t)(max_end - base), (uint32_t)at};
-    }
+    v[i++] = (struct lt_sym_wide){s->start, end, max_end, at};
     size_t len = strlen(t->str + s->name) + 1;
     memcpy(str + at, t->str + s->name, len);
     at += len;
-    i++;
   }
-  *out = (struct lt_symtable){.syms = wide ? NULL : v, .wide = wide ? v : NULL, .n = n,
-                              .base = base, .str = str};
+  *out = (struct lt_symtable){.wide = v, .n = n, .base = base, .str = str};
 }
 
 /* Maps an ELF file read-only; its section headers in *sh (NULL if not ELF64). */
@@ -653,7 +772,26 @@ static const struct lt_module *module_of(uintptr_t a) {
  * start, then the smallest (entries are sorted by start, then size, and no two have
  * the same range).  The walk back from the last start <= v ends where max_end says no
  * earlier entry reaches v, or at a start below the best found. */
-static const char *lookup(const struct lt_symtable *t, uint64_t v) {
+/* A compact table's name: the long name, or its block decoded up to it into buf
+ * (FC_MAX + 1 bytes). */
+static const char *name_of(const struct lt_symtable *t, uint32_t name, char *buf) {
+  if (name & FC_LONG) return t->str + (name & ~FC_LONG);
+  const char *p = t->code + t->blocks[name / FC_BLOCK];
+  uint32_t k = name % FC_BLOCK;
+  if (!k) return p;
+  size_t len = strlen(p);
+  memcpy(buf, p, len + 1);
+  p += len + 1;
+  while (k--) {
+    size_t shared = (unsigned char)*p++;
+    len = strlen(p);
+    memcpy(buf + shared, p, len + 1);
+    p += len + 1;
+  }
+  return buf;
+}
+
+static const char *lookup(const struct lt_symtable *t, uint64_t v, char *buf) {
   if (t->syms) {
     if (v < t->base || v - t->base > UINT32_MAX) return NULL; /* no entry reaches v */
     uint32_t r = (uint32_t)(v - t->base);
@@ -668,7 +806,7 @@ static const char *lookup(const struct lt_symtable *t, uint64_t v) {
       if (best && s[j].start < best->start) break;
       if (r < s[j].end && (!best || s[j].end < best->end)) best = &s[j];
     }
-    return best ? t->str + best->name : NULL;
+    return best ? name_of(t, best->name, buf) : NULL;
   }
   const struct lt_sym_wide *s = t->wide;
   size_t lo = 0, hi = s ? t->n : 0;
@@ -705,8 +843,9 @@ size_t lt_symbolize(uintptr_t return_address, char *buf, size_t cap, const char 
   *module_base = m ? m->base : "";
   if (!m) { append("<unknown+?>", 11, &k); return k.len; }
   uint64_t v = (uint64_t)(return_address - 1 - m->bias);
-  const char *name = lookup(&m->tab[0], v);
-  if (!name) name = lookup(&m->tab[1], v);
+  char decoded[FC_MAX + 1];
+  const char *name = lookup(&m->tab[0], v, decoded);
+  if (!name) name = lookup(&m->tab[1], v, decoded);
   if (!name) {
     append("<", 1, &k);
     append(m->name, m->name_len, &k);
