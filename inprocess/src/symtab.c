@@ -301,28 +301,52 @@ static int covered(const struct run *r, size_t n, uint64_t a, uint64_t b) {
  * NUL-terminated.  An entry's name is the name's rank; decoding it copies at most
  * FC_BLOCK names of at most FC_MAX bytes into the caller's buffer.  A longer name is
  * kept whole in the table's long names (its entry's name: FC_LONG | offset).  Mangled
- * C++ names share long prefixes: the names of the idle python's modules take ~330 KiB
- * so against ~730 KiB packed whole. */
-#define FC_BLOCK 16
+ * C++ names share long prefixes: the names of the idle python's modules take ~360 KiB
+ * so against ~730 KiB packed whole (blocks of 16: ~330 KiB, but twice the names to
+ * decode on each lookup). */
+#define FC_BLOCK 8
 #define FC_MAX 1023
 #define FC_LONG 0x80000000u
 
-struct name_ref { const char *s; size_t len; uint32_t k; }; /* k: the entry's index */
+/* A name to code: key holds its first 8 bytes (big-endian, NUL-padded), so most
+ * comparisons need no strcmp; k is its entry's index; once sorted, dup says it equals
+ * the name before and shared how many bytes it shares with the short name coded
+ * before it. */
+struct name_ref {
+  uint64_t key;
+  const char *s;
+  size_t len;
+  uint32_t k;
+  uint8_t dup, shared;
+};
+
+static uint64_t prefix_key(const char *s) {
+  uint64_t key = 0;
+  int i = 0;
+  for (; i < 8 && s[i]; i++) key = key << 8 | (unsigned char)s[i];
+  return i == 0 ? 0 : i == 8 ? key : key << (8 * (8 - i));
+}
 
 static int ref_less(const struct name_ref *a, const struct name_ref *b) {
-  int c = strcmp(a->s, b->s);
+  if (a->key != b->key) return a->key < b->key;
+  int c = a->len >= 8 && b->len >= 8 ? strcmp(a->s + 8, b->s + 8) : 0;
   return c ? c < 0 : a->k < b->k;
 }
 
-static void sift_refs(struct name_ref *v, size_t i, size_t n) {
-  for (;;) {
-    size_t c = 2 * i + 1;
-    if (c >= n) return;
-    if (c + 1 < n && ref_less(&v[c], &v[c + 1])) c++;
-    if (!ref_less(&v[i], &v[c])) return;
-    struct name_ref t = v[i]; v[i] = v[c]; v[c] = t;
-    i = c;
+/* Sorts v[0..n) (strcmp order, then k) with tmp[0..n) as room: bottom-up merges.
+ * Returns the array that holds the result (v or tmp). */
+static struct name_ref *sort_refs(struct name_ref *v, struct name_ref *tmp, size_t n) {
+  for (size_t w = 1; w < n; w *= 2) {
+    for (size_t lo = 0; lo < n; lo += 2 * w) {
+      size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      size_t i = lo, j = mid, o = lo;
+      while (i < mid && j < hi) tmp[o++] = ref_less(&v[j], &v[i]) ? v[j++] : v[i++];
+      while (i < mid) tmp[o++] = v[i++];
+      while (j < hi) tmp[o++] = v[j++];
+    }
+    struct name_ref *t = v; v = tmp; tmp = t;
   }
+  return v;
 }
 
 static size_t shared_prefix(const char *a, const char *b) {
@@ -334,24 +358,26 @@ static size_t shared_prefix(const char *a, const char *b) {
 /* The entries' names, front-coded into the arena (entries v[0..n) get their name
  * field); 0 if they do not fit the compact form or memory runs out. */
 static int emit_names(struct name_ref *r, size_t n, struct lt_sym *v, struct lt_symtable *out) {
-  for (size_t i = n / 2; i-- > 0;) sift_refs(r, i, n);
-  for (size_t k = n; k-- > 1;) {
-    struct name_ref t = r[0]; r[0] = r[k]; r[k] = t;
-    sift_refs(r, 0, k);
-  }
   size_t distinct = 0, blob = 0, longs = 0;
-  const char *prev = NULL, *last_short = NULL;
+  const struct name_ref *prev = NULL, *last_short = NULL;
   for (size_t i = 0; i < n; i++) {
-    int same = prev && strcmp(prev, r[i].s) == 0;
-    prev = r[i].s;
-    if (same) continue;
-    if (r[i].len > FC_MAX) {
-      longs += r[i].len + 1;
+    struct name_ref *x = &r[i];
+    x->dup = prev && prev->key == x->key && prev->len == x->len &&
+             (x->len < 8 || strcmp(prev->s + 8, x->s + 8) == 0);
+    prev = x;
+    if (x->dup) continue;
+    if (x->len > FC_MAX) {
+      longs += x->len + 1;
       continue;
     }
-    blob += distinct++ % FC_BLOCK == 0 ? r[i].len + 1
-                                       : 2 + r[i].len - shared_prefix(last_short, r[i].s);
-    last_short = r[i].s;
+    if (distinct++ % FC_BLOCK == 0) {
+      x->shared = 0;
+      blob += x->len + 1;
+    } else {
+      x->shared = (uint8_t)shared_prefix(last_short->s, x->s);
+      blob += 2 + x->len - x->shared;
+    }
+    last_short = x;
   }
   if (distinct >= FC_LONG || longs >= FC_LONG || blob > UINT32_MAX) return 0;
   size_t nblocks = (distinct + FC_BLOCK - 1) / FC_BLOCK;
@@ -361,28 +387,22 @@ static int emit_names(struct name_ref *r, size_t n, struct lt_sym *v, struct lt_
   if (!blocks || !code || !lng) return 0;
   size_t id = 0, at = 0, lat = 0;
   uint32_t name = 0;
-  last_short = NULL; /* the name coded before, in this block or the last */
-  prev = NULL;
   for (size_t i = 0; i < n; i++) {
     const struct name_ref *x = &r[i];
-    int same = prev && strcmp(prev, x->s) == 0;
-    prev = x->s;
-    if (!same && x->len > FC_MAX) {
+    if (x->dup) {
+      /* the name of the one before */
+    } else if (x->len > FC_MAX) {
       name = FC_LONG | (uint32_t)lat;
       memcpy(lng + lat, x->s, x->len + 1);
       lat += x->len + 1;
-    } else if (!same) {
+    } else {
       if (id % FC_BLOCK == 0) {
         blocks[id / FC_BLOCK] = (uint32_t)at;
-        memcpy(code + at, x->s, x->len + 1);
-        at += x->len + 1;
       } else {
-        size_t s = shared_prefix(last_short, x->s);
-        code[at++] = (char)(unsigned char)s;
-        memcpy(code + at, x->s + s, x->len - s + 1);
-        at += x->len - s + 1;
+        code[at++] = (char)x->shared;
       }
-      last_short = x->s;
+      memcpy(code + at, x->s + x->shared, x->len - x->shared + 1);
+      at += x->len - x->shared + 1;
       name = (uint32_t)id++;
     }
     v[x->k].name = name;
@@ -416,9 +436,10 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
   if (top - base > UINT32_MAX || n > UINT32_MAX) wide = 1;
   if (!wide) {
     struct lt_sym *v = arena_take(n * sizeof *v, 8);
-    size_t ref_bytes = (n * sizeof(struct name_ref) + 4095) & ~(size_t)4095;
-    struct name_ref *r = v ? lt_map(ref_bytes) : NULL;
-    if (!r) return;
+    size_t ref_bytes = (2 * n * sizeof(struct name_ref) + 4095) & ~(size_t)4095;
+    struct name_ref *refs = v ? lt_map(ref_bytes) : NULL; /* the names, and room to sort */
+    if (!refs) return;
+    struct name_ref *r = refs;
     size_t i = 0;
     uint64_t max_end = 0;
     for (size_t k = 0; k < t->n; k++) {
@@ -429,11 +450,11 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
       v[i] = (struct lt_sym){(uint32_t)(s->start - base), (uint32_t)(end - base),
                              (uint32_t)(max_end - base), 0};
       const char *name = t->str + s->name;
-      r[i] = (struct name_ref){name, strlen(name), (uint32_t)i};
+      r[i] = (struct name_ref){prefix_key(name), name, strlen(name), (uint32_t)i, 0, 0};
       i++;
     }
-    int ok = emit_names(r, n, v, out);
-    munmap(r, ref_bytes);
+    int ok = emit_names(sort_refs(r, r + n, n), n, v, out);
+    munmap(refs, ref_bytes);
     if (ok) {
       out->syms = v;
       out->n = n;
