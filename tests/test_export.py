@@ -184,6 +184,54 @@ def test_no_malloc_on_the_prediction_path(harness, eval_split, tmp_path):
     assert out["revalidations"] > 0  # the cache's own model runs were counted too
 
 
+def _anonymous_kib() -> int:
+    for line in pathlib.Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1])
+    raise AssertionError("no Anonymous line in /proc/self/smaps_rollup")
+
+
+def test_predictors_cost_their_memo_only_once_they_predict(exported_model, eval_split):
+    """A predictor's frame memo (4096 entries, ~160 KiB) is an anonymous mapping left
+    unbacked until predictions write it: the in-process runtime creates 4 predictors in
+    every process that serves a model and a program predicting from one thread at a
+    time runs only the first (inprocess/src/online.c, pool_take).  Zeroed at creation,
+    the four memos were ~640 KiB of every such process.  Predictions through a memo
+    that has seen the frames equal those of a fresh predictor."""
+    import ctypes
+
+    from export import serve
+
+    _, export_dir = exported_model
+    lib = ctypes.CDLL(serve.model_plugin(str(export_dir)))
+    lib.lifetime_predictor_create.restype = ctypes.c_void_p
+    lib.lifetime_predict_frames.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+                                            ctypes.POINTER(ctypes.c_size_t), ctypes.c_int,
+                                            ctypes.POINTER(ctypes.c_float)]
+    lib.lifetime_predictor_destroy.argtypes = [ctypes.c_void_p]
+    lib.lifetime_predictor_create()  # the library's own first-use allocations
+    before = _anonymous_kib()
+    predictors = [lib.lifetime_predictor_create() for _ in range(4)]
+    grown = _anonymous_kib() - before
+    assert all(predictors)
+    assert grown < 160, f"4 predictors took {grown} KiB of anonymous memory"
+
+    def predict(p, frames):
+        arr = (ctypes.c_char_p * len(frames))(*[f.encode() for f in frames])
+        lengths = (ctypes.c_size_t * len(frames))(*[len(f.encode()) for f in frames])
+        probs = (ctypes.c_float * 8)()
+        cls = lib.lifetime_predict_frames(p, arr, lengths, len(frames), probs)
+        return cls, list(probs)
+
+    stacks = [list(s) for s in eval_split[0][:100]]
+    seen = [predict(predictors[0], s) for s in stacks]  # fills predictor 0's memo
+    again = [predict(predictors[0], s) for s in stacks]  # through it
+    fresh = [predict(predictors[1], s) for s in reversed(stacks)][::-1]
+    assert seen == again == fresh and len({cls for cls, _ in seen}) >= 1
+    for p in predictors:
+        lib.lifetime_predictor_destroy(p)
+
+
 def test_prediction_cache(harness):
     proc = _run(harness, "cache")
     for name in ["hit_miss", "revalidation_max_on_disagree", "aliasing", "keys_spread",

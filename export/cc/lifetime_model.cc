@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "lifetime_model_data.h"
 #include "lifetime_model_xla.h"
@@ -84,8 +85,8 @@ void FillFrame(const char* s, size_t n, int32_t* slot) {
 // program predicts (the same functions in many contexts), and tokenizing a clang frame
 // costs about 60 cycles a token, mostly misses in the vocabulary table; the memo costs
 // one hash of the string.  Direct-mapped, keyed by the string's hash and length (a false
-// hit needs a 64-bit collision); allocated with the predictor, so the prediction path
-// still never allocates.  Frames over kMaxBytes are tokenized every time.
+// hit needs a 64-bit collision); mapped with the predictor (Predictor::Impl), so the
+// prediction path still never allocates.  Frames over kMaxBytes are tokenized every time.
 struct FrameMemo {
   static constexpr int kEntries = 4096;
   static constexpr size_t kMaxBytes = 512;
@@ -203,8 +204,24 @@ int32_t Vocabulary::Id(const char* token, size_t length) const noexcept {
 struct Predictor::Impl {
   ::lifetime_model_aot::LifetimeModelXla fn;
   float probs[generated::kNumClasses];
-  FrameMemo memo{};
-  Impl() : fn(::lifetime_model_aot::LifetimeModelXla::AllocMode::ARGS_VARIABLES_RESULTS_PROFILES_AND_TEMPS) {}
+  // The memo in its own anonymous mapping, whose pages stay unbacked until a prediction
+  // writes them: a process pays for the memo of a predictor it uses (the in-process
+  // runtime creates 4 at start-up and a single-threaded program uses one), not 160 KiB
+  // of zeroes for each.  Without the mapping, predictions go without a memo (the same
+  // ids, tokenized each time).
+  FrameMemo* memo = nullptr;
+  static_assert(std::is_trivially_default_constructible<FrameMemo>::value,
+                "constructing the memo must not write its pages");
+  Impl() : fn(::lifetime_model_aot::LifetimeModelXla::AllocMode::ARGS_VARIABLES_RESULTS_PROFILES_AND_TEMPS) {
+    void* p = mmap(nullptr, sizeof(FrameMemo), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) memo = new (p) FrameMemo;  // all zero: every entry empty
+  }
+  ~Impl() {
+    if (memo) munmap(memo, sizeof(FrameMemo));
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   int Run() {
     if (!fn.Run()) return -1;
@@ -241,7 +258,7 @@ Predictor::~Predictor() { delete impl_; }
 int Predictor::PredictFrames(const char* const* frames, const size_t* lengths,
                              int num_frames) noexcept {
   if (!impl_ || num_frames < 0 || (num_frames > 0 && !frames)) return -1;
-  FillSlots(frames, lengths, num_frames, impl_->fn.arg_feed_token_ids_data(), &impl_->memo);
+  FillSlots(frames, lengths, num_frames, impl_->fn.arg_feed_token_ids_data(), impl_->memo);
   return impl_->Run();
 }
 

@@ -53,6 +53,21 @@ static char pool_names[POOL][LT_MAX_FRAMES][NAME_CAP];
 static uintptr_t pool_stack[POOL][LT_MAX_FRAMES];
 static size_t pool_lengths[POOL][LT_MAX_FRAMES];
 static const char *pool_ptrs[POOL][LT_MAX_FRAMES];
+/* A predictor for a model run, locked: the first free one, lowest first, so that a
+ * program that predicts from one thread at a time only ever runs predictor 0 (the
+ * others' buffers, untouched, cost no memory: a new export maps its memo unbacked);
+ * when all are busy, the thread's own (tid % POOL), waited for.  Any predictor gives
+ * the same prediction. */
+static unsigned pool_take(uint32_t tid) NO_THREAD_SAFETY_ANALYSIS {
+  for (unsigned s = 0; s < POOL; s++)
+    if (lt_lock_try(&pool_lock[s])) return s;
+  unsigned s = tid % POOL;
+  lt_lock_acquire(&pool_lock[s]);
+  return s;
+}
+static void pool_give(unsigned slot) NO_THREAD_SAFETY_ANALYSIS {
+  lt_lock_release(&pool_lock[slot]);
+}
 static const char **pool_frame_ptrs(unsigned slot, int n) {
   for (int i = 0; i < n; i++) pool_ptrs[slot][i] = pool_names[slot][i];
   return pool_ptrs[slot];
@@ -225,14 +240,13 @@ int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra, uintp
   if (depth > LT_MAX_FRAMES) depth = LT_MAX_FRAMES;
   int start = context_of(addresses, depth);
   if (start < depth) ra = addresses[start];
-  unsigned slot = (unsigned)lt_tls.tid % POOL;
-  struct frames_ctx ctx = {addresses, start, depth, pool_names[slot], NULL, -1, 0, 0, slot};
   lifetime_cache *cache = api.cache_tl();
   lifetime_cache_stats before, after;
   api.cache_stats(cache, &before);
-  lt_lock_acquire(&pool_lock[slot]);
+  unsigned slot = pool_take(lt_tls.tid);
+  struct frames_ctx ctx = {addresses, start, depth, pool_names[slot], NULL, -1, 0, 0, slot};
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
-  lt_lock_release(&pool_lock[slot]);
+  pool_give(slot);
   api.cache_stats(cache, &after);
   *cache_hit = after.misses == before.misses;
   *ns = lt_mono_ns() - t0;
@@ -307,14 +321,13 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
     int cls = api.cache_lookup(cache, ra, height, size);
     if (LT_LIKELY(cls >= 0)) return out->cls = cls;
   }
-  unsigned slot = t->tid % POOL;
+  unsigned slot = pool_take(t->tid);
   struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
-  lt_lock_acquire(&pool_lock[slot]);
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
   if (LT_UNLIKELY(ctx.frames >= 0) && served_hook)
     served_hook(cls, (const char *const *)pool_frame_ptrs(slot, ctx.frames), ctx.lengths,
                 ctx.frames, ctx.depth);
-  lt_lock_release(&pool_lock[slot]);
+  pool_give(slot);
   out->cls = cls;
   out->frames = ctx.frames;
   if (LT_LIKELY(ctx.frames < 0)) return cls;

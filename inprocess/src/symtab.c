@@ -20,49 +20,26 @@
  *   - allocator frames are stripped from the top by the rules of
  *     symbolize.strip_allocator_frames (rules 1-4; there are no inline frames here).
  *
- * Indexing (lt_symtab_refresh) runs at start-up and after each dlopen, never inside
- * an allocation: it maps each module's file read-only and builds sorted symbol arrays
- * in mmap'd memory.  Lookups only read that memory.  Modules are appended, never
- * removed (a dlclose'd module's file mapping stays valid), and published with a
- * release store of the count, so lookups take no lock.
+ * Indexing (lt_symtab_refresh; symtab_index.c) runs at start-up and after a dlopen
+ * (the sampler's flush; the allocator's model path, at most once a second, in the
+ * allocation whose model run comes due: online.c refresh_due): it reads each new
+ * module's file (and its debug file) into compact tables in an index arena -- 16-byte
+ * entries and front-coded names of the symbols kept -- and unmaps the files.  Lookups
+ * only read the arena, with no malloc and no lock: modules are appended, never
+ * removed (a dlclose'd module's index stays valid), and published with a release
+ * store of the count.
  */
 #include "symtab.h"
 
-#include <elf.h>
-#include <fcntl.h>
 #include <libiberty/demangle.h>
 #include <link.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "symtab_index.h"
 
 #define LT_SYM_MODULES 1024
-
-struct lt_sym {
-  uint64_t start, size, max_end; /* max_end: max end over entries [0..i] */
-  uint32_t name;                 /* offset in the table's string section */
-  uint32_t rank;
-};
-
-struct lt_symtable {
-  const struct lt_sym *syms;
-  size_t n;
-  const char *str;
-  size_t str_size;
-};
-
-struct lt_module {
-  uintptr_t bias;
-  uintptr_t lo, hi;              /* span of the PT_LOAD segments, in process addresses */
-  char path[PATH_MAX];
-  const char *base;              /* basename of path */
-  const char *name;              /* version-free name (lt_module_name), in path */
-  size_t name_len;
-  struct lt_symtable tab[2];     /* .symtab, .dynsym */
-};
 
 static struct lt_module *modules; /* LT_SYM_MODULES entries, mmap'd */
 static _Atomic size_t module_count;
@@ -116,295 +93,6 @@ size_t lt_module_name(const char *path, size_t len, const char **start) {
   return m ? m : base_len;
 }
 
-/* ---------------- building ---------------- */
-
-static int sym_less(const struct lt_sym *a, const struct lt_sym *b, const char *str) {
-  if (a->start != b->start) return a->start < b->start;
-  if (a->size != b->size) return a->size < b->size;
-  if (a->rank != b->rank) return a->rank < b->rank;
-  return strcmp(str + a->name, str + b->name) < 0;
-}
-
-static void sift(struct lt_sym *v, size_t i, size_t n, const char *str) {
-  for (;;) {
-    size_t c = 2 * i + 1;
-    if (c >= n) return;
-    if (c + 1 < n && sym_less(&v[c], &v[c + 1], str)) c++;
-    if (!sym_less(&v[i], &v[c], str)) return;
-    struct lt_sym t = v[i]; v[i] = v[c]; v[c] = t;
-    i = c;
-  }
-}
-
-static void heapsort_syms(struct lt_sym *v, size_t n, const char *str) {
-  for (size_t i = n / 2; i-- > 0;) sift(v, i, n, str);
-  for (size_t k = n; k-- > 1;) {
-    struct lt_sym t = v[0]; v[0] = v[k]; v[k] = t;
-    sift(v, 0, k, str);
-  }
-}
-
-static uint32_t rank_of(const char *name, int bind) {
-  uint32_t b = bind == STB_GLOBAL ? 0 : (bind == STB_WEAK || bind == STB_GNU_UNIQUE) ? 1
-             : bind == STB_LOCAL ? 2 : 3;
-  uint32_t u = 0;
-  while (name[u] == '_' && u < 15) u++;
-  return b * 16 + u;
-}
-
-/* Reads one symbol section of a mapped ELF file into a sorted, de-duplicated table. */
-static void read_table(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec, int type,
-                       struct lt_symtable *out) {
-  memset(out, 0, sizeof *out);
-  for (int i = 0; i < nsec; i++) {
-    if (sh[i].sh_type != (Elf64_Word)type || sh[i].sh_entsize != sizeof(Elf64_Sym)) continue;
-    if (sh[i].sh_link >= (Elf64_Word)nsec) return;
-    const Elf64_Shdr *strs = &sh[sh[i].sh_link];
-    if (sh[i].sh_offset + sh[i].sh_size > len || strs->sh_offset + strs->sh_size > len) return;
-    const Elf64_Sym *syms = (const Elf64_Sym *)(file + sh[i].sh_offset);
-    size_t count = sh[i].sh_size / sizeof(Elf64_Sym);
-    const char *str = (const char *)file + strs->sh_offset;
-    size_t str_size = strs->sh_size;
-    if (str_size == 0 || str[str_size - 1] != 0) return;
-    size_t keep = 0;
-    for (size_t k = 0; k < count; k++) {
-      int t = ELF64_ST_TYPE(syms[k].st_info);
-      if ((t == STT_FUNC || t == STT_GNU_IFUNC) && syms[k].st_shndx != SHN_UNDEF &&
-          syms[k].st_size && syms[k].st_name && syms[k].st_name < str_size)
-        keep++;
-    }
-    if (!keep) return;
-    struct lt_sym *v = lt_map(keep * sizeof *v);
-    if (!v) return;
-    size_t n = 0;
-    for (size_t k = 0; k < count; k++) {
-      int t = ELF64_ST_TYPE(syms[k].st_info);
-      if (!((t == STT_FUNC || t == STT_GNU_IFUNC) && syms[k].st_shndx != SHN_UNDEF &&
-            syms[k].st_size && syms[k].st_name && syms[k].st_name < str_size))
-        continue;
-      v[n++] = (struct lt_sym){.start = syms[k].st_value, .size = syms[k].st_size,
-                               .name = syms[k].st_name,
-                               .rank = rank_of(str + syms[k].st_name,
-                                               ELF64_ST_BIND(syms[k].st_info))};
-    }
-    heapsort_syms(v, n, str);
-    size_t m = 0; /* equal (start, size): the first (best rank, then name) stays */
-    for (size_t k = 0; k < n; k++)
-      if (!m || v[k].start != v[m - 1].start || v[k].size != v[m - 1].size) v[m++] = v[k];
-    uint64_t max_end = 0;
-    for (size_t k = 0; k < m; k++) {
-      if (v[k].start + v[k].size > max_end) max_end = v[k].start + v[k].size;
-      v[k].max_end = max_end;
-    }
-    *out = (struct lt_symtable){.syms = v, .n = m, .str = str, .str_size = str_size};
-    return;
-  }
-}
-
-/* Maps an ELF file read-only; its section headers in *sh (NULL if not ELF64). */
-static const uint8_t *map_elf(const char *path, size_t *len, const Elf64_Shdr **sh, int *nsec) {
-  *sh = NULL;
-  int fd = lt_open_high(path, O_RDONLY, 0);
-  if (fd < 0) return NULL;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(Elf64_Ehdr)) { close(fd); return NULL; }
-  *len = (size_t)st.st_size;
-  const uint8_t *file = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (file == MAP_FAILED) return NULL;
-  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)file;
-  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh->e_shentsize != sizeof(Elf64_Shdr) ||
-      eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) > *len) {
-    munmap((void *)file, *len);
-    return NULL;
-  }
-  *sh = (const Elf64_Shdr *)(file + eh->e_shoff);
-  *nsec = eh->e_shnum;
-  return file;
-}
-
-/* The GNU build-id note's bytes (length, 0 if none). */
-static size_t build_id(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec,
-                       const uint8_t **id) {
-  for (int i = 0; i < nsec; i++) {
-    if (sh[i].sh_type != SHT_NOTE || sh[i].sh_offset + sh[i].sh_size > len) continue;
-    const uint8_t *p = file + sh[i].sh_offset, *end = p + sh[i].sh_size;
-    while (p + sizeof(Elf64_Nhdr) <= end) {
-      const Elf64_Nhdr *nh = (const Elf64_Nhdr *)p;
-      const uint8_t *name = p + sizeof *nh;
-      const uint8_t *desc = name + ((nh->n_namesz + 3) & ~3u);
-      if (desc + nh->n_descsz > end) break;
-      if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
-        *id = desc;
-        return nh->n_descsz;
-      }
-      p = desc + ((nh->n_descsz + 3) & ~3u);
-    }
-  }
-  return 0;
-}
-
-/* CRC-32 (zlib's, as .gnu_debuglink records it); the table is built under index_lock. */
-static uint32_t crc32_of(const uint8_t *p, size_t n) {
-  static uint32_t table[256];
-  static int ready;
-  if (!ready) {
-    for (uint32_t i = 0; i < 256; i++) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      table[i] = c;
-    }
-    ready = 1;
-  }
-  uint32_t c = 0xffffffffu;
-  for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-  return c ^ 0xffffffffu;
-}
-
-/* The first section with contents named `wanted`, inside the mapping; NULL if there is
- * none (or it runs past the file's end). */
-static const Elf64_Shdr *find_section(const uint8_t *file, size_t len, const Elf64_Shdr *sh,
-                                      int nsec, const char *wanted) {
-  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)file;
-  if (eh->e_shstrndx >= nsec) return NULL;
-  const Elf64_Shdr *names = &sh[eh->e_shstrndx];
-  if (names->sh_offset + names->sh_size > len) return NULL;
-  for (int i = 0; i < nsec; i++) {
-    if (sh[i].sh_name >= names->sh_size || sh[i].sh_type == SHT_NOBITS) continue;
-    const char *sname = (const char *)file + names->sh_offset + sh[i].sh_name;
-    if (strncmp(sname, wanted, names->sh_size - sh[i].sh_name) != 0) continue;
-    return sh[i].sh_offset + sh[i].sh_size > len ? NULL : &sh[i];
-  }
-  return NULL;
-}
-
-/* .gnu_debuglink: the file name (NUL-terminated in the mapping) and its CRC32. */
-static const char *debuglink(const uint8_t *file, size_t len, const Elf64_Shdr *sh, int nsec,
-                             uint32_t *crc) {
-  const Elf64_Shdr *s = find_section(file, len, sh, nsec, ".gnu_debuglink");
-  if (!s) return NULL;
-  const char *name = (const char *)file + s->sh_offset;
-  size_t n = strnlen(name, s->sh_size);
-  size_t at = (n + 4) & ~(size_t)3;
-  if (n == 0 || at + 4 > s->sh_size || memchr(name, '/', n)) return NULL;
-  memcpy(crc, name + at, 4); /* little-endian, like the file (x86-64) */
-  return name;
-}
-
-long lt_elf_section(const char *path, const char *name, void *out, size_t cap) {
-  size_t len = 0;
-  const Elf64_Shdr *sh;
-  int nsec = 0;
-  const uint8_t *file = map_elf(path, &len, &sh, &nsec);
-  if (!file) return -1;
-  const Elf64_Shdr *s = find_section(file, len, sh, nsec, name);
-  long size = s ? (long)s->sh_size : 0;
-  if (s && s->sh_size <= cap) memcpy(out, file + s->sh_offset, s->sh_size);
-  munmap((void *)file, len);
-  return size;
-}
-
-/* Uses path's .symtab for m if it is the module's debug file: the same build id (where
- * the module has one; required for a build-id path), and the recorded CRC32 for a
- * debuglink.  Returns 1 if used (the file stays mapped). */
-static int try_debug_file(struct lt_module *m, const char *path, const uint8_t *id, size_t idn,
-                          int by_link, uint32_t crc) {
-  size_t dlen;
-  const Elf64_Shdr *dsh;
-  int dn;
-  if (strcmp(path, m->path) == 0) return 0;
-  const uint8_t *dfile = map_elf(path, &dlen, &dsh, &dn);
-  if (!dfile) return 0;
-  const uint8_t *did;
-  size_t didn = build_id(dfile, dlen, dsh, dn, &did);
-  int ok = by_link ? crc32_of(dfile, dlen) == crc : 1;
-  if (ok && (!by_link || didn) && idn && (didn != idn || memcmp(did, id, idn) != 0)) ok = 0;
-  if (ok) read_table(dfile, dlen, dsh, dn, SHT_SYMTAB, &m->tab[0]);
-  if (ok && m->tab[0].n) return 1;
-  munmap((void *)dfile, dlen);
-  return 0;
-}
-
-/* The debug directories: LIFETIME_DEBUG_DIR (':'-separated), then /usr/lib/debug --
- * what `--debug-dir` gives the offline symbolizer.  Calls fn for each until it
- * returns 1. */
-static int each_debug_dir(int (*fn)(struct lt_module *, const char *, size_t, void *),
-                          struct lt_module *m, void *ctx) {
-  const char *env = getenv("LIFETIME_DEBUG_DIR");
-  for (const char *p = env; p && *p;) {
-    const char *e = strchr(p, ':');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (n && fn(m, p, n, ctx)) return 1;
-    p = e ? e + 1 : p + n;
-  }
-  return fn(m, "/usr/lib/debug", 14, ctx);
-}
-
-struct debug_query { const uint8_t *id; size_t idn; const char *link; uint32_t crc; };
-
-static int by_build_id(struct lt_module *m, const char *dir, size_t n, void *ctx) {
-  const struct debug_query *q = ctx;
-  static const char hex[] = "0123456789abcdef";
-  char path[PATH_MAX];
-  if (n + 12 + 2 * q->idn + 8 >= sizeof path) return 0;
-  memcpy(path, dir, n);
-  memcpy(path + n, "/.build-id/", 11);
-  size_t k = n + 11;
-  for (size_t i = 0; i < q->idn; i++) {
-    path[k++] = hex[q->id[i] >> 4];
-    path[k++] = hex[q->id[i] & 15];
-    if (i == 0) path[k++] = '/';
-  }
-  memcpy(path + k, ".debug", 7);
-  return try_debug_file(m, path, q->id, q->idn, 0, 0);
-}
-
-static int by_link_global(struct lt_module *m, const char *dir, size_t n, void *ctx) {
-  const struct debug_query *q = ctx; /* DIR/<module's dir>/name */
-  char path[PATH_MAX];
-  size_t dl = (size_t)(m->base - m->path); /* the module's dir, with its trailing '/' */
-  size_t ln = strlen(q->link);
-  if (n + dl + ln + 1 >= sizeof path) return 0;
-  memcpy(path, dir, n);
-  memcpy(path + n, m->path, dl);
-  memcpy(path + n + dl, q->link, ln + 1);
-  return try_debug_file(m, path, q->id, q->idn, 1, q->crc);
-}
-
-static void index_file(struct lt_module *m) {
-  size_t len;
-  const Elf64_Shdr *sh;
-  int nsec;
-  const uint8_t *file = map_elf(m->path, &len, &sh, &nsec);
-  if (!file) return;
-  read_table(file, len, sh, nsec, SHT_SYMTAB, &m->tab[0]);
-  read_table(file, len, sh, nsec, SHT_DYNSYM, &m->tab[1]);
-  /* No .symtab: a separate debug file, looked up as offline (symbolize.find_debug_file):
-   * by build id under the debug directories (D/.build-id/xx/yyyy.debug), then by
-   * .gnu_debuglink (beside the module, in .debug/ beside it, D/<module's dir>/name). */
-  if (!m->tab[0].n) {
-    struct debug_query q = {0};
-    q.idn = build_id(file, len, sh, nsec, &q.id);
-    if (q.idn > 64) q.idn = 0;
-    if (q.idn >= 2 && each_debug_dir(by_build_id, m, &q)) return;
-    q.link = debuglink(file, len, sh, nsec, &q.crc);
-    if (q.link) {
-      char path[PATH_MAX];
-      size_t dl = (size_t)(m->base - m->path), ln = strlen(q.link);
-      if (dl + ln + 8 < sizeof path) {
-        memcpy(path, m->path, dl);
-        memcpy(path + dl, q.link, ln + 1);
-        if (try_debug_file(m, path, q.id, q.idn, 1, q.crc)) return;
-        memcpy(path + dl, ".debug/", 7);
-        memcpy(path + dl + 7, q.link, ln + 1);
-        if (try_debug_file(m, path, q.id, q.idn, 1, q.crc)) return;
-      }
-      each_debug_dir(by_link_global, m, &q);
-    }
-  }
-  /* The files stay mapped: the tables point at their string sections. */
-}
 
 static int add_module(struct dl_phdr_info *info, size_t size, void *ctx) {
   (void)size; (void)ctx;
@@ -438,11 +126,12 @@ static int add_module(struct dl_phdr_info *info, size_t size, void *ctx) {
   m->bias = info->dlpi_addr;
   m->lo = lo;
   m->hi = hi;
-  lt_strlcpy(m->path, path, sizeof m->path);
+  m->path = lt_symtab_strdup(path);
+  if (!m->path) return 0;
   const char *slash = strrchr(m->path, '/');
   m->base = slash ? slash + 1 : m->path;
   m->name_len = lt_module_name(m->path, strlen(m->path), &m->name);
-  index_file(m);
+  lt_symtab_index(m);
   atomic_store_explicit(&module_count, n + 1, memory_order_release);
   return 0;
 }
@@ -469,18 +158,56 @@ static const struct lt_module *module_of(uintptr_t a) {
   return NULL;
 }
 
-static const char *lookup(const struct lt_symtable *t, uint64_t v) {
-  size_t lo = 0, hi = t->n; /* first entry with start > v */
+/* The innermost symbol containing v: among the entries that contain it, the latest
+ * start, then the smallest (entries are sorted by start, then size, and no two have
+ * the same range).  The walk back from the last start <= v ends where max_end says no
+ * earlier entry reaches v, or at a start below the best found. */
+/* A compact table's name: the long name, or its block decoded up to it into buf
+ * (FC_MAX + 1 bytes). */
+static const char *name_of(const struct lt_symtable *t, uint32_t name, char *buf) {
+  if (name & FC_LONG) return t->str + (name & ~FC_LONG);
+  const char *p = t->code + t->blocks[name / FC_BLOCK];
+  uint32_t k = name % FC_BLOCK;
+  if (!k) return p;
+  size_t len = strlen(p);
+  memcpy(buf, p, len + 1);
+  p += len + 1;
+  while (k--) {
+    size_t shared = (unsigned char)*p++;
+    len = strlen(p);
+    memcpy(buf + shared, p, len + 1);
+    p += len + 1;
+  }
+  return buf;
+}
+
+static const char *lookup(const struct lt_symtable *t, uint64_t v, char *buf) {
+  if (t->syms) {
+    if (v < t->base || v - t->base > UINT32_MAX) return NULL; /* no entry reaches v */
+    uint32_t r = (uint32_t)(v - t->base);
+    const struct lt_sym *s = t->syms;
+    size_t lo = 0, hi = t->n; /* first entry with start > r */
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (s[mid].start <= r) lo = mid + 1; else hi = mid;
+    }
+    const struct lt_sym *best = NULL;
+    for (size_t j = lo; j-- > 0 && s[j].max_end > r;) {
+      if (best && s[j].start < best->start) break;
+      if (r < s[j].end && (!best || s[j].end < best->end)) best = &s[j];
+    }
+    return best ? name_of(t, best->name, buf) : NULL;
+  }
+  const struct lt_sym_wide *s = t->wide;
+  size_t lo = 0, hi = s ? t->n : 0;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (t->syms[mid].start <= v) lo = mid + 1; else hi = mid;
+    if (s[mid].start <= v) lo = mid + 1; else hi = mid;
   }
-  const struct lt_sym *best = NULL;
-  for (size_t j = lo; j-- > 0 && t->syms[j].max_end > v;) {
-    const struct lt_sym *s = &t->syms[j];
-    if (v < s->start + s->size &&
-        (!best || s->start > best->start || (s->start == best->start && s->size < best->size)))
-      best = s;
+  const struct lt_sym_wide *best = NULL;
+  for (size_t j = lo; j-- > 0 && s[j].max_end > v;) {
+    if (best && s[j].start < best->start) break;
+    if (v < s[j].end && (!best || s[j].end - s[j].start < best->end - best->start)) best = &s[j];
   }
   return best ? t->str + best->name : NULL;
 }
@@ -506,8 +233,9 @@ size_t lt_symbolize(uintptr_t return_address, char *buf, size_t cap, const char 
   *module_base = m ? m->base : "";
   if (!m) { append("<unknown+?>", 11, &k); return k.len; }
   uint64_t v = (uint64_t)(return_address - 1 - m->bias);
-  const char *name = lookup(&m->tab[0], v);
-  if (!name) name = lookup(&m->tab[1], v);
+  char decoded[FC_MAX + 1];
+  const char *name = lookup(&m->tab[0], v, decoded);
+  if (!name) name = lookup(&m->tab[1], v, decoded);
   if (!name) {
     append("<", 1, &k);
     append(m->name, m->name_len, &k);
