@@ -60,19 +60,23 @@ std::string bounds_text(const uint64_t* b, int n) {
 
 // The first kServed model runs' contexts (class, frame strings as the model read them),
 // for the stats file: what the allocator served, to be checked against the offline
-// pipeline.  Static memory (bss: touched only as used), written under the predictor's
-// lock in online.c, published per record.  Every member has a zero initializer, so the
-// array is constant-initialized: with one member left uninitialized it was initialized
-// at start-up, and its 516 KiB were resident in every process, model or not.
+// pipeline.  Static memory (bss: touched only as used; every member zero-initialized, so
+// nothing is written at start-up), written under the predictor's lock in online.c,
+// published per record.  The strings go one after another into one pool, so 128 records
+// touch what their names take (~50 KiB), not 128 x 16 x 256 bytes; a record whose
+// strings no longer fit is kept with no frames.
 constexpr int kServed = 128, kServedFrames = 16, kServedName = 256;
+constexpr uint32_t kServedPool = 96 * 1024;
 struct Served {
   std::atomic<bool> ready{false};
   int cls = 0, n = 0, depth = 0;
+  uint32_t off[kServedFrames] = {};
   uint16_t len[kServedFrames] = {};
-  char text[kServedFrames][kServedName] = {};
 };
 Served g_served[kServed];
+char g_served_text[kServedPool] = {};
 std::atomic<int> g_served_count{0};
+std::atomic<uint32_t> g_served_used{0};
 
 void on_served(int cls, const char* const* frames, const size_t* lengths, int n, int depth) {
   int i = g_served_count.fetch_add(1, std::memory_order_relaxed);
@@ -80,11 +84,17 @@ void on_served(int cls, const char* const* frames, const size_t* lengths, int n,
   Served& s = g_served[i];
   s.cls = cls;
   s.depth = depth;
-  s.n = n < kServedFrames ? n : kServedFrames;
-  for (int f = 0; f < s.n; ++f) {
-    size_t len = lengths[f] < size_t(kServedName) ? lengths[f] : size_t(kServedName);
-    std::memcpy(s.text[f], frames[f], len);
-    s.len[f] = uint16_t(len);
+  n = n < kServedFrames ? n : kServedFrames;
+  uint32_t total = 0;
+  for (int f = 0; f < n; ++f) total += uint32_t(lengths[f] < size_t(kServedName) ? lengths[f] : size_t(kServedName));
+  const uint32_t at = g_served_used.fetch_add(total, std::memory_order_relaxed);
+  s.n = at + total <= kServedPool ? n : 0;
+  for (int f = 0, o = int(at); f < s.n; ++f) {
+    const uint16_t len = uint16_t(lengths[f] < size_t(kServedName) ? lengths[f] : size_t(kServedName));
+    std::memcpy(g_served_text + o, frames[f], len);
+    s.off[f] = uint32_t(o);
+    s.len[f] = len;
+    o += len;
   }
   s.ready.store(true, std::memory_order_release);
 }
@@ -181,7 +191,7 @@ class ModelPredictor final : public Predictor {
       j.kv("depth", s.depth);
       j.key("frames");
       j.begin_array();
-      for (int f = 0; f < s.n; ++f) j.value(std::string(s.text[f], s.len[f]));
+      for (int f = 0; f < s.n; ++f) j.value(std::string(g_served_text + s.off[f], s.len[f]));
       j.end_array();
       j.end_object();
     }
