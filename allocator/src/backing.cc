@@ -207,7 +207,7 @@ void Backing::dense(uint64_t id) {
   }
   if (!collapse_) return;
   a |= bit;
-  if (collapse_works_ && nqueued_ < kQueue) queue_[nqueued_++] = page;
+  if (collapse_works_ && nqueued_ < kQueue) queue_[nqueued_++] = {page, now_};
 }
 
 #ifndef MADV_COLLAPSE
@@ -217,8 +217,8 @@ void Backing::dense(uint64_t id) {
 void Backing::collapse_some() {
   next_collapse_ns_ = now_ + kCollapseEveryNs;
   unsigned done = 0, i = 0;
-  for (; i < nqueued_ && done < kCollapsePerTick; ++i) {
-    const uint64_t page = queue_[i];
+  for (; i < nqueued_ && done < kCollapsePerTick && queue_[i].at + kCollapseAfterNs <= now_; ++i) {
+    const uint64_t page = queue_[i].page;
     if (!(advised_[page / 64] >> (page % 64) & 1)) continue;  // released or broken since
     ++done;
     if (madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_COLLAPSE) == 0) {

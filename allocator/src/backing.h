@@ -42,6 +42,10 @@ class Backing {
   bool collapse() const { return collapse_; }
   static constexpr uint64_t kCollapseEveryNs = 100000000;  // 100 ms
   static constexpr unsigned kCollapsePerTick = 4;           // at most 80 MiB/s copied
+  // A page is collapsed once it has been dense this long (still advised then): a program
+  // that churns through memory (a stress test, a GC cycle) frees most dense pages before
+  // a copy would pay off.
+  static constexpr uint64_t kCollapseAfterNs = 1000000000;  // 1 s
   uint64_t collapsed_pages() const { return collapsed_; }
   uint64_t collapse_failures() const { return collapse_failed_; }
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
@@ -136,7 +140,8 @@ class Backing {
   uint64_t* advised_ = nullptr;     // bit per heap page: MADV_HUGEPAGE by dense() (collapse)
   bool collapse_ = false, collapse_works_ = true;
   static constexpr unsigned kQueue = 256;
-  uint64_t queue_[kQueue];          // global heap pages to collapse, oldest first
+  struct Queued { uint64_t page, at; };
+  Queued queue_[kQueue];            // global heap pages to collapse, oldest first
   unsigned nqueued_ = 0;
   uint64_t next_collapse_ns_ = 0, collapsed_ = 0, collapse_failed_ = 0;
   void collapse_some();
