@@ -148,30 +148,14 @@ std::string report_json(const Results& r, const EngineOptions& opts) {
   j.end_object();
   j.end_object();
 
-  j.key("snapshots");
-  j.begin_array();
-  for (const auto& s : r.snapshots) {
-    j.begin_object();
-    j.kv("t_ns", s.t);
-    j.key("huge_pages");
-    j.begin_object();
-    for (size_t i = 0; i < r.allocators.size(); ++i) {
-      j.key(r.allocators[i].name);
-      j.raw(s.pages_json[i]);
-    }
-    j.end_object();
-    j.end_object();
-  }
-  j.end_array();
-  // Only when asked for (the report is otherwise as it was): fragmentation attribution
-  // and the counterfactual heaps' groups (attribution.h).
-  if (!opts.attribute_at_ns.empty()) {
-    j.key("attributions");
+  // Per time, per allocator, a JSON text the engine made (page snapshots, attributions).
+  auto per_time = [&](const char* key, const auto& list, const char* inner) {
+    j.key(key);
     j.begin_array();
-    for (const auto& s : r.attributions) {
+    for (const auto& s : list) {
       j.begin_object();
       j.kv("t_ns", s.t);
-      j.key("allocators");
+      j.key(inner);
       j.begin_object();
       for (size_t i = 0; i < r.allocators.size(); ++i) {
         j.key(r.allocators[i].name);
@@ -181,7 +165,11 @@ std::string report_json(const Results& r, const EngineOptions& opts) {
       j.end_object();
     }
     j.end_array();
-  }
+  };
+  per_time("snapshots", r.snapshots, "huge_pages");
+  // Only when asked for (the report is otherwise as it was): fragmentation attribution
+  // and the counterfactual heaps' groups (attribution.h).
+  if (!opts.attribute_at_ns.empty()) per_time("attributions", r.attributions, "allocators");
   if (!opts.isolate.empty()) {
     j.key("isolate");
     j.begin_object();
