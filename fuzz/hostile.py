@@ -498,6 +498,12 @@ def cli_cases(b: dict, work: pathlib.Path) -> list[Case]:
             [str(d / "x.ltprof"), "--train", DS, "--out", OUT],
             [P, "--train", str(fifo_ds), "--out", OUT], [P, "--train", MISSING, "--out", OUT],
             [P, "--train", DS, "--out", str(a_file)], [P, "--out", OUT]],
+        "fragmentation": [*[[P, "--out", OUT, *o] for o in (
+            ["--at", "nan"], ["--at", "-1"], ["--rerun", "65"], ["--rerun", "-1"], ["--top", "0"],
+            ["--steady-samples", "0"], ["--policy", "bogus"], ["--predictor", "bogus:1"],
+            ["--model", MISSING], ["--model", str(d)], ["--train", MISSING])],
+            [MISSING, "--out", OUT], [str(d), "--out", OUT], [str(fifo), "--out", OUT],
+            [P, "--out", str(a_file)], [P, "--out", ro + "/x"]],
         "pprof": [[P, "-o", str(d)], [P, "-o", ro + "/x.pb.gz"], [P, "-o", OUT, "--view", "bogus"],
                   [str(fifo), "-o", str(d / "x.pb.gz")], [MISSING, "-o", str(d / "y.pb.gz")]],
         "import": [["--format", "bogus", P, "-o", OUT], [str(fifo), "-o", OUT],
