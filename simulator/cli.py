@@ -77,6 +77,11 @@ def add_parser(sub) -> None:
                    help="LLAMA's policy for every LLAMA row (default: the paper's); e.g. "
                         "occupancy:0.9,own-blocks,span-fit,medium-spans,fine-lines,divert-mixed "
                         "(simulator/README.md, 'Policy switches')")
+    p.add_argument("--feature-oracles", nargs="*", default=None, metavar="FEATURE",
+                   help="also run the feature oracles (issue 34: the context oracles keyed by the "
+                        "context plus one feature, computed from the trace; simulator/features.py): "
+                        "the features named, or all of them (size thread time rate prev1 prev2 "
+                        "stack) when none is named")
     p.add_argument("--check-invariants", action="store_true",
                    help="check the heap invariants after every event (slow)")
     p.add_argument("--run-records", type=options.positive_int(1 << 26), default=None,
@@ -229,7 +234,21 @@ def _prepare_model(args: argparse.Namespace, checked: _Checked, side: dict, tbl)
         raise SimulateError(str(e)) from None
 
 
-def _predictor_specs(tbl, mi) -> list[str]:
+def _feature_oracles(args: argparse.Namespace, checked: _Checked, trace_path: str, tbl):
+    """With --feature-oracles: their object class files under OUT/tables (None without)."""
+    if args.feature_oracles is None:
+        return None
+    from simulator import features
+    names = args.feature_oracles or list(features.FEATURES)
+    for n in names:
+        if n not in features.FEATURES:
+            raise SimulateError(f"--feature-oracles {n}: expected one of {', '.join(features.FEATURES)}")
+    return features.write_feature_oracles(trace_path, tbl.stack_context, checked.scheme,
+                                          os.path.join(args.out, "tables"), names,
+                                          deadline_k=args.deadline_k, progress=_say)
+
+
+def _predictor_specs(tbl, mi, fo=None) -> list[str]:
     """The engine's LLAMA rows, in report order."""
     specs = ["oracle", f"context_t95=table:{tbl.files['context_t95']}",
              f"context_cost=table:{tbl.files['context_cost']}",
@@ -237,6 +256,8 @@ def _predictor_specs(tbl, mi) -> list[str]:
              f"one_class=constant:{tbl.majority}",
              # objects outside the rule's sizes get --table-default: the majority, as the tables
              "tcmalloc_rule=tcmalloc-rule:large", "tcmalloc_rule_all=tcmalloc-rule:all"]
+    if fo is not None:
+        specs[3:3] = [f"{label}=objects:{path}" for label, path in fo["files"].items()]
     if mi is not None:
         specs.append(f"model=model:{mi.contexts_file}")
     return specs
@@ -332,7 +353,8 @@ def run(args: argparse.Namespace) -> int:
     trace_path, side = _trace(args, checked)
     tbl = _fit_tables(args, checked, side, trace_path)
     mi = _prepare_model(args, checked, side, tbl)
-    specs = _predictor_specs(tbl, mi)
+    fo = _feature_oracles(args, checked, trace_path, tbl)
+    specs = _predictor_specs(tbl, mi, fo)
     served_path = os.path.join(args.out, *(("model",) if mi is not None else ()), "served.txt")
     sim_json = os.path.join(args.out, "simulation.json")
     sim = _simulate(args, trace_path, side, tbl, specs, served_path, sim_json)

@@ -26,6 +26,7 @@ import numpy as np
 from core.errors import printable
 from core.plots import pyplot, save_png
 from model.html_page import markdown_page
+from simulator.features import FEATURES as _FEATURES
 
 MB = 1 << 20
 FORMAT = "lifetime-simulate-report-v1"
@@ -39,6 +40,10 @@ VARIANTS = {
     "context_cost": ("context oracle (cost rule)",
                      "the class core.lifetimes.cost_rule picks from each context's bytes per "
                      "class in this trace: a perfect per-context distribution under the cost rule"),
+    **{f"context_{f}_{rule}": (f"context+{f} oracle, {'T95' if rule == 't95' else 'cost rule'}",
+                               f"the context oracle ({rule}) keyed by the context and one more "
+                               f"feature, {what} (simulator/features.py)")
+       for f, what in _FEATURES.items() for rule in ("t95", "cost")},
     "exact": ("exact-context table", "exact-context lookup table fit on the training dataset"),
     "site": ("site table", "allocation-site (first frame) lookup table fit on the training dataset"),
     "one_class": ("one class", "the training set's majority class for every object"),

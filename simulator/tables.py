@@ -136,8 +136,6 @@ def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
     censored at its age then (end_ns - alloc: the trace keeps no other observed age; its
     end is the profile's).  Weights are 1 (the trace is objects, not weighted samples).
     Keys without objects in the trace get no class."""
-    from pipeline.context_stats import ContextStats
-
     if scheme.clock != "wall":
         raise TableError(f"the trace replays wall-clock time; labels on the {scheme.clock!r} "
                          "clock cannot be computed from it")
@@ -154,17 +152,31 @@ def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
     except KeyError as e:
         raise TableError(f"{trace_path}: stack {e.args[0]} is not in the trace's side file") from None
     key_of = of_sid[inverse.reshape(-1)]
+    cls = context_t95_groups(header, rec, key_of, len(key_index), scheme)
+    return {key: int(cls[k]) for k, key in enumerate(key_index) if cls[k] >= 0}
+
+
+def context_t95_groups(header, rec, group: np.ndarray, ngroups: int, scheme) -> np.ndarray:
+    """The T95 class of each group of records (group: each record's group, 0..ngroups-1),
+    by the rule of context_t95_classes; -1 for a group without records.  The one place
+    the context oracles and the feature oracles (simulator/features.py) label a group."""
+    from pipeline.context_stats import ContextStats
+
+    if scheme.clock != "wall":
+        raise TableError(f"the trace replays wall-clock time; labels on the {scheme.clock!r} "
+                         "clock cannot be computed from it")
+    out = np.full(ngroups, -1, np.int64)
+    if not len(rec):
+        return out
     alloc, free = rec["alloc"], rec["free"]
     censored = free == np.iinfo(np.uint64).max
     # Integer differences first, then ms: (free - alloc) / NS_PER_MS, as lifetime_on_clock.
     life_ns = np.where(censored, np.uint64(header.end_ns) - alloc, free - alloc)
     life = life_ns.astype(np.float64) / NS_PER_MS
     sizes = np.asarray(rec["size"], np.uint64)
-    order = np.argsort(key_of, kind="stable")
-    bounds = np.searchsorted(key_of[order], np.arange(len(key_index) + 1))
-    names = list(key_index)
-    out = {}
-    for k, key in enumerate(names):
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
+    for k in range(ngroups):
         idx = order[bounds[k]:bounds[k + 1]]
         if not len(idx):
             continue
@@ -176,7 +188,7 @@ def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
         st.obs_size.frombytes(np.ascontiguousarray(sizes[idx]).tobytes())
         st.samples = len(idx)
         st.objects = float(len(idx))
-        out[key] = scheme.label(st.t95())
+        out[k] = scheme.label(st.t95())
     return out
 
 

@@ -324,3 +324,17 @@ def write_class_table(path: str | os.PathLike, table: dict[int, int] | Iterable[
         for stack, cls in items:
             f.write(f"{int(stack)} {int(cls)}\n")
     return os.fspath(path)
+
+
+OBJECT_CLASSES_MAGIC = b"LTOBJCLS"
+
+
+def write_object_classes(path: str | os.PathLike, classes) -> str:
+    """One class per record, in trace order, for the engine's objects:FILE predictor
+    (binary: b"LTOBJCLS", u64 count, u8 classes; simulator/src/predictor.cc)."""
+    data = bytes(bytearray(classes)) if not hasattr(classes, "tobytes") else classes.astype("u1").tobytes()
+    with open(path, "wb") as f:
+        f.write(OBJECT_CLASSES_MAGIC)
+        f.write(struct.pack("<Q", len(data)))
+        f.write(data)
+    return os.fspath(path)

@@ -20,7 +20,7 @@ const char kUsage[] =
     "usage: lifetime_simulate TRACE [options]\n"
     "Replays an object trace (.lttrace) through a TCMalloc-like baseline and one LLAMA\n"
     "instance per predictor, side by side, and writes a JSON report.\n"
-    "  --predictor SPEC        [LABEL=]oracle | table:FILE | constant:CLASS | model:CONTEXTS\n"
+    "  --predictor SPEC        [LABEL=]oracle | table:FILE | objects:FILE | constant:CLASS | model:CONTEXTS\n"
     "                          | tcmalloc-rule:large | tcmalloc-rule:all (repeatable)\n"
     "  --table-default CLASS   class of stacks missing from a table, and of objects the\n"
     "                          TCMalloc rule does not cover (default: inf)\n"

@@ -67,6 +67,50 @@ class TablePredictor final : public Predictor {
   int last_class_ = 0;
 };
 
+// objects:FILE -- one class per record of the trace, in the trace's order (a feature
+// oracle, simulator/features.py): "LTOBJCLS" magic, u64 count, then `count` u8 classes.
+// The engine asks each predictor once per record, in record order (engine.cc's do_alloc),
+// so the n-th call gets the n-th class; the policy still sees the record's own stack id.
+class ObjectClassPredictor final : public Predictor {
+ public:
+  ObjectClassPredictor(std::string path, int num_classes) : path_(std::move(path)) {
+    refuse_irregular(path_, "cannot open object class file");
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) throw SimError(path_ + ": cannot open object class file: " + std::strerror(errno));
+    char magic[8];
+    uint64_t n = 0;
+    if (!in.read(magic, 8) || std::memcmp(magic, "LTOBJCLS", 8) != 0 ||
+        !in.read(reinterpret_cast<char*>(&n), 8))
+      throw SimError(path_ + ": not an object class file (magic LTOBJCLS, u64 count)");
+    if (n > (uint64_t(1) << 40)) throw SimError(path_ + ": object count " + std::to_string(n) + " out of range");
+    cls_.resize(n);
+    if (n && !in.read(reinterpret_cast<char*>(cls_.data()), std::streamsize(n)))
+      throw SimError(path_ + ": holds fewer than its " + std::to_string(n) + " classes");
+    if (in.peek() != std::char_traits<char>::eof())
+      throw SimError(path_ + ": bytes after its " + std::to_string(n) + " classes");
+    for (uint64_t i = 0; i < n; ++i)
+      if (cls_[i] >= num_classes)
+        throw SimError(path_ + ": object " + std::to_string(i) + ": class " + std::to_string(int(cls_[i])) +
+                       " out of range (expected 0.." + std::to_string(num_classes - 1) + ")");
+  }
+  int predict(const ObjectRecord&) override {
+    if (next_ >= cls_.size())
+      throw SimError(path_ + ": the trace has more records than its " + std::to_string(cls_.size()) + " classes");
+    return cls_[next_++];
+  }
+  void describe(JsonWriter& j) const override {
+    j.kv("kind", "objects");
+    j.kv("file", path_);
+    j.kv("objects", uint64_t(cls_.size()));
+    j.kv("objects_predicted", uint64_t(next_));
+  }
+
+ private:
+  std::string path_;
+  std::vector<uint8_t> cls_;
+  uint64_t next_ = 0;
+};
+
 int parse_class(const std::string& s, int num_classes, const std::string& what) {
   char* end = nullptr;
   errno = 0;
@@ -133,6 +177,8 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, const ClassSc
       throw SimError("--table-default " + std::to_string(def) + ": the trace has " +
                      std::to_string(classes.num_classes()) + " classes");
     p = std::make_unique<TablePredictor>(arg, read_class_table(arg, classes.num_classes()), def);
+  } else if (kind == "objects" && !arg.empty()) {
+    p = std::make_unique<ObjectClassPredictor>(arg, classes.num_classes());
   } else if (kind == "model" && !arg.empty()) {
     p = make_model_predictor(arg, classes, opts);
   } else if (kind == "tcmalloc-rule" && (arg == "large" || arg == "all")) {
@@ -145,13 +191,13 @@ std::unique_ptr<Predictor> make_predictor(const std::string& spec, const ClassSc
     cfg.large_only = arg == "large";
     p = std::make_unique<TcmallocRulePredictor>(classes, def, cfg);
   } else {
-    throw SimError("--predictor " + spec + ": expected oracle, table:FILE, constant:CLASS, model:CONTEXTS, "
+    throw SimError("--predictor " + spec + ": expected oracle, table:FILE, objects:FILE, constant:CLASS, model:CONTEXTS, "
                    "tcmalloc-rule:large|all (optionally LABEL=...)");
   }
   if (label.empty()) {
     label = kind;
     if (kind == "constant" || kind == "tcmalloc-rule") label += ":" + arg;
-    if (kind == "table") {
+    if (kind == "table" || kind == "objects") {
       size_t slash = arg.find_last_of('/');
       label += ":" + (slash == std::string::npos ? arg : arg.substr(slash + 1));
     }

@@ -4,6 +4,9 @@
 //   table:FILE        a stack id -> class table (exact-stack or allocation-site table: which
 //                     stacks map to which class is the caller's business); stacks missing
 //                     from it get the default class (--table-default, default: inf)
+//   objects:FILE      one class per record, in trace order (binary: "LTOBJCLS", u64 count,
+//                     u8 classes; simulator/trace.py write_object_classes): the feature
+//                     oracles of simulator/features.py
 //   constant:C        every object in class C
 //   model:CONTEXTS    the exported model through its C API, behind the paper's
 //                     prediction cache (§2.3); CONTEXTS names the model plugin and holds

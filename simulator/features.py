@@ -1,0 +1,191 @@
+"""Feature oracles (issue 34 item 2): the context oracles of simulator/tables.py keyed by
+the allocation context PLUS one more feature, computed from the full trace.
+
+They measure, before anything is built, how much of the gap between the context oracle
+and the per-object oracle a feature could close: if even a perfect (context, feature)
+table -- each key's T95 class, or its cost-rule class, in this very trace -- does not
+get near the per-object oracle, no predictor with that input can.
+
+THE definitions (one place; per record of the trace, in trace order):
+
+  size    the exact requested size in bytes (the record's size);
+  thread  the allocating thread id (the record's thread_id);
+  time    time since the trace's first allocation, in TIME_BUCKETS equal parts of the
+          span from the first allocation to the trace's end (phase by position);
+  rate    phase by allocation rate: floor(log2(allocations in the record's
+          RATE_WINDOW_NS window since the first allocation)), the window's own count;
+  prev1   the context of the previous allocation on the same thread (by trace order;
+          none for a thread's first);
+  prev2   the contexts of the previous two allocations on the same thread (a pair);
+  stack   the whole stack: the trace's stack id (every frame the profiler kept, deeper
+          than the context definition keeps).
+
+A key is (context, feature value); its class is computed exactly as the context oracles'
+(tables.context_t95_groups: Kaplan-Meier T95 with objects live at the end censored at
+their age then, and the label scheme; the cost rule on the key's bytes per true class,
+the run's deadline factor, the rule's default horizon).  "none" (the context alone)
+reproduces the context oracles and is what the tests compare against.
+
+How the engine gets them: one class per record, written as an object class file
+(simulator.trace.write_object_classes) that the engine's `objects:FILE` predictor reads
+in trace order.  The trace itself is unchanged, so every policy still sees each record's
+own stack id (the `segregated` heap and `contain-mixed` keep per-stack state): only the
+class differs from the context oracles' rows.
+
+These are oracles on the trace they are computed from: the finer a feature partitions a
+context (exact size, whole stack), the closer it gets to the per-object oracle by
+cardinality alone, so the report gives each feature's keys and objects per key.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from core.lifetimes import DEADLINE_K, cost_horizon, cost_rule
+from simulator.trace import write_object_classes
+
+# simulator.tables (the training dataset's readers) and simulator.convert are imported
+# where used: the report imports FEATURES without them.
+
+TIME_BUCKETS = 16
+RATE_WINDOW_NS = 1_000_000_000
+
+#: feature name -> what it is (report order).
+FEATURES = {
+    "size": "exact requested size",
+    "thread": "allocating thread",
+    "time": f"time since start, {TIME_BUCKETS} equal parts of the trace",
+    "rate": "allocation rate phase: log2 of allocations in the record's 1 s window",
+    "prev1": "previous allocation's context on the same thread",
+    "prev2": "previous two allocations' contexts on the same thread",
+    "stack": "the whole stack (frames deeper than the context keeps)",
+}
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """values -> 0..n-1 in sorted order of the distinct values."""
+    return np.unique(values, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _previous_on_thread(ctx: np.ndarray, thread: np.ndarray, back: int, none: int) -> np.ndarray:
+    """For each record, the context of the allocation `back` places before it on the same
+    thread (trace order), or `none` for a thread's first `back` allocations."""
+    order = np.argsort(thread, kind="stable")          # by thread, trace order within one
+    out = np.full(len(ctx), none, np.int64)
+    if len(order) > back:
+        same = thread[order[back:]] == thread[order[:-back]]
+        out[order[back:][same]] = ctx[order[:-back][same]]
+    return out
+
+
+def feature_values(name: str, rec, ctx: np.ndarray, end_ns: int) -> np.ndarray:
+    """The feature `name` of every record (int64, only equality matters); ctx: each
+    record's context index (0..n-1)."""
+    n = len(rec)
+    if name == "none":
+        return np.zeros(n, np.int64)
+    if name == "size":
+        return np.asarray(rec["size"], np.int64)
+    if name == "thread":
+        return np.asarray(rec["thread"], np.int64)
+    if name == "stack":
+        return _dense(np.asarray(rec["stack"]))
+    alloc = np.asarray(rec["alloc"], np.uint64)
+    if name in ("time", "rate"):
+        if not n:
+            return np.zeros(0, np.int64)
+        since = (alloc - alloc[0]).astype(np.float64)
+        if name == "time":
+            span = float(max(int(end_ns) - int(alloc[0]), 1))
+            return np.minimum((since * TIME_BUCKETS / span).astype(np.int64), TIME_BUCKETS - 1)
+        window = ((alloc - alloc[0]) // np.uint64(RATE_WINDOW_NS)).astype(np.int64)
+        counts = np.bincount(window)
+        return np.floor(np.log2(counts[window])).astype(np.int64)
+    if name in ("prev1", "prev2"):
+        none = int(ctx.max()) + 1 if n else 0
+        thread = np.asarray(rec["thread"], np.int64)
+        p1 = _previous_on_thread(ctx, thread, 1, none)
+        if name == "prev1":
+            return p1
+        return p1 * (none + 1) + _previous_on_thread(ctx, thread, 2, none)
+    raise ValueError(f"unknown feature {name!r} (known: none, {', '.join(FEATURES)})")
+
+
+def record_contexts(rec, stack_context: dict) -> np.ndarray:
+    """Each record's context index (contexts numbered in first-seen order of stack ids)."""
+    from simulator import tables
+
+    index: dict = {}
+    of_stack = {int(s): index.setdefault(c, len(index)) for s, c in sorted(stack_context.items())}
+    sids, inverse = np.unique(np.asarray(rec["stack"]), return_inverse=True)
+    try:
+        m = np.fromiter((of_stack[int(s)] for s in sids), np.int64, len(sids))
+    except KeyError as e:
+        raise tables.TableError(f"stack {e.args[0]} is not in the trace's side file") from None
+    return m[inverse.reshape(-1)]
+
+
+def feature_classes(trace_path: str, stack_context: dict, scheme, name: str, *,
+                    deadline_k: float | None = None, boundaries_ns=None) -> dict:
+    """Per-record classes of the (context, feature `name`) oracles: {"t95": uint8 array,
+    "cost": uint8 array, "keys": number of keys, "objects": records}."""
+    from simulator import tables
+    from simulator.convert import _true_classes
+
+    k = DEADLINE_K if deadline_k is None else deadline_k
+    header, rec = tables._trace_records(trace_path)
+    n = len(rec)
+    if not n:
+        return {"t95": np.zeros(0, np.uint8), "cost": np.zeros(0, np.uint8), "keys": 0, "objects": 0}
+    ctx = record_contexts(rec, stack_context)
+    feat = _dense(feature_values(name, rec, ctx, header.end_ns))
+    key = _dense(ctx * (int(feat.max()) + 1) + feat)
+    nkeys = int(key.max()) + 1
+    t95 = tables.context_t95_groups(header, rec, key, nkeys, scheme)
+    # The cost rule on each key's bytes per true class (never freed = inf), as
+    # tables.context_oracle_tables does per context from the side file's bytes.
+    bounds = np.array(boundaries_ns if boundaries_ns is not None else header.boundaries_ns,
+                      np.uint64)
+    nclass = len(bounds) + 2
+    cls = _true_classes(np.asarray(rec["alloc"]), np.asarray(rec["free"]), bounds).astype(np.int64)
+    by = np.bincount(key * nclass + cls, weights=np.asarray(rec["size"], np.float64),
+                     minlength=nkeys * nclass).reshape(nkeys, nclass)
+    horizon = cost_horizon(scheme.boundaries, k)
+    cost = np.empty(nkeys, np.int64)
+    for i in range(nkeys):
+        b = by[i]
+        cost[i] = (cost_rule(b, scheme.boundaries, deadline_k=k, horizon=horizon)
+                   if b.sum() > 0 else t95[i])
+    return {"t95": t95[key].astype(np.uint8), "cost": cost[key].astype(np.uint8),
+            "keys": nkeys, "objects": n}
+
+
+def write_feature_oracles(trace_path: str, stack_context: dict, scheme, out_dir: str,
+                          names=tuple(FEATURES), *, deadline_k: float | None = None,
+                          progress=None) -> dict:
+    """Object class files for each feature's two oracles under out_dir:
+    {"files": {label: path}, "keys": {feature: keys}, "objects": n}.  Labels:
+    context_<feature>_t95 and context_<feature>_cost."""
+    say = progress or (lambda _m: None)
+    os.makedirs(out_dir, exist_ok=True)
+    files, keys, objects = {}, {}, 0
+    for name in names:
+        say(f"feature oracle: context + {name}")
+        r = feature_classes(trace_path, stack_context, scheme, name, deadline_k=deadline_k)
+        for rule in ("t95", "cost"):
+            label = f"context_{name}_{rule}"
+            files[label] = write_object_classes(os.path.join(out_dir, f"{label}.cls"), r[rule])
+        keys[name] = r["keys"]
+        objects = r["objects"]
+    return {"files": files, "keys": keys, "objects": objects}
+
+
+def gap_closed(feature: float | None, context: float | None, oracle: float | None) -> float | None:
+    """Share of the context-oracle -> per-object-oracle gap a feature oracle closes:
+    (feature - context) / (oracle - context), on fragmentation reductions; None where
+    there is no gap (|oracle - context| < 1e-9) or a figure is missing."""
+    if feature is None or context is None or oracle is None or abs(oracle - context) < 1e-9:
+        return None
+    return (feature - context) / (oracle - context)
