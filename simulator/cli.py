@@ -306,7 +306,8 @@ def _online_accuracy(mi, served_path: str, side: dict, tbl, trace_path: str, sch
 
 
 def _write_report(args: argparse.Namespace, checked: _Checked, sim: dict, side: dict, tbl,
-                  specs: list[str], mi, served_path: str | None, sim_json: str) -> dict:
+                  specs: list[str], mi, served_path: str | None, sim_json: str,
+                  fo: dict | None = None) -> dict:
     """Step 5: OUT/report.{md,html,json} and the PNGs."""
     workload = side["source"]["program"] + (f" ({side['source']['version_label']})"
                                             if side["source"].get("version_label") else "")
@@ -317,6 +318,13 @@ def _write_report(args: argparse.Namespace, checked: _Checked, sim: dict, side: 
                              "contexts_file": mi.contexts_file, "served_file": served_path,
                              "model_id": mi.model_id, "graph": mi.manifest.get("graph"),
                              "context": mi.context.to_json()}
+    if fo is not None:
+        from simulator import features
+        settings["feature_oracles"] = {
+            "definitions": {k: features.FEATURES[k] for k in fo["keys"]},
+            "time_buckets": features.TIME_BUCKETS, "rate_window_ns": features.RATE_WINDOW_NS,
+            "keys": {"none": tbl.context_oracle.get("contexts"), **fo["keys"]},
+            "objects": fo["objects"], "files": fo["files"]}
     return report.write_report(sim, side, tbl, args.out, workload=workload,
                                simulation_json=sim_json, settings=settings)
 
@@ -359,6 +367,6 @@ def run(args: argparse.Namespace) -> int:
     sim_json = os.path.join(args.out, "simulation.json")
     sim = _simulate(args, trace_path, side, tbl, specs, served_path, sim_json)
     _online_accuracy(mi, served_path, side, tbl, trace_path, checked.scheme)
-    rep = _write_report(args, checked, sim, side, tbl, specs, mi, served_path, sim_json)
+    rep = _write_report(args, checked, sim, side, tbl, specs, mi, served_path, sim_json, fo)
     _print_results(args.out, rep, time.monotonic() - started)
     return 0
