@@ -37,7 +37,7 @@ from core.files import (check_regular, open_regular, read_json, refuse_irregular
 from core.lifetimes import LabelScheme
 from core.symbol_options import add_symbol_options, symbol_options
 from pipeline.manifest import MANIFEST, dataset_context
-from simulator import convert, model_input, report, tables
+from simulator import convert, features, model_input, report, tables
 from simulator.trace import MAGIC
 
 
@@ -238,7 +238,6 @@ def _feature_oracles(args: argparse.Namespace, checked: _Checked, trace_path: st
     """With --feature-oracles: their object class files under OUT/tables (None without)."""
     if args.feature_oracles is None:
         return None
-    from simulator import features
     names = args.feature_oracles or list(features.FEATURES)
     for n in names:
         if n not in features.FEATURES:
@@ -319,7 +318,6 @@ def _write_report(args: argparse.Namespace, checked: _Checked, sim: dict, side: 
                              "model_id": mi.model_id, "graph": mi.manifest.get("graph"),
                              "context": mi.context.to_json()}
     if fo is not None:
-        from simulator import features
         settings["feature_oracles"] = {
             "definitions": {k: features.FEATURES[k] for k in fo["keys"]},
             "time_buckets": features.TIME_BUCKETS, "rate_window_ns": features.RATE_WINDOW_NS,

@@ -44,10 +44,9 @@ import os
 import numpy as np
 
 from core.lifetimes import DEADLINE_K, cost_horizon, cost_rule
+from simulator import tables
+from simulator.convert import _true_classes
 from simulator.trace import write_object_classes
-
-# simulator.tables (the training dataset's readers) and simulator.convert are imported
-# where used: the report imports FEATURES without them.
 
 TIME_BUCKETS = 16
 RATE_WINDOW_NS = 1_000_000_000
@@ -115,8 +114,6 @@ def feature_values(name: str, rec, ctx: np.ndarray, end_ns: int) -> np.ndarray:
 
 def record_contexts(rec, stack_context: dict) -> np.ndarray:
     """Each record's context index (contexts numbered in first-seen order of stack ids)."""
-    from simulator import tables
-
     index: dict = {}
     of_stack = {int(s): index.setdefault(c, len(index)) for s, c in sorted(stack_context.items())}
     sids, inverse = np.unique(np.asarray(rec["stack"]), return_inverse=True)
@@ -131,9 +128,6 @@ def feature_classes(trace_path: str, stack_context: dict, scheme, name: str, *,
                     deadline_k: float | None = None, boundaries_ns=None) -> dict:
     """Per-record classes of the (context, feature `name`) oracles: {"t95": uint8 array,
     "cost": uint8 array, "keys": number of keys, "objects": records}."""
-    from simulator import tables
-    from simulator.convert import _true_classes
-
     k = DEADLINE_K if deadline_k is None else deadline_k
     header, rec = tables._trace_records(trace_path)
     n = len(rec)
