@@ -42,12 +42,13 @@ MEASURES = (("resident", "resident_fragmentation_reduction"),
             ("huge pages", "fragmentation_reduction"))
 
 
-def run_one(trace: str, dataset: str, out: str, policy: str, resume: bool) -> dict:
+def run_one(trace: str, dataset: str, out: str, policy: str, resume: bool,
+            names=()) -> dict:
     rep = os.path.join(out, "report.json")
     if not (resume and os.path.exists(rep)):
         cmd = [sys.executable, "-c", "import sys; from lifetime.cli import main; sys.exit(main())",
                "simulate", trace, "--train", dataset, "--out", out, "--policy", policy,
-               "--feature-oracles"]
+               "--feature-oracles", *names]
         print(" ".join(cmd[3:]), flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
     with open(rep) as f:
@@ -64,6 +65,8 @@ def summarize(rep: dict) -> dict:
         for rule in ("t95", "cost"):
             lab = f"context_{f}_{rule}"
             if lab not in rows:
+                continue
+            if "oracle" not in rows:
                 continue
             out["gap_closed"][lab] = {
                 m: gap_closed(rows[lab].get(key), rows[f"context_{rule}"].get(key),
@@ -120,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", action="append", required=True, metavar="NAME=DIR")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES))
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--features", nargs="*", default=[],
+                    help="features to run (default: all, the control included)")
     args = ap.parse_args(argv)
     results, keys = {}, {}
     for spec in args.workload:
@@ -128,7 +133,8 @@ def main(argv=None) -> int:
         results[name] = {}
         for policy in args.policies:
             rep = run_one(trace, os.path.join(d, "dataset-train"),
-                          os.path.join(args.out, f"{name}-{policy}"), policy, args.resume)
+                          os.path.join(args.out, f"{name}-{policy}"), policy, args.resume,
+                          args.features)
             results[name][policy] = summarize(rep)
             keys[name] = rep["settings"].get("feature_oracles", {}).get("keys", {})
     os.makedirs(args.out, exist_ok=True)

@@ -129,6 +129,11 @@ def test_feature_values_definitions(tmp_path):
     # rate: five allocations in the first second (log2 5 = 2), one in the sixth
     assert features.feature_values("rate", rec, ctx, header.end_ns).tolist() == [2] * 5 + [0]
     assert features.feature_values("stack", rec, ctx, header.end_ns).tolist() == [0, 1, 0, 2, 0, 0]
+    sh = features.feature_values("size_shuffled", rec, ctx, header.end_ns)
+    sizes = np.array([8, 16, 24, 32, 40, 48])
+    for c in range(3):   # each context keeps its own sizes, dealt out again
+        assert sorted(sh[ctx == c]) == sorted(sizes[ctx == c])
+    assert (sh == features.feature_values("size_shuffled", rec, ctx, header.end_ns)).all()
     with pytest.raises(ValueError):
         features.feature_values("colour", rec, ctx, header.end_ns)
 
@@ -149,6 +154,8 @@ def test_gap_closed():
     assert features.gap_closed(0.5, 0.0, 1.0) == 0.5
     assert features.gap_closed(-0.1, 0.0, 0.5) == pytest.approx(-0.2)
     assert features.gap_closed(0.3, 0.3, 0.3) is None
+    assert features.gap_closed(0.3, 0.3, 0.305) is None        # under one point: no gap
+    assert features.gap_closed(0.0, -0.04, -0.22) is None      # the oracle behind: no gap
     assert features.gap_closed(None, 0.0, 1.0) is None
 
 
