@@ -81,7 +81,7 @@ def add_parser(sub) -> None:
                    help="also run the feature oracles (issue 34: the context oracles keyed by the "
                         "context plus one feature, computed from the trace; simulator/features.py): "
                         "the features named, or all of them (size thread time rate prev1 prev2 "
-                        "stack) when none is named")
+                        "stack, and the control size_shuffled) when none is named")
     p.add_argument("--check-invariants", action="store_true",
                    help="check the heap invariants after every event (slow)")
     p.add_argument("--run-records", type=options.positive_int(1 << 26), default=None,
