@@ -138,27 +138,15 @@ def rollup(pid: int) -> dict | None:
 def mappings(pid: int, top: int = 14) -> dict:
     """/proc/PID/smaps, one row per mapping (size, Rss, Anonymous, AnonHugePages,
     Private_Dirty in kB), the TOP largest by Rss, then the TOP largest by size."""
-    try:
-        text = pathlib.Path(f"/proc/{pid}/smaps").read_text()
-    except OSError:
+    rows = machine.smaps_mappings(pid)
+    if not rows:
         return {}
-    rows, cur = [], None
-    for line in text.splitlines():
-        head = line.split()
-        if head and "-" in head[0] and ":" not in head[0]:
-            lo, hi = (int(x, 16) for x in head[0].split("-"))
-            cur = {"range": head[0], "perms": head[1], "name": " ".join(head[5:]) or "[anon]",
-                   "size_kib": (hi - lo) // 1024}
-            rows.append(cur)
-        elif cur is not None and line.split(":")[0] in ("Rss", "Anonymous", "AnonHugePages",
-                                                        "Private_Dirty", "Pss"):
-            cur[line.split(":")[0]] = int(head[1])
-    by_rss = sorted(rows, key=lambda r: -r.get("Rss", 0))[:top]
+    by_rss = sorted(rows, key=lambda r: -r["Rss"])[:top]
     by_size = [r for r in sorted(rows, key=lambda r: -r["size_kib"]) if r not in by_rss][:top // 2]
     anon = [r for r in rows if r["name"] == "[anon]"]
     return {"mappings": len(rows), "anon_mappings": len(anon),
             "anon_reserved_kib": sum(r["size_kib"] for r in anon),
-            "anon_rss_kib": sum(r.get("Rss", 0) for r in anon),
+            "anon_rss_kib": sum(r["Rss"] for r in anon),
             "largest_by_rss": by_rss, "largest_by_size": by_size}
 
 

@@ -67,7 +67,7 @@ if str(ROOT) not in sys.path:
 
 from core import export_dir  # noqa: E402
 from benchmarks.servers.machine import (STATS_SAMPLED, Sampler,  # noqa: E402,F401
-                                        llama_stats_path, time_mean)
+                                        llama_stats_path, smaps_mappings, time_mean)
 
 LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
 MIB = 1024 * 1024
@@ -324,24 +324,9 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
 
 def mapping_summary(pid: int, top: int = 12) -> list:
     """Where the server's memory is at the end of the load: /proc/PID/smaps by mapping
-    (KiB of Rss, Anonymous, AnonHugePages), the largest by Rss first, so an allocator's
+    (servers/machine.py), the largest by Rss first, so an allocator's
     overhead beyond its heap (metadata, a model's plugin, libraries) can be read per run."""
-    rows, cur = [], None
-    try:
-        text = pathlib.Path(f"/proc/{pid}/smaps").read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
-        head = line.split()
-        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-            lo, hi = (int(x, 16) for x in head[0].split("-"))
-            cur = {"range": head[0], "name": head[5] if len(head) > 5 else "[anon]",
-                   "size_kib": (hi - lo) >> 10, "Rss": 0, "Anonymous": 0, "AnonHugePages": 0}
-            rows.append(cur)
-        elif cur is not None and head and head[0].rstrip(":") in ("Rss", "Anonymous", "AnonHugePages"):
-            cur[head[0].rstrip(":")] = int(head[1])
-    rows.sort(key=lambda r: -r["Rss"])
-    return rows[:top]
+    return sorted(smaps_mappings(pid), key=lambda r: -r["Rss"])[:top]
 
 
 def metrics(r: dict) -> dict:

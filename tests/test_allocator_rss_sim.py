@@ -159,3 +159,17 @@ def test_steady_resident_from_interval_stats():
                   "pacing": {"late_share": 0.0, "max_lag_s": 0.0}}}
     m = ar.metrics(r)
     assert m["steady_llama_resident_mib"] == pytest.approx(70.0)
+
+
+def test_smaps_mappings_of_this_process():
+    """The one /proc/PID/smaps reader both server benchmarks use (servers/machine.py):
+    this process's mappings, its heap among them with the fields read; a gone pid: []."""
+    from benchmarks.servers import machine
+
+    rows = machine.smaps_mappings(os.getpid())
+    assert rows and all(set(machine.SMAPS_FIELDS) <= set(r) for r in rows)
+    assert any(r["name"] == "[heap]" and r["Rss"] > 0 for r in rows)
+    assert sum(r["Rss"] for r in rows) >= max(r["Rss"] for r in rows) > 0
+    top = ar.mapping_summary(os.getpid(), 3)  # (read again: figures may move between reads)
+    assert len(top) == 3 and [r["Rss"] for r in top] == sorted((r["Rss"] for r in top), reverse=True)
+    assert machine.smaps_mappings(2 ** 22 + 12345) == []

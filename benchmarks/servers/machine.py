@@ -114,6 +114,29 @@ class Monitor:
 
 # ---- a process's memory over time (allocator_rss.py, servers/redis_fates.py) ----
 
+SMAPS_FIELDS = ("Rss", "Pss", "Anonymous", "AnonHugePages", "Private_Dirty")
+
+
+def smaps_mappings(pid: int) -> list[dict]:
+    """/proc/PID/smaps, one row per mapping: range, perms, name ("[anon]" when it has
+    none), size_kib and SMAPS_FIELDS in KiB; [] when the process is gone."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return []
+    rows, cur = [], None
+    for line in text.splitlines():
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            cur = {"range": head[0], "perms": head[1], "name": " ".join(head[5:]) or "[anon]",
+                   "size_kib": (hi - lo) // 1024, **dict.fromkeys(SMAPS_FIELDS, 0)}
+            rows.append(cur)
+        elif cur is not None and head and head[0].rstrip(":") in SMAPS_FIELDS:
+            cur[head[0].rstrip(":")] = int(head[1])
+    return rows
+
+
 # LLAMA's stats fields kept from each interval write (LIFETIME_ALLOC_STATS_INTERVAL)
 STATS_SAMPLED = ("uptime_ns", "live_huge_pages", "committed_bytes", "held_free_pages",
                  "direct_bytes", "bytes_requested", "objects", "subreleased_bytes")
