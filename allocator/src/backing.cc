@@ -15,6 +15,12 @@ namespace lalloc {
 
 namespace {
 constexpr uint64_t kLocalMask = (uint64_t(1) << sim::SegregatedHeap::kIdShift) - 1;
+// The bitmaps' bit of a (global) heap page.
+bool bit_of(const uint64_t* m, uint64_t page) { return m[page / 64] >> (page % 64) & 1; }
+void set_bit(uint64_t* m, uint64_t page, bool on) {
+  const uint64_t b = uint64_t(1) << (page % 64);
+  m[page / 64] = on ? m[page / 64] | b : m[page / 64] & ~b;
+}
 }
 
 void Backing::init(unsigned groups, uint64_t reserve_bytes, bool table) {
@@ -170,43 +176,50 @@ void Backing::released(uint64_t first, uint64_t n) {
   give_back(first, n);
 }
 
-void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
+bool Backing::touched_page(uint64_t id, uint64_t& page) const {
   unsigned g;
   uint64_t local;
-  if (!locate(id, g, local) || local >= hw_[g]) return;  // an id that never got memory
-  const uint64_t page = g * per_group_pages_ + local;
-  char* hp = reinterpret_cast<char*>(base_ + page * kHuge);
-  uint64_t& w = broken_[page / 64];
-  const uint64_t bit = uint64_t(1) << (page % 64);
-  if (huge_on_ && !(w & bit) && broken_count_ < kMaxBroken && madvise(hp, kHuge, MADV_NOHUGEPAGE) == 0) {
-    w |= bit;
-    ++broken_count_;
-    advised_[page / 64] &= ~bit;
+  if (!locate(id, g, local) || local >= hw_[g]) return false;  // an id that never got memory
+  page = g * per_group_pages_ + local;
+  return true;
+}
+
+void Backing::break_huge(uint64_t page) {
+  if (bit_of(broken_, page) || broken_count_ >= kMaxBroken || madvise(page_at(page), kHuge, MADV_NOHUGEPAGE) != 0)
+    return;
+  set_bit(broken_, page, true);
+  ++broken_count_;
+  set_bit(advised_, page, false);
+}
+
+bool Backing::unbreak_huge(uint64_t page) {
+  if (madvise(page_at(page), kHuge, MADV_HUGEPAGE) != 0) return false;
+  if (bit_of(broken_, page)) {
+    set_bit(broken_, page, false);
+    --broken_count_;
   }
-  madvise(hp + offset, bytes, MADV_DONTNEED);
+  return true;
+}
+
+void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
+  uint64_t page;
+  if (!touched_page(id, page)) return;
+  if (huge_on_) break_huge(page);
+  madvise(page_at(page) + offset, bytes, MADV_DONTNEED);
   subreleased_ += bytes;
 }
 
 void Backing::dense(uint64_t id) {
-  unsigned g;
-  uint64_t local;
-  if (!huge_on_ || !locate(id, g, local) || local >= hw_[g]) return;
-  const uint64_t page = g * per_group_pages_ + local;
-  uint64_t& w = broken_[page / 64];
-  uint64_t& a = advised_[page / 64];
-  const uint64_t bit = uint64_t(1) << (page % 64);
-  const bool broken = w & bit;
+  uint64_t page;
+  if (!huge_on_ || !touched_page(id, page)) return;
+  const bool broken = bit_of(broken_, page);
   // Fault mode: a page not broken is advised already.  Collapse: at most kMaxBroken
   // advised at once too (each may split the mapping).
-  if (collapse_ ? (a & bit) || (!broken && broken_count_ >= kMaxBroken) : !broken) return;
-  if (madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE) != 0) return;
-  if (broken) {
-    w &= ~bit;
-    --broken_count_;
-    ++rehugified_;
-  }
+  if (collapse_ ? bit_of(advised_, page) || (!broken && broken_count_ >= kMaxBroken) : !broken) return;
+  if (!unbreak_huge(page)) return;
+  if (broken) ++rehugified_;
   if (!collapse_) return;
-  a |= bit;
+  set_bit(advised_, page, true);
   if (collapse_works_ && nqueued_ < kQueue) queue_[nqueued_++] = {page, now_};
 }
 
@@ -219,9 +232,9 @@ void Backing::collapse_some() {
   unsigned done = 0, i = 0;
   for (; i < nqueued_ && done < kCollapsePerTick && queue_[i].at + kCollapseAfterNs <= now_; ++i) {
     const uint64_t page = queue_[i].page;
-    if (!(advised_[page / 64] >> (page % 64) & 1)) continue;  // released or broken since
+    if (!bit_of(advised_, page)) continue;  // released or broken since
     ++done;
-    if (madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_COLLAPSE) == 0) {
+    if (madvise(page_at(page), kHuge, MADV_COLLAPSE) == 0) {
       ++collapsed_;
     } else if (errno == EINVAL) {  // no MADV_COLLAPSE here: khugepaged does it
       collapse_works_ = false;
@@ -246,39 +259,26 @@ void Backing::give_back(uint64_t first, uint64_t n) {
   for (uint64_t p = local; p < end; ++p) {
     const uint64_t page = g * per_group_pages_ + p;
     decommit(page);
-    uint64_t& w = broken_[page / 64];
-    const uint64_t bit = uint64_t(1) << (page % 64);
     if (collapse_) {
       // Empty: touched again, it is faulted in 4 KiB pages until dense() again.
-      uint64_t& a = advised_[page / 64];
-      if ((a & bit) && broken_count_ < kMaxBroken &&
-          madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_NOHUGEPAGE) == 0) {
-        w |= bit;
-        ++broken_count_;
-      }
-      a &= ~bit;
-    } else if (w & bit) {  // empty now: a huge page again when next touched
-      w &= ~bit;
-      --broken_count_;
-      madvise(reinterpret_cast<void*>(base_ + page * kHuge), kHuge, MADV_HUGEPAGE);
+      if (bit_of(advised_, page)) break_huge(page);
+      set_bit(advised_, page, false);
+    } else if (bit_of(broken_, page)) {  // empty now: a huge page again when next touched
+      unbreak_huge(page);
     }
   }
   returned_ += end - local;
 }
 
 void Backing::commit(uint64_t page) {
-  uint64_t& w = committed_[page / 64];
-  const uint64_t bit = uint64_t(1) << (page % 64);
-  if (w & bit) return;  // (a held page taken again)
-  w |= bit;
+  if (bit_of(committed_, page)) return;  // (a held page taken again)
+  set_bit(committed_, page, true);
   if (table_ && chunk_pages_[page / kChunkPages]++ == 0) ++table_chunks_;
 }
 
 void Backing::decommit(uint64_t page) {
-  uint64_t& w = committed_[page / 64];
-  const uint64_t bit = uint64_t(1) << (page % 64);
-  if (!(w & bit)) return;
-  w &= ~bit;
+  if (!bit_of(committed_, page)) return;
+  set_bit(committed_, page, false);
   if (!table_) return;
   // The chunk's table entries are all zero (no object lives on its pages): give back its
   // whole huge page, never part of one (a partial MADV_DONTNEED would split it).

@@ -132,6 +132,14 @@ class Backing {
   uintptr_t base_ = 0;
   uint32_t* index_ = nullptr;
   static constexpr uint64_t kChunkPages = 4;  // heap pages per huge page of the table
+  // The global page (group x per-group pages + local id) of huge page id; false: the id
+  // never had memory (past its heap's high-water mark, or outside the reservation).
+  bool touched_page(uint64_t id, uint64_t& page) const;
+  char* page_at(uint64_t page) const { return reinterpret_cast<char*>(base_ + page * kHuge); }
+  // MADV_NOHUGEPAGE, the page broken and no longer advised (unless it is broken already or
+  // kMaxBroken are); and MADV_HUGEPAGE, no longer broken (false: the kernel refused).
+  void break_huge(uint64_t page);
+  bool unbreak_huge(uint64_t page);
   void commit(uint64_t page);     // a page (global: group x per-group pages + local id) is committed
   void decommit(uint64_t page);   // ... given back; its table chunk too when it was the last
   uint64_t* committed_ = nullptr;   // bit per heap page
