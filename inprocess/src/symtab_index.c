@@ -186,6 +186,13 @@ static int covered(const struct run *r, size_t n, uint64_t a, uint64_t b) {
   return lo > 0 && b <= r[lo - 1].end && b > a;
 }
 
+/* A scratch symbol emit() drops.  With cover (the .symtab's runs, when this is the
+ * .dynsym): an empty or wrapping range, or one the runs cover; without: none. */
+static int dropped(const struct scratch_sym *s, const struct run *cover, size_t ncover) {
+  uint64_t end = s->start + s->size;
+  return cover && (end <= s->start || covered(cover, ncover, s->start, end));
+}
+
 /* A name to code: key holds its first 8 bytes (big-endian, NUL-padded), so most
  * comparisons need no strcmp; k is its entry's index; once sorted, dup says it equals
  * the name before and shared how many bytes it shares with the short name coded
@@ -303,7 +310,7 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
   for (size_t k = 0; k < t->n; k++) {
     const struct scratch_sym *s = &t->v[k];
     uint64_t end = s->start + s->size;
-    if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
+    if (dropped(s, cover, ncover)) continue;
     if (!n) base = s->start;
     if (end < s->start) wide = 1; /* wraps: contains nothing, as offline */
     else if (end > top) top = end;
@@ -323,7 +330,7 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
     for (size_t k = 0; k < t->n; k++) {
       const struct scratch_sym *s = &t->v[k];
       uint64_t end = s->start + s->size;
-      if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
+      if (dropped(s, cover, ncover)) continue;
       if (end > max_end) max_end = end;
       v[i] = (struct lt_sym){(uint32_t)(s->start - base), (uint32_t)(end - base),
                              (uint32_t)(max_end - base), 0};
@@ -349,7 +356,7 @@ static void emit(const struct scratch *t, const struct run *cover, size_t ncover
   for (size_t k = 0; k < t->n; k++) {
     const struct scratch_sym *s = &t->v[k];
     uint64_t end = s->start + s->size;
-    if (cover && (end <= s->start || covered(cover, ncover, s->start, end))) continue;
+    if (dropped(s, cover, ncover)) continue;
     if (end > max_end) max_end = end;
     v[i++] = (struct lt_sym_wide){s->start, end, max_end, at};
     size_t len = strlen(t->str + s->name) + 1;
