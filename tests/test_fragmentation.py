@@ -18,10 +18,10 @@ import subprocess
 import pytest
 
 import simulator
-from core.lifetimes import LabelScheme
 from lifetime.cli import main
 from simulator import trace as tr
-from simulator.convert import STACKS_FORMAT, stacks_path
+from simulator.convert import stacks_path
+from tests.trace_support import write_trace_with_stacks
 
 MS = 1_000_000
 S = 1000 * MS
@@ -41,36 +41,8 @@ pytestmark = pytest.mark.skipif(
 
 def write_trace(path, recs: list[tr.ObjectRecord], end: int) -> str:
     """The trace and its side file, as simulator/convert.py writes them."""
-    recs = sorted(recs, key=lambda r: r.alloc_ns)
-    with tr.TraceWriter(path, end_ns=end) as w:
-        for r in recs:
-            w.write_record(r)
-    n = len(tr.DEFAULT_BOUNDARIES_NS) + 2
-    per = {sid: ([0] * n, [0] * n) for sid in STACKS}
-    for r in recs:
-        c = tr.true_class(tr.DEFAULT_BOUNDARIES_NS, r.alloc_ns, r.free_ns)
-        per[r.stack_id][0][c] += 1
-        per[r.stack_id][1][c] += r.size
-    scheme = LabelScheme()
-    side = {"format": STACKS_FORMAT, "trace": os.path.basename(path),
-            "source": {"profile": "hand-built", "program": "frag", "version_label": "v1",
-                       "executable_path": "/nonexistent/frag", "pid": 1, "argv": ["frag"],
-                       "sampling_interval_bytes": 1, "full_trace": True, "sampled": False,
-                       "complete": True, "end_reason": 1, "total_allocations": len(recs),
-                       "total_allocated_bytes": sum(r.size for r in recs),
-                       "dropped_by_sampler": 0, "coverage": 1.0, "start_monotonic_ns": 0},
-            "boundaries_ns": list(tr.DEFAULT_BOUNDARIES_NS), "class_names": scheme.class_names,
-            "label_scheme": scheme.to_json(),
-            "counts": {"samples": len(recs), "records": len(recs),
-                       "censored": sum(r.free_ns is None for r in recs), "skipped": {},
-                       "dropped_by_reader": {}, "problems": [], "stacks": len(STACKS),
-                       "end_ns": end, "runs": 1, "seconds": 0.0},
-            "mappings": MAPPINGS,
-            "stacks": [{"id": sid, "addresses": STACKS[sid], "truncated": False,
-                        "objects": per[sid][0], "bytes": per[sid][1]} for sid in sorted(STACKS)]}
-    with open(stacks_path(path), "w") as f:
-        json.dump(side, f)
-    return os.fspath(path)
+    return write_trace_with_stacks(path, sorted(recs, key=lambda r: r.alloc_ns), end, STACKS,
+                                   MAPPINGS, "frag")
 
 
 def pinned_trace(path, pages: int = 1) -> str:
