@@ -46,7 +46,8 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
              recycle_spans_immediately: bool = False,
              policy: str | Sequence[str] = (), snapshot_spans: bool = False,
              attribute_at_ns: Sequence[int] = (),
-             isolate: Sequence[tuple[str, Sequence[int]]] = ()) -> dict:
+             isolate: Sequence[tuple[str, Sequence[int]]] = (),
+             subrelease: str | None = None) -> dict:
     """Runs the engine on `trace` and returns its report (see simulator/README.md).
 
     predictors: engine specs, e.g. "oracle", "table:FILE", "constant:3", "exact=table:FILE",
@@ -54,7 +55,8 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
     engine writes the model predictors' classes per stack (`--model-served`).
     attribute_at_ns: times of fragmentation attributions (`--attribute-at-ns`, report key
     "attributions"); isolate: (label, stack ids) groups, each one more instance of every
-    allocator with those stacks' objects in a heap of their own (`--isolate`)."""
+    allocator with those stacks' objects in a heap of their own (`--isolate`); subrelease:
+    the size-class heaps' rule, "MS:LONGEST:SHORTEST" (`--subrelease`)."""
     args = [str(engine_path()), os.fspath(trace)]
     for p in predictors:
         args += ["--predictor", p]
@@ -78,6 +80,8 @@ def simulate(trace: str | os.PathLike, predictors: Sequence[str] = ("oracle",), 
         args += ["--deadline-k", str(deadline_k)]
     if recycle_spans_immediately:
         args.append("--recycle-spans-immediately")
+    if subrelease is not None:
+        args += ["--subrelease", subrelease]
     for p in [policy] if isinstance(policy, str) else policy:  # LLAMA: [LABEL=]NAME[,NAME...]
         args += ["--policy", p]
     if check_invariants:

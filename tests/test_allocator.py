@@ -161,6 +161,7 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("subrelease_ms", "1s", "LIFETIME_ALLOC_SUBRELEASE_MS: not a number: '1s'"),
     ("subrelease_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '0'"),
     ("subrelease_windows", "65", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '65'"),
+    ("subrelease_min_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS: out of range: '0'"),
     ("huge_from_mib", "", "LIFETIME_ALLOC_HUGE_FROM_MIB: not a number: ''"),
     ("huge_collapse", "2", "LIFETIME_ALLOC_HUGE_COLLAPSE: out of range: '2'"),
 ])

@@ -65,18 +65,66 @@ def test_sparse_pages_go_back_after_demand_falls(tmp_path):
 
 
 def test_recent_demand_decays(tmp_path):
-    """The same fall, but the trace ends at it, 2 s and 4 s after it: remembered demand
-    decays a fifth a window (5 windows of 1 s), so pages go back a share at a time: none
-    at once, some after 2 s, more after 4 s, and not yet all."""
+    """The same fall under a fixed horizon of 5 windows of 1 s ("1000:5:5"), the trace
+    ending at it, 4 s and 5 s after it: a window's peak counts in full for the first half
+    of the horizon (2 windows, besides the current one), then decays by thirds, so pages
+    go back a share at a time: none at once, some after 4 s, more after 5 s, not yet all."""
     got = []
-    for end in (1, 3, 5):
+    for end in (1, 5, 6):
         path, n = _scattered_trace(tmp_path, end)
-        b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
+        b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1, subrelease="1000:5:5"))
         got.append(b["final_resident_bytes"])
         hps = b["final_huge_pages"]
     live = ((n // 8) * 8 + 1) * PAGE
     assert got[0] == hps * HP  # the fall has just happened: all kept
     assert hps * HP > got[1] > got[2] > live, got
+
+
+def test_a_fall_that_stays_goes_back_at_once(tmp_path):
+    """Under the default rule the horizon starts at its shortest (2 windows of 100 ms): a
+    fall that demand does not come back from is given back within 0.3 s, and nothing
+    given back is touched again, so the horizon stays short."""
+    path, n = _scattered_trace(tmp_path, 2)
+    r = simulator.simulate(path, [], check_invariants=True, check_every=1, json_out=tmp_path / "r.json")
+    b = _base(r)
+    live = ((n // 8) * 8 + 1) * PAGE
+    assert b["final_resident_bytes"] == live
+    assert b["counters"]["subrelease_horizon_windows"] == 2
+    assert b["counters"]["subrelease_horizon_changes"] == 0
+
+
+def _cycles_trace(tmp_path, period_ms: int, cycles: int):
+    """Demand that swings: every period, 16 MiB of 64 KiB objects (one span each), freed
+    50 ms later, but for one in 8 of the first period's, which stay: the huge pages stay,
+    sparse, and every period fills them again.  A small object every 20 ms keeps the
+    clock moving."""
+    recs = [(t * 20 * MS + 7, t * 20 * MS + 10 * MS, 32, 2) for t in range(cycles * period_ms // 20)]
+    t = 0
+    for c in range(cycles):
+        for i in range(256):
+            death = None if c == 0 and i % 8 == 0 else t + 50 * MS
+            recs.append((t + i * 1000, death, 64 * 1024, 1))
+        t += period_ms * MS
+    return simulator.write_trace(tmp_path / f"cycles{period_ms}.lttrace", recs, end_ns=t)
+
+
+def test_demand_that_comes_back_lengthens_the_horizon(tmp_path):
+    """Demand that comes back every 0.5 s: a short fixed horizon (2 windows) gives the
+    pages back each time and faults them in again; the adaptive rule sees the faults
+    (1% of the time or more), doubles its horizon and gives back less of what returns."""
+    path = _cycles_trace(tmp_path, 500, 20)
+    short = _base(simulator.simulate(path, [], check_invariants=True, check_every=1, subrelease="100:2:2"))
+    adaptive = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
+    assert short["counters"]["subreleased_pages_refaulted"] > 10 * 1792, short["counters"]
+    assert adaptive["counters"]["subrelease_horizon_changes"] >= 1
+    assert adaptive["counters"]["subreleased_pages_refaulted"] < short["counters"]["subreleased_pages_refaulted"] / 2
+
+
+def test_subrelease_rule_is_checked(tmp_path):
+    path, _ = _scattered_trace(tmp_path, 2)
+    for bad in ("100:2", "100:0:0", "100:2:3", "100:65:2", "x:2:2"):
+        with pytest.raises(simulator.SimulationError, match="--subrelease"):
+            simulator.simulate(path, [], subrelease=bad)
 
 
 def test_released_pages_are_reused(tmp_path):

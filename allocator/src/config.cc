@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "baseline.h"  // heap/src: sim::SubreleaseRule
@@ -43,10 +44,15 @@ Config read_config() {
     c.release_keep_pages = parse_uint("LIFETIME_ALLOC_RELEASE_KEEP", v, 0, 64);
   c.subrelease_interval_ns = sim::SubreleaseRule{}.interval_ns;
   c.subrelease_windows = sim::SubreleaseRule{}.windows;
+  c.subrelease_min_windows = sim::SubreleaseRule{}.min_windows;
   if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_MS"))
     c.subrelease_interval_ns = parse_uint("LIFETIME_ALLOC_SUBRELEASE_MS", v, 0, 3600 * 1000) * 1000000;
   if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_WINDOWS"))
     c.subrelease_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_WINDOWS", v, 1, 64));
+  if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS"))
+    c.subrelease_min_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS", v, 1, 64));
+  // The shortest horizon is at most the longest (both equal: a fixed horizon).
+  c.subrelease_min_windows = std::min(c.subrelease_min_windows, c.subrelease_windows);
   if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_FROM_MIB"))
     c.huge_from_bytes = parse_uint("LIFETIME_ALLOC_HUGE_FROM_MIB", v, 0, 1 << 20) << 20;
   if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_COLLAPSE"))

@@ -29,9 +29,10 @@ struct Config {
   bool huge_collapse = true;
   // Subrelease in the size-class heaps (sim::SubreleaseRule, heap/src/baseline.h: its
   // defaults): LIFETIME_ALLOC_SUBRELEASE_MS, the interval (0: off), and
-  // LIFETIME_ALLOC_SUBRELEASE_WINDOWS, the intervals of demand remembered.
+  // LIFETIME_ALLOC_SUBRELEASE_WINDOWS and _MIN_WINDOWS, the longest and shortest horizon
+  // of demand remembered, in intervals (equal: a fixed horizon).
   uint64_t subrelease_interval_ns = 0;
-  unsigned subrelease_windows = 1;
+  unsigned subrelease_windows = 1, subrelease_min_windows = 1;
   // LIFETIME_ALLOC_REVALIDATE: the model cache reruns the model every N hits of an entry
   // (0: never); -1: the model library's default (1000).
   int64_t revalidate_every = 100000;

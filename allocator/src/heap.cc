@@ -149,7 +149,8 @@ void init() REQUIRES(heap_lock) {
   // The size-class heaps give a span of 256 pages fresh ids (heap_internal.h: fits_policy).
   g_policy_small_pad.store(!baseline && !grouped(pol) ? 0 : 8192, std::memory_order_relaxed);
   g_state->predictor = make_predictor(g_state->cfg.predictor, g_state->classes.num_classes(), g_state->cfg.revalidate_every);
-  sim::subrelease_rule = {g_state->cfg.subrelease_interval_ns, g_state->cfg.subrelease_windows};
+  sim::subrelease_rule = {g_state->cfg.subrelease_interval_ns, g_state->cfg.subrelease_windows,
+                         g_state->cfg.subrelease_min_windows};
   guarded("policy: ", [&]() REQUIRES(heap_lock) {
     if (baseline) g_state->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else g_state->policy = sim::make_policy_heap("llama", g_state->classes, pol, kDeadlineK, false);

@@ -28,16 +28,21 @@ TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
   filler_head_.resize(kPagesPerHuge);
   filler_used_.resize(kPagesPerHuge);
   spare_bits_.resize(classes_.size());
-  set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows);
+  set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows, subrelease_rule.min_windows);
 }
 
-void TcmallocBaseline::set_subrelease(uint64_t interval_ns, unsigned windows) {
+void TcmallocBaseline::set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows) {
   SIM_CHECK(windows >= 1 && windows <= kMaxWindows, name_ + ": subrelease windows");
+  SIM_CHECK(min_windows >= 1 && min_windows <= windows, name_ + ": subrelease min windows");
   sr_interval_ns_ = interval_ns;
   sr_windows_ = windows;
+  sr_min_windows_ = min_windows;
+  sr_horizon_ = min_windows;
+  sr_calm_ = 0;
   sr_at_ = 0;
   sr_next_ns_ = 0;
   sr_peak_.fill(used_pages_);
+  sr_refaulted_.fill(0);
 }
 
 void TcmallocBaseline::note_used(uint32_t hp, unsigned first, unsigned n) {
@@ -50,6 +55,8 @@ void TcmallocBaseline::note_used(uint32_t hp, unsigned first, unsigned n) {
         h.released.clear(p);
         --h.nreleased;
         --released_pages_;
+        ++sr_refaulted_[sr_at_];
+        ++c_refaulted_;
       }
   if (!h.dense_said && !h.nreleased && h.nused >= HugePageHooks::kDensePages) {
     h.dense_said = true;
@@ -64,24 +71,50 @@ void TcmallocBaseline::advance(uint64_t now) {
     return;
   }
   // Intervals over: each a new window whose demand starts at what is in use now.
+  // The horizon first, from the window that ends now (the ones skipped saw no operation).
   const uint64_t k = (now - sr_next_ns_) / sr_interval_ns_ + 1;
+  adapt_horizon();
+  sr_calm_ += unsigned(std::min<uint64_t>(k, kMaxWindows)) - 1;
   for (uint64_t i = 0; i < std::min<uint64_t>(k, sr_windows_); ++i) {
     sr_at_ = (sr_at_ + 1) % sr_windows_;
     sr_peak_[sr_at_] = used_pages_;
+    sr_refaulted_[sr_at_] = 0;
   }
   sr_next_ns_ += k * sr_interval_ns_;
   subrelease();
 }
 
+void TcmallocBaseline::adapt_horizon() {
+  // Pages given back and touched again within the horizon saved nothing and cost a fault
+  // each (kRefaultNs).  When those faults took 1% or more of the horizon's time, demand
+  // comes back later than the horizon remembers, so it doubles; after two horizons
+  // without that, demand has likely stayed down, and it halves (demand that swings with a
+  // period near the horizon pays one period's faults each time, then doubles again).
+  uint64_t back = 0;
+  for (unsigned a = 0; a < sr_horizon_; ++a) back += sr_refaulted_[(sr_at_ + sr_windows_ - a) % sr_windows_];
+  unsigned h = sr_horizon_;
+  if (back * kRefaultNs * 100 >= sr_horizon_ * sr_interval_ns_) {
+    h = std::min(2 * sr_horizon_, sr_windows_);
+    sr_calm_ = 0;
+  } else if (++sr_calm_ >= 2 * sr_horizon_) {
+    h = std::max(sr_horizon_ / 2, sr_min_windows_);
+    sr_calm_ = 0;
+  }
+  if (h != sr_horizon_) ++c_horizon_changes_;
+  sr_horizon_ = h;
+}
+
 void TcmallocBaseline::subrelease() {
-  // Recent demand, remembered with decay: the peak of the window a intervals old counts
-  // for (windows - a) / windows of itself (the current window in full), so pages freed by
-  // a drop in demand go back a share at a time over the windows, not all at once after
-  // them (jemalloc's decay of dirty pages has the same shape).
+  // Recent demand, remembered with decay: the peak of the window a intervals old counts in
+  // full for the first half of the horizon (demand that came back within it stays), then
+  // for (horizon - a) / (horizon - half) of itself, so pages freed by a drop in demand go
+  // back a share at a time over the second half, not all at once after it (jemalloc's
+  // decay of dirty pages has the same shape).
+  const unsigned h = sr_horizon_, half = h / 2;
   uint64_t peak = 0, whole = 0;  // decayed; and in full (no window decayed)
-  for (unsigned a = 0; a < sr_windows_; ++a) {
+  for (unsigned a = 0; a < h; ++a) {
     const uint64_t p = sr_peak_[(sr_at_ + sr_windows_ - a) % sr_windows_];
-    peak = std::max(peak, p * (sr_windows_ - a) / sr_windows_);
+    peak = std::max(peak, a < half ? p : p * (h - a) / (h - half));
     whole = std::max(whole, p);
   }
   const uint64_t free = live_hps_ * kPagesPerHuge - released_pages_ - used_pages_;
@@ -547,6 +580,8 @@ Counters TcmallocBaseline::counters() const {
           {"spans_created", c_spans_created_},     {"spans_released", c_spans_released_},
           {"large_allocs", c_large_allocs_},       {"multi_huge_page_allocs", c_multi_hp_allocs_},
           {"pages_subreleased", c_subreleased_},   {"subrelease_runs", c_subrelease_runs_},
+          {"subreleased_pages_refaulted", c_refaulted_}, {"subrelease_horizon_changes", c_horizon_changes_},
+          {"subrelease_horizon_windows", sr_horizon_},
           {"subreleased_bytes", released_pages_ * kPageBytes}};
 }
 

@@ -14,13 +14,16 @@
 namespace sim {
 
 // The subrelease rule every size-class heap starts with (TcmallocBaseline::set_subrelease):
-// one interval of 1 s, demand remembered over 5 of them.  Not tuned on any workload a
-// figure reports: jemalloc's order of magnitude (its dirty pages decay over 10 s), made
-// shorter so that a run of a minute sees it.  The allocator sets it from
-// LIFETIME_ALLOC_SUBRELEASE before it builds its policy; interval 0: off.
+// windows of 100 ms; demand remembered over a horizon of 2 to 50 of them (0.2 s .. 5 s)
+// that adapts to what the releases cost (subrelease() says how).  The longest is the
+// order of jemalloc's decay of dirty pages (10 s), made shorter so that a run of a minute
+// sees it; the shortest is glibc's order (it trims at the free).  Not tuned on any
+// workload a figure reports.  The allocator sets it from LIFETIME_ALLOC_SUBRELEASE_* before
+// it builds its policy; interval 0: off.
 struct SubreleaseRule {
-  uint64_t interval_ns = 1000000000ull;
-  unsigned windows = 5;
+  uint64_t interval_ns = 100000000ull;
+  unsigned windows = 50;      // the longest horizon
+  unsigned min_windows = 2;   // the shortest (= windows: a fixed horizon)
 };
 inline SubreleaseRule subrelease_rule;
 
@@ -40,10 +43,13 @@ class TcmallocBaseline final : public HeapAllocator {
   // Subrelease (after TCMalloc's huge-page filler): every `interval_ns` of the clock, the
   // free pages of live huge pages beyond what recent demand says will be needed again go
   // back to the OS, sparsest huge pages first.  Recent demand: the most pages in use in
-  // any of the last `windows` intervals (the current one included), each window's peak
-  // weighted by (windows - its age) / windows; the free pages kept are that less what is
-  // in use now.  interval_ns 0: never (the default).
-  void set_subrelease(uint64_t interval_ns, unsigned windows);
+  // any window of the horizon (the current one included), each window's peak in full for
+  // the first half of the horizon, then weighted by (horizon - its age) / (horizon - half);
+  // the free pages kept are that less what is in use now.
+  // The horizon starts at min_windows and doubles, up to `windows`, while the pages
+  // given back come back (the program's demand swings faster than the horizon); it
+  // halves after a horizon in which they do not.  interval_ns 0: never.
+  void set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows);
   void advance(uint64_t now) override;
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
@@ -171,11 +177,18 @@ class TcmallocBaseline final : public HeapAllocator {
   // Subrelease: pages in use (spans, whole pages included), pages given back.
   void note_used(uint32_t hp, unsigned first, unsigned n);  // released pages reused
   void subrelease();
-  uint64_t used_pages_ = 0, released_pages_ = 0, c_subreleased_ = 0, c_subrelease_runs_ = 0;
+  uint64_t used_pages_ = 0, released_pages_ = 0, c_subreleased_ = 0, c_subrelease_runs_ = 0, c_refaulted_ = 0,
+           c_horizon_changes_ = 0;
   static constexpr unsigned kMaxWindows = 64;
+  // What a page given back costs when it is touched again: two 4 KiB faults, zeroed
+  // (2.5-2.8 us per 8 KiB page measured on the 2-core development box).
+  static constexpr uint64_t kRefaultNs = 2500;
   uint64_t sr_interval_ns_ = 0, sr_next_ns_ = 0;
-  unsigned sr_windows_ = 0, sr_at_ = 0;
-  std::array<uint64_t, kMaxWindows> sr_peak_{};  // per window, ring
+  unsigned sr_windows_ = 0, sr_min_windows_ = 0, sr_at_ = 0;
+  unsigned sr_horizon_ = 0, sr_calm_ = 0;  // the horizon now; windows since it last changed
+  // Per window, a ring: the most pages in use; pages given back and touched again in it.
+  std::array<uint64_t, kMaxWindows> sr_peak_{}, sr_refaulted_{};
+  void adapt_horizon();
   uint64_t c_hp_acquired_ = 0, c_hp_released_ = 0, c_spans_created_ = 0, c_spans_released_ = 0,
            c_large_allocs_ = 0, c_multi_hp_allocs_ = 0;
 };

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "baseline.h"  // heap/src: sim::SubreleaseRule
 #include "engine.h"
 #include "llama.h"
 #include "files.h"
@@ -45,6 +46,9 @@ const char kUsage[] =
     "                            the longest other class\n"
     "                          medium-spans   8-32 KiB objects in 64 KiB spans, 512 B lines\n"
     "                          fine-lines     small objects' spans have 32 B lines\n"
+    "  --subrelease MS:LONGEST:SHORTEST  the size-class heaps' subrelease rule: windows of\n"
+    "                          MS ms (0: off), a horizon of SHORTEST..LONGEST windows\n"
+    "                          (default 100:50:2; heap/src/baseline.h)\n"
     "  --series-interval-ms N  time series sampling interval (default: ~1000 samples)\n"
     "  --series-interval-ns N  the same in ns\n"
     "  --snapshot-at-ns T      dump every live huge page after all events <= T (repeatable)\n"
@@ -87,6 +91,21 @@ std::pair<std::string, std::vector<uint64_t>> parse_isolate(const std::string& v
     pos = comma + 1;
   }
   return {v.substr(0, eq), ids};
+}
+
+// --subrelease MS:LONGEST:SHORTEST (TcmallocBaseline::set_subrelease's checks apply).
+sim::SubreleaseRule parse_subrelease(const std::string& opt, const std::string& v) {
+  const size_t a = v.find(':'), b = a == std::string::npos ? a : v.find(':', a + 1);
+  if (b == std::string::npos) throw sim::SimError(opt + " " + v + ": expected MS:LONGEST:SHORTEST");
+  sim::SubreleaseRule r;
+  r.interval_ns = parse_u64(opt, v.substr(0, a).c_str()) * 1000000;
+  const uint64_t longest = parse_u64(opt, v.substr(a + 1, b - a - 1).c_str());
+  const uint64_t shortest = parse_u64(opt, v.substr(b + 1).c_str());
+  if (longest < 1 || longest > 64 || shortest < 1 || shortest > longest)
+    throw sim::SimError(opt + " " + v + ": need 1 <= SHORTEST <= LONGEST <= 64");
+  r.windows = unsigned(longest);
+  r.min_windows = unsigned(shortest);
+  return r;
 }
 
 }  // namespace
@@ -135,6 +154,7 @@ int main(int argc, char** argv) {
       else if (a == "--snapshot-spans") opts.snapshot_spans = true;
       else if (a == "--attribute-at-ns") opts.attribute_at_ns.push_back(parse_u64(a, arg()));
       else if (a == "--isolate") opts.isolate.push_back(parse_isolate(arg()));
+      else if (a == "--subrelease") sim::subrelease_rule = parse_subrelease(a, arg());
       else if (a == "--check-invariants") opts.check_invariants = true;
       else if (a == "--check-every") {
         opts.full_check_every = parse_u64(a, arg());
