@@ -89,6 +89,11 @@ class HeapAllocator {
   virtual bool enable_address_mode() { return false; }
   // (returns the placed bytes freed; 0: no live object starts at addr, nothing done)
   virtual uint64_t free_at(uint64_t addr, uint64_t now) { (void)addr; (void)now; return 0; }
+  // n calls of free_at in order (a thread cache's flush), bytes[i] what each returned; a
+  // heap may fetch the records of later objects while it frees earlier ones.
+  virtual void free_batch_at(const uint64_t* addr, uint32_t n, uint64_t now, uint64_t* bytes) {
+    for (uint32_t i = 0; i < n; ++i) bytes[i] = free_at(addr[i], now);
+  }
   virtual uint64_t usable_at(uint64_t addr) const { (void)addr; return 0; }
   // The placed size of a request (what usable_at will say of it).
   virtual uint64_t placed_size(uint64_t size, uint32_t align) const { (void)align; return size; }

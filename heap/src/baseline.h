@@ -58,6 +58,7 @@ class TcmallocBaseline final : public HeapAllocator {
   void move_slot(uint32_t from, uint32_t to) override;
   bool enable_address_mode() override { addr_mode_ = true; return true; }
   uint64_t free_at(uint64_t addr, uint64_t now) override;
+  void free_batch_at(const uint64_t* addr, uint32_t n, uint64_t now, uint64_t* bytes) override;
   uint64_t usable_at(uint64_t addr) const override;
   uint64_t placed_size(uint64_t size, uint32_t align) const override;
   uint32_t alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) override;
@@ -164,6 +165,10 @@ class TcmallocBaseline final : public HeapAllocator {
   uint32_t span_of(uint64_t addr, uint32_t& idx) const;
   // The span holding the page of addr (kNone: none).
   uint32_t span_holding(uint64_t addr) const;
+  // What free_batch_at fetches ahead for the object at addr (nullptr: nothing): stage 0
+  // the page's span index entry, 1 the span, 2 the object's word of live bits (each
+  // reads what the one before fetched).
+  const void* ahead_of(uint64_t addr, int stage) const;
   void init_central();
   void set_span_at(const Span& s, uint32_t sid);  // every page of a span (< a huge page)
   uint32_t take_span(uint32_t cls);  // off the central list (or new)

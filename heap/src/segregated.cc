@@ -233,6 +233,23 @@ uint64_t SegregatedHeap::free_at(uint64_t addr, uint64_t now) {
   return bytes;
 }
 
+void SegregatedHeap::free_batch_at(const uint64_t* addr, uint32_t n, uint64_t now, uint64_t* bytes) {
+  // A run of objects of one heap (a flush's are all of one) goes to it at once.
+  for (uint32_t i = 0; i < n;) {
+    const uint64_t g = (addr[i] / kHugePageBytes) >> kIdShift;
+    uint32_t e = i + 1;
+    while (e < n && (addr[e] / kHugePageBytes) >> kIdShift == g) ++e;
+    if (g >= heaps_.size()) {
+      std::fill(bytes + i, bytes + e, 0);
+    } else {
+      heaps_[g]->free_batch_at(addr + i, e - i, now, bytes + i);
+      if (segregate_above_)
+        for (uint32_t k = i; k < e; ++k) live_bytes_ -= bytes[k];
+    }
+    i = e;
+  }
+}
+
 uint32_t SegregatedHeap::alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) {
   // (one heap for the batch: the live bytes decide it for the whole batch)
   if (!addr_mode_ || n == 0) return HeapAllocator::alloc_batch(r, n, out);

@@ -69,6 +69,7 @@ class SegregatedHeap final : public HeapAllocator {
   // size asked is not known at the free), asked bytes in the simulator.
   bool enable_address_mode() override;
   uint64_t free_at(uint64_t addr, uint64_t now) override;
+  void free_batch_at(const uint64_t* addr, uint32_t n, uint64_t now, uint64_t* bytes) override;
   uint64_t usable_at(uint64_t addr) const override;
   uint64_t placed_size(uint64_t size, uint32_t align) const override { return heaps_[0]->placed_size(size, align); }
   uint32_t alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) override;
