@@ -1,6 +1,7 @@
 #include "backing.h"
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include <cerrno>
 
@@ -21,7 +22,12 @@ void set_bit(uint64_t* m, uint64_t page, bool on) {
   const uint64_t b = uint64_t(1) << (page % 64);
   m[page / 64] = on ? m[page / 64] | b : m[page / 64] & ~b;
 }
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
+}  // namespace
 
 void Backing::init(unsigned groups, uint64_t reserve_bytes, bool table) {
   if (groups == 0 || groups > kMaxGroups) fatal("backing: 1 to 8 heaps");
@@ -229,12 +235,22 @@ void Backing::dense(uint64_t id) {
 
 void Backing::collapse_some() {
   next_collapse_ns_ = now_ + kCollapseEveryNs;
+  if (budget_at_)
+    collapse_budget_ns_ = std::min<int64_t>(kCollapseBurstNs,
+                                            collapse_budget_ns_ + int64_t((now_ - budget_at_) / kCollapseShareInv));
+  budget_at_ = now_;
   unsigned done = 0, i = 0;
-  for (; i < nqueued_ && done < kCollapsePerTick && queue_[i].at + kCollapseAfterNs <= now_; ++i) {
+  for (; i < nqueued_ && done < kCollapsePerTick && collapse_budget_ns_ > 0 && queue_[i].at + kCollapseAfterNs <= now_;
+       ++i) {
     const uint64_t page = queue_[i].page;
     if (!bit_of(advised_, page)) continue;  // released or broken since
     ++done;
-    if (madvise(page_at(page), kHuge, MADV_COLLAPSE) == 0) {
+    const uint64_t t0 = monotonic_ns();
+    const int rc = madvise(page_at(page), kHuge, MADV_COLLAPSE);
+    const uint64_t took = monotonic_ns() - t0;
+    collapse_ns_ += took;
+    collapse_budget_ns_ -= int64_t(took);
+    if (rc == 0) {
       ++collapsed_;
     } else if (errno == EINVAL) {  // no MADV_COLLAPSE here: khugepaged does it
       collapse_works_ = false;

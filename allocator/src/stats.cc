@@ -70,6 +70,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("huge_collapse", uint64_t(s.backing.collapse()));  // LIFETIME_ALLOC_HUGE_COLLAPSE
   j.kv("collapsed_huge_pages", s.backing.collapsed_pages());
   j.kv("collapse_failures", s.backing.collapse_failures());
+  j.kv("collapse_ns", s.backing.collapse_ns());
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
   j.kv("huge_pages_reused_held", s.backing.pages_reused());
