@@ -119,6 +119,11 @@ def main() -> int:
     ap.add_argument("--train", nargs="+", default=["5.0.6", "6.0.16"])
     ap.add_argument("--train-runs", type=int, default=1, help="sampled runs per train version")
     ap.add_argument("--test", default="6.2.14")
+    ap.add_argument("--selection", nargs="*", default=["6.2.7", "6.2.9"],
+                    help="selection versions (core/version_roles.json): profiled like the "
+                         "training versions and read by build-dataset only to detect wrappers "
+                         "(--detect-profiles; recorded as selection); none: detection on the "
+                         "training profiles alone")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="model seeds")
     ap.add_argument("--load-seed", type=int, default=1)
     ap.add_argument("--load-seeds", nargs="+", type=int,
@@ -147,7 +152,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.combine:  # into --out when given, else next to the first
         return combine(args.combine, args.out, args.policy)
-    for v in [*args.train, args.test]:
+    for v in [*args.train, *args.selection, args.test]:
         redis.check_version(v)
     if args.out is None:
         args.out = os.path.join(ROOT, "out", "simulate_redis" if args.workload == "phases"
@@ -169,6 +174,7 @@ def run_load_seed(args, out: str) -> int:
     config = {"workload": args.workload, "train": args.train, "train_runs": args.train_runs,
               "test": args.test, "load_seed": args.load_seed, "interval": args.interval,
               **({"wrappers": args.wrapper} if args.wrapper else {}),
+              **({"selection": args.selection} if args.selection else {}),
               **({"keys": args.keys} if args.workload == "phases" else {"scale": args.scale})}
     reuse = check_stamp(out, config, args.fresh, args.resume, "simulate_redis")
     t0 = time.monotonic()
@@ -183,6 +189,10 @@ def run_load_seed(args, out: str) -> int:
             for k in range(1, args.train_runs + 1):
                 d = profile(v, k, os.path.join(out, "train", v, f"run{k}"), args, False)
                 cmd += ["--profiles", d, "--version-label", f"redis-{v}"]
+        for v in args.selection:
+            for k in range(1, args.train_runs + 1):
+                d = profile(v, k, os.path.join(out, "selection", v, f"run{k}"), args, False)
+                cmd += ["--detect-profiles", d, "--detect-version-label", f"redis-{v}"]
         sh(cmd)
     exports = {}
     for s in args.seeds:

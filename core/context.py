@@ -70,13 +70,27 @@ BUILTIN_WRAPPERS = frozenset({
     "xmlMalloc", "xmlMallocAtomic", "xmlStrdup", "xmlStrndup",
 })
 
-#: `detect_wrappers` defaults, chosen on the proxy workload and Redis/PostgreSQL
-#: training versions only.
-MIN_CALLERS = 4           # distinct callers below a wrapper
+#: `detect_wrappers` defaults.  MIN_CALLERS and CALLER_WEIGHT_POWER were chosen on
+#: selection data (issue 33 item 3; core/version_roles.json `chosen_on`):
+#: benchmarks/wrapper_selection.py over a grid (power 1/0.75/0.5/0.25/0, disagreement
+#: 0.05-0.3, callers 2-5, top share 0.8-0.95), detecting on the Redis training versions
+#: (5.0.6, 6.0.16: phases, load seeds 1 and 2) and one selection version, and scoring the
+#: training data's longest-prefix table on the other selection version (6.2.7 / 6.2.9,
+#: load seeds 1 and 2): mean of weighted and unweighted accuracy 80.2% against the old
+#: rule's 73.0% (weighted 86.2 / 85.5%, unweighted 74.3 / 60.6%); the fewest wrappers
+#: among the best points.  The old rule (power 1, 4 callers) misses sdsnewlen and
+#: _sdsnewlen: createStringObject is 88% of their samples and agrees with their majority,
+#: hiding hashTypeSet's and setTypeAdd's disagreement (3.9% of the samples).  The
+#: others stay as they were chosen on the proxy workload and Redis/PostgreSQL training
+#: versions.
+MIN_CALLERS = 3           # distinct callers below a wrapper
 MIN_TOP_SHARE = 0.9       # of the samples whose stack holds it, share where it is the site
 MIN_DISAGREEMENT = 0.1    # share of its samples whose caller's majority class differs
 MIN_SAMPLES = 20
 MAX_ROUNDS = 8
+CALLER_WEIGHT_POWER = 0.5  # a caller weighs samples ** this in the disagreement
+MAX_CHAIN = 1             # frames a unit may hold (the site and its only callers)
+MIN_CHAIN_SHARE = 0.9     # share of a unit's samples its next frame must carry
 
 #: Frames a context keeps below its site: the one frame limit of the dataset, the model
 #: (which reads it from the dataset's definition) and the exported library.
@@ -244,25 +258,40 @@ def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
                     definition: ContextDefinition, min_callers: int = MIN_CALLERS,
                     min_top_share: float = MIN_TOP_SHARE,
                     min_disagreement: float = MIN_DISAGREEMENT,
-                    min_samples: int = MIN_SAMPLES, max_rounds: int = MAX_ROUNDS) -> list[str]:
+                    min_samples: int = MIN_SAMPLES, max_rounds: int = MAX_ROUNDS,
+                    caller_weight_power: float = CALLER_WEIGHT_POWER,
+                    max_chain: int = MAX_CHAIN,
+                    min_chain_share: float = MIN_CHAIN_SHARE) -> list[str]:
     """Wrappers found in the data: (machinery-free stack, samples, label) triples.
 
-    A named frame is machinery, not a site, when after stripping the wrappers known so
-    far it is the site of at least `min_samples` samples through at least
-    `min_callers` distinct callers, is the site in at least `min_top_share` of the
-    samples whose stack holds it at all (a wrapper is always near the top; ``main`` is
-    not), and its callers disagree on the lifetime: for at least `min_disagreement`
-    of its samples the caller's majority class is not the frame's.  Found wrappers
-    are stripped and the search repeats (a wrapper under a wrapper), at most
-    `max_rounds` times.  Deterministic: ties and orders are by name.
+    After stripping the wrappers known so far, a *unit* is the site of a stack, or
+    the site and the frames right below it through which (almost) all of the site's
+    samples come: a frame joins the unit when it is the caller of at least
+    `min_chain_share` of the unit's samples, up to `max_chain` frames (Redis 6.2's
+    ``_sdsnewlen`` is reached only through ``sdsnewlen``: the two are one unit whose
+    callers are ``sdsnewlen``'s).  A unit is machinery, not a site, when
+
+    - it is the top of at least `min_samples` samples through at least `min_callers`
+      distinct callers (the frame below its last frame);
+    - each of its frames is in the unit in at least `min_top_share` of the samples
+      whose stack holds that frame at all (a wrapper is always near the top; ``main``
+      is not);
+    - its callers disagree on the lifetime: the callers whose own majority class is
+      not the unit's make up at least `min_disagreement` of its callers, each caller
+      weighing its samples ** `caller_weight_power` (1: by samples, so one dominant
+      caller hides the others, as ``createStringObject`` hides ``hashTypeSet`` under
+      ``sdsnewlen``; 0: by callers, each alike).
+
+    All of a found unit's frames are wrappers.  Found wrappers are stripped and the
+    search repeats (a wrapper under a wrapper), at most `max_rounds` times.
+    Deterministic: ties and orders are by name.
     """
     stacks = [(tuple(s), float(n), int(y)) for s, n, y in stacks]
     known = set(definition.wrappers)
     found: set[str] = set()
     for _ in range(max_rounds):
         wrappers = frozenset(known | found)
-        by_site: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
-            lambda: collections.defaultdict(collections.Counter))
+        tops = []  # (qualified named top frames of the stripped stack, samples, label)
         holding = collections.Counter()
         for stack, n, y in stacks:
             rest = strip_wrappers(stack, wrappers)
@@ -270,29 +299,70 @@ def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
                 continue
             for name in {_qualified(f) for f in rest if is_named(f)}:
                 holding[name] += n
-            if not is_named(rest[0]):
-                continue
-            site = _qualified(rest[0])
-            caller = _qualified(rest[1]) if len(rest) > 1 else "<bottom>"
-            by_site[site][caller][y] += n
+            if is_named(rest[0]):
+                tops.append((tuple(_qualified(f) if is_named(f) else f
+                                   for f in rest[: max_chain + 1]), n, y))
         new = set()
-        for site, callers in sorted(by_site.items()):
-            if site in wrappers or len(callers) < min_callers:
+        for unit, callers in sorted(_units(tops, max_chain, min_chain_share).items()):
+            if any(f in wrappers for f in unit) or len(callers) < min_callers:
                 continue
             overall = collections.Counter()
             for votes in callers.values():
                 overall.update(votes)
             total = sum(overall.values())
-            if total < min_samples or total < min_top_share * holding[site]:
+            if total < min_samples:
+                continue
+            in_unit = _samples_in_unit(tops, unit)
+            if any(in_unit[f] < min_top_share * holding[f] for f in unit):
                 continue
             majority = _argmax(overall)
-            differing = sum(sum(v.values()) for v in callers.values() if _argmax(v) != majority)
-            if differing >= min_disagreement * total:
-                new.add(site)
+            weight = {c: sum(v.values()) ** caller_weight_power for c, v in callers.items()}
+            differing = sum(weight[c] for c, v in callers.items() if _argmax(v) != majority)
+            if differing >= min_disagreement * sum(weight.values()):
+                new.update(unit)
         if not new:
             break
         found |= new
     return sorted(found)
+
+
+def _units(tops: list, max_chain: int, min_chain_share: float) -> dict:
+    """unit (tuple of frames from the site down) -> caller -> class -> samples."""
+    units: dict[tuple, dict[str, collections.Counter]] = {}
+    by_site = collections.defaultdict(list)
+    for top, n, y in tops:
+        by_site[top[0]].append((top, n, y))
+    for site, rows in by_site.items():
+        unit, members = (site,), rows
+        while True:
+            callers = collections.defaultdict(collections.Counter)
+            for top, n, y in members:
+                callers[top[len(unit)] if len(top) > len(unit) else "<bottom>"][y] += n
+            if len(unit) >= max_chain:
+                break
+            total = sum(sum(v.values()) for v in callers.values())
+            caller, samples = min(((c, sum(v.values())) for c, v in callers.items()),
+                                  key=lambda cs: (-cs[1], cs[0]))
+            if (caller == "<bottom>" or not is_named(caller) or caller in unit
+                    or samples < min_chain_share * total):
+                break
+            unit = unit + (caller,)
+            members = [m for m in members if len(m[0]) > len(unit) - 1
+                       and m[0][len(unit) - 1] == caller]
+        units[unit] = callers
+    return units
+
+
+def _samples_in_unit(tops: list, unit: tuple) -> collections.Counter:
+    """Samples in which each frame of UNIT is where the unit puts it (the site on top,
+    the next frame right below it...)."""
+    counts = collections.Counter()
+    for top, n, _ in tops:
+        for i, f in enumerate(unit):
+            if top[i: i + 1] != (f,):
+                break
+            counts[f] += n
+    return counts
 
 
 def _argmax(votes: collections.Counter) -> int:

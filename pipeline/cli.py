@@ -43,6 +43,14 @@ def add_parser(sub) -> None:
                    help="a version the choices given here (--wrapper, ...) were made on: "
                         "recorded in the manifest's roles.selection, so no report calls it "
                         "test (core/version_roles.py); repeatable")
+    p.add_argument("--detect-profiles", action="append", nargs="+", default=[],
+                   metavar="FILE|DIR|GLOB",
+                   help="profiles read only to detect wrappers (e.g. the selection "
+                        "versions'): their stacks join the dataset's in detection, none of "
+                        "them is in the dataset, and their --detect-version-label is recorded "
+                        "as selection; repeatable")
+    p.add_argument("--detect-version-label", action="append", metavar="LABEL",
+                   help="label for the matching --detect-profiles")
     p.set_defaults(func=run_build_dataset, beam=True)
 
     p = sub.add_parser("characterize", help="Markdown report with plots per workload",
@@ -119,11 +127,18 @@ def run_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
     version_roles.refuse_reserved(args.version_label or (), "test" if args.like else "training",
                                   "--version-label")
     version_roles.refuse_reserved(args.selection_version, "selection", "--selection-version")
+    detect_inputs = _profile_inputs(args.detect_profiles, args.detect_version_label)
+    version_roles.refuse_reserved([lbl for _, lbl in detect_inputs if lbl], "selection",
+                                  "--detect-version-label")
+    if detect_inputs and (args.like or args.no_detect_wrappers):
+        raise UsageError("--detect-profiles are read only to detect wrappers: not with "
+                         "--like or --no-detect-wrappers")
     from pipeline.dataset import DatasetConfig, build_dataset
 
     config = DatasetConfig(vocab_size=args.vocab_size, eval_percent=args.eval_percent,
                            num_shards=args.shards, labels=label_scheme(args),
                            selection_versions=tuple(args.selection_version),
+                           detect_inputs=tuple(detect_inputs),
                            **_context_options(args), **symbol_options(args))
     vocab = args.vocab or (os.path.join(args.like, "vocab.txt") if args.like else None)
     writable_dir(args.out)

@@ -71,6 +71,11 @@ class DatasetConfig:
     # Versions the choices given to this build (--wrapper, ...) were made on: recorded
     # as the manifest's roles.selection (core/version_roles.py).
     selection_versions: tuple[str, ...] = ()
+    # Profiles read only to detect wrappers ((pattern, version label) pairs, e.g. the
+    # selection versions': `--detect-profiles`): their stacks join the dataset's in
+    # `detect_wrappers`, nothing of them is in the dataset, and their labels are
+    # recorded as selection (build_dataset adds them to selection_versions).
+    detect_inputs: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -220,15 +225,21 @@ class ToContexts(beam.PTransform):
     """Merged (program, label, machinery-free stack) stats -> merged stats per context,
     with the context definition and what its wrappers cut (singleton PCollections)."""
 
-    def __init__(self, config: DatasetConfig):
+    def __init__(self, config: DatasetConfig, detect_only=None):
         super().__init__()
         self._config = config
+        self._detect_only = detect_only  # context partials read only for detection
 
     def expand(self, partials):
         stacks = partials | "MergeStacks" >> beam.CombinePerKey(MergeContextStats())
         if self._config.detect_wrappers:
-            definition = (stacks
-                          | "StackLabels" >> beam.Map(_stack_label, self._config.labels)
+            labeled = stacks | "StackLabels" >> beam.Map(_stack_label, self._config.labels)
+            if self._detect_only is not None:
+                extra = (self._detect_only
+                         | "MergeDetectStacks" >> beam.CombinePerKey(MergeContextStats())
+                         | "DetectStackLabels" >> beam.Map(_stack_label, self._config.labels))
+                labeled = (labeled, extra) | "WithDetectOnly" >> beam.Flatten()
+            definition = (labeled
                           | "AllStacks" >> beam.combiners.ToList()
                           | "Define" >> beam.Map(_define, self._config))
         else:  # given (--like): no labels or detection needed
@@ -365,7 +376,8 @@ class BuildDataset(beam.PTransform):
 
     def expand(self, inputs):
         config, p = self._config, inputs["contexts"].pipeline
-        cut, definition, stripped = inputs["contexts"] | "Contexts" >> ToContexts(config)
+        cut, definition, stripped = inputs["contexts"] | "Contexts" >> ToContexts(
+            config, inputs.get("detect_contexts"))
         labeled = cut | "Label" >> LabelContexts(config)
         if self._vocab:
             ranked = p | "GivenVocab" >> beam.Create([self._vocab.tokens])
@@ -435,11 +447,22 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
     vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
     refuse_irregular_outputs(out_dir, (MANIFEST, VOCAB, DEAD_LETTERS))
     LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
+    detect_files = (match_inputs(list(config.detect_inputs), profile_format)
+                    if config.detect_inputs and config.detect_wrappers else [])
+    if detect_files:
+        config = dataclasses.replace(config, selection_versions=tuple(sorted(
+            set(config.selection_versions) | {label for _, label in config.detect_inputs
+                                              if label})))
     with make_pipeline(beam_args) as p:
         read = (p | "Files" >> beam.Create(files)
                 | "Read" >> ReadProfiles(config, profile_format))
+        extra = {}
+        if detect_files:
+            detect = (p | "DetectFiles" >> beam.Create(detect_files)
+                      | "ReadDetect" >> ReadProfiles(config, profile_format))
+            extra["detect_contexts"] = detect.contexts
         _ = ({"contexts": read.contexts, "dead_letters": read[DEAD_LETTER],
-              "file_stats": read[FILE_STATS]}
+              "file_stats": read[FILE_STATS], **extra}
              | "Build" >> BuildDataset(config, files, vocab_given, vocab_path)
              | "Write" >> WriteDataset(out_dir))
     with FileSystems.open(FileSystems.join(out_dir, MANIFEST)) as f:

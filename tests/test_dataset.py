@@ -456,3 +456,25 @@ def test_profile_formats_are_checked_before_the_job(profiles, tmp_path, capsys):
         assert sources.detect(str(profiles / "nothing.bin")) is None
     finally:
         sources.unregister("broken")
+
+
+def test_detect_only_profiles_join_detection_and_nothing_else(profiles, tmp_path, monkeypatch):
+    from core import context as context_def
+
+    seen = []
+    real = context_def.detect_wrappers
+
+    def spy(stacks, definition, **kw):
+        stacks = list(stacks)
+        seen.extend(sorted({s[0] for s, _, _ in stacks if s}))
+        return real(stacks, definition, **kw)
+
+    monkeypatch.setattr(context_def, "detect_wrappers", spy)
+    config = DatasetConfig(eval_percent=0, detect_inputs=((str(profiles / "b.ltprof"), "v2"),))
+    manifest = dataset.build_dataset([(str(profiles / "a.ltprof"), "v1")], str(tmp_path / "ds"),
+                                     config)
+    assert "session_open" in seen and "parse_request" in seen  # b's stacks were detected on
+    assert [i["file"] for i in manifest["inputs"]] == [str(profiles / "a.ltprof")]
+    assert manifest["splits"]["train"]["contexts"] == 3  # a's sites only, not b's
+    assert manifest["roles"] == {"train": ["v1"], "selection": ["v2"]}
+    assert manifest["config"]["detect_inputs"] == [[str(profiles / "b.ltprof"), "v2"]]
