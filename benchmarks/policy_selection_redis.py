@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, workload: str, policy: str) -> dict:
             shutil.copytree(pathlib.Path(src) / name, out / name, dirs_exist_ok=True)
     cmd = [sys.executable, str(ROOT / "benchmarks" / "simulate_redis.py"), "--workload", workload,
            "--test", args.version, "--load-seed", str(args.load_seed), "--seeds", "0",
-           "--policy", policy, "--out", str(out), "--resume", "--keep-trace"]
+           "--policy", policy, "--out", str(out), "--resume", "--keep-trace",
+           "--selection"]  # none: wrappers detected on the training profiles (the test here is one)
     if workload == "phases":
         for w in args.phases_wrapper:
             cmd += ["--wrapper", w]
