@@ -147,6 +147,7 @@ def run_server(name: str, run_dir: str, out: str, policies, names=(), series_ms:
                 r = features.pooled_feature_classes(desc, common["scheme"], f)
                 keys[f] = r["keys"]
                 for i, p in enumerate(procs):
+                    os.makedirs(os.path.join(cls_dir, p["stem"]), exist_ok=True)
                     for rule in ("t95", "cost"):
                         lab = f"context_{f}_{rule}"
                         files[i][lab] = write_object_classes(
