@@ -34,8 +34,8 @@ Load seeds: one --out per load seed (the same workload names), then
 
 writes OUT/combined.{md,json}: per workload, feature, rule, policy and measure the gap
 closed, mean and worst (min) over the load seeds and n (the seeds with a gap to close),
-the gap's own size, and the feature's lead over the control (size_shuffled, same rule)
-at its worst seed.  `candidates` lists the (workload, feature, rule, policy, measure)
+the gap's own size, every row's reduction, and the feature's lead over the control
+(size_shuffled, same rule, same seed), the least over the seeds.  `candidates` lists the (workload, feature, rule, policy, measure)
 that close >= 20 points on every seed.
 """
 
@@ -283,9 +283,14 @@ def combine(dirs: list[str]) -> dict:
         per = [(d, r["results"][wl], r.get("keys", {}).get(wl, {})) for d, r in runs
                if wl in r["results"]]
         W = {"runs": [d for d, _, _ in per], "keys": [k for _, _, k in per], "policies": {}}
-        for pol in dict.fromkeys(p for _, res, _ in per for p in res):
+        pols = list(dict.fromkeys(p for _, res, _ in per for p in res))
+        pols.sort(key=lambda p: (POLICIES.index(p) if p in POLICIES else len(POLICIES), p))
+        for pol in pols:
             seeds = [res[pol] for _, res, _ in per if pol in res]
-            P = {"seeds": len(seeds), "gap": {}, "features": {}}
+            P = {"seeds": len(seeds), "gap": {}, "features": {},
+                 "rows": {lab: {m: _stats([s["rows"].get(lab, {}).get(m) for s in seeds])
+                                for m, _ in MEASURES}
+                          for lab in dict.fromkeys(k for s in seeds for k in s["rows"])}}
             for rule in ("t95", "cost"):
                 P["gap"][rule] = {}
                 for m, _ in MEASURES:
@@ -329,8 +334,10 @@ def combined_markdown(c: dict) -> str:
     L = [f"Feature oracles over {len(c['runs'])} runs ({', '.join(c['runs'])}): points of "
          "the context-oracle -> per-object-oracle gap each feature closes, mean (worst) n "
          "over the runs, on the resident / huge-page steady state; n counts the runs "
-         "with a gap of 1 point or more.  'lead' = the feature's share minus the control's "
-         f"({c['control']}, same rule), at the feature's worst run for it (min over runs).", ""]
+         "with a gap of 1 point or more; the gap row: per-object oracle minus context oracle, "
+         "points of fragmentation reduction, mean (min..max).  'lead' = the feature's share "
+         f"minus the control's ({c['control']}, same rule) in the same run, the least over "
+         "the runs.", ""]
     for wl, W in c["workloads"].items():
         pols = list(W["policies"])
         L += [f"### {wl} ({len(W['runs'])} runs)", "",
@@ -367,8 +374,8 @@ def combined_markdown(c: dict) -> str:
         L.append("none.")
     for k in c["candidates"]:
         L.append(f"* {k['workload']}, {k['feature']} ({k['rule']}), {k['policy']}, {k['measure']}: "
-                 f"mean {pts(k['mean'])}, worst {pts(k['worst'])} (n {k['n']}); lead over "
-                 f"{c['control']} at worst {pts(k['control_lead_worst'])}")
+                 f"mean {pts(k['mean'])}, worst {pts(k['worst'])} (n {k['n']}); least lead over "
+                 f"{c['control']} {pts(k['control_lead_worst'])}")
     L.append("")
     return "\n".join(L)
 
