@@ -27,6 +27,14 @@ sim-<policy>-seed0/; two or more others: name the trace).  TRACE is a .lttrace (
 .stacks.json beside it), its dataset by default DIR/dataset-train of the run directory two
 levels up.
 
+A server of many processes (PostgreSQL): --server NAME=RUN_DIR, a
+benchmarks/simulate_postgres.py --keep-trace run directory; the (context, feature) classes
+pooled over its processes (features.pooled_feature_classes), each process simulated on its
+own, the server's memory summed (run_server; huge pages only).
+
+    .venv/bin/python benchmarks/feature_oracles.py --out out/feature_oracles/pg-load1 \
+        --server postgres-mixed=out/pg/load1
+
 Load seeds: one --out per load seed (the same workload names), then
 
     .venv/bin/python benchmarks/feature_oracles.py --out out/feature_oracles \
