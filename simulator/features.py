@@ -144,20 +144,29 @@ def feature_classes(trace_path: str, stack_context: dict, scheme, name: str, *,
                     deadline_k: float | None = None, boundaries_ns=None) -> dict:
     """Per-record classes of the (context, feature `name`) oracles: {"t95": uint8 array,
     "cost": uint8 array, "keys": number of keys, "objects": records}."""
-    k = DEADLINE_K if deadline_k is None else deadline_k
     header, rec = tables._trace_records(trace_path)
-    n = len(rec)
-    if not n:
+    if not len(rec):
         return {"t95": np.zeros(0, np.uint8), "cost": np.zeros(0, np.uint8), "keys": 0, "objects": 0}
     ctx = record_contexts(rec, stack_context)
-    feat = _dense(feature_values(name, rec, ctx, header.end_ns))
+    feat = feature_values(name, rec, ctx, header.end_ns)
+    return key_classes(header.end_ns, rec, ctx, feat, scheme, deadline_k=deadline_k,
+                       boundaries_ns=(boundaries_ns if boundaries_ns is not None
+                                      else header.boundaries_ns))
+
+
+def key_classes(end_ns: int, rec, ctx: np.ndarray, feat: np.ndarray, scheme, *,
+                deadline_k: float | None = None, boundaries_ns) -> dict:
+    """Each record's classes keyed by (ctx, feat): feature_classes on records in hand
+    (objects live at the end censored at END_NS)."""
+    k = DEADLINE_K if deadline_k is None else deadline_k
+    n = len(rec)
+    feat = _dense(feat)
     key = _dense(ctx * (int(feat.max()) + 1) + feat)
     nkeys = int(key.max()) + 1
-    t95 = tables.context_t95_groups(header, rec, key, nkeys, scheme)
+    t95 = tables.context_t95_groups(_End(end_ns), rec, key, nkeys, scheme)
     # The cost rule on each key's bytes per true class (never freed = inf), as
     # tables.context_oracle_tables does per context from the side file's bytes.
-    bounds = np.array(boundaries_ns if boundaries_ns is not None else header.boundaries_ns,
-                      np.uint64)
+    bounds = np.array(boundaries_ns, np.uint64)
     nclass = len(bounds) + 2
     cls = _true_classes(np.asarray(rec["alloc"]), np.asarray(rec["free"]), bounds).astype(np.int64)
     by = np.bincount(key * nclass + cls, weights=np.asarray(rec["size"], np.float64),
@@ -170,6 +179,93 @@ def feature_classes(trace_path: str, stack_context: dict, scheme, name: str, *,
                    if b.sum() > 0 else t95[i])
     return {"t95": t95[key].astype(np.uint8), "cost": cost[key].astype(np.uint8),
             "keys": nkeys, "objects": n}
+
+
+class _End:
+    """What tables.context_t95_groups reads of a trace header: its end."""
+
+    def __init__(self, end_ns: int):
+        self.end_ns = int(end_ns)
+
+
+def pooled_feature_classes(procs: list[dict], scheme, name: str, *,
+                           deadline_k: float | None = None) -> list[np.ndarray]:
+    """The (context, feature) oracles of a server of many processes, each its own trace
+    (benchmarks/simulate_postgres.py): a key's objects in every process pooled, as the
+    server-wide context oracles (simulate_postgres.pooled_context_oracles) pool a
+    context's.  PROCS: {"trace": path, "contexts": {stack id: context},
+    "stacks": {stack id: a key of the whole stack equal across processes}}.
+
+    The features on the pooled records, in allocation order on the common clock: `thread`
+    is (process, thread); `prev1`/`prev2` per such thread in its own trace order; `time`
+    in 16 parts of the server's span (first allocation of any process to the last end);
+    `rate` counts every process's allocations in the 1 s window; `stack` is the whole
+    stack's key.  An object live at its process's end is censored at that end.
+    Returns {"t95": [per-process uint8 arrays], "cost": [...], "keys", "objects"}."""
+    parts, ends, ctxs, stack_keys = [], [], [], []
+    cindex: dict = {}
+    sindex: dict = {}
+    bounds_ns = None
+    for p in procs:
+        header, rec = tables._trace_records(p["trace"])
+        bounds_ns = header.boundaries_ns if bounds_ns is None else bounds_ns
+        if list(header.boundaries_ns) != list(bounds_ns):
+            raise tables.TableError(f"{p['trace']}: class bounds differ from the other processes'")
+        parts.append(rec)
+        ends.append(int(header.end_ns))
+        sids, inv = np.unique(np.asarray(rec["stack"]), return_inverse=True)
+        inv = inv.reshape(-1)
+        c = np.fromiter((cindex.setdefault(p["contexts"][int(x)], len(cindex)) for x in sids),
+                        np.int64, len(sids))
+        k = np.fromiter((sindex.setdefault(p["stacks"][int(x)], len(sindex)) for x in sids),
+                        np.int64, len(sids))
+        ctxs.append(c[inv])
+        stack_keys.append(k[inv])
+    sizes = [len(r) for r in parts]
+    if not sum(sizes):
+        z = [np.zeros(0, np.uint8) for _ in parts]
+        return {"t95": z, "cost": z, "keys": 0, "objects": 0}
+    server_end = max(ends)
+    rec = np.concatenate(parts)
+    ctx = np.concatenate(ctxs)
+    proc = np.repeat(np.arange(len(parts)), sizes)
+    # Features see the common clock; the classes see each process's lifetimes, an object
+    # live at its process's end censored there: shift each process to end at server_end.
+    alloc = np.asarray(rec["alloc"], np.uint64)
+    order = np.argsort(alloc, kind="stable")   # a process's records keep their trace order
+    view = {"alloc": alloc[order], "size": np.asarray(rec["size"])[order],
+            "thread": _dense(proc * (int(np.asarray(rec["thread"]).max()) + 1)
+                             + np.asarray(rec["thread"], np.int64))[order],
+            "stack": np.concatenate(stack_keys)[order]}
+    feat_sorted = feature_values(name, _Records(view), ctx[order], server_end)
+    feat = np.empty_like(feat_sorted)
+    feat[order] = feat_sorted
+    shift = np.repeat(np.array([server_end - e for e in ends], np.uint64), sizes)
+    shifted = np.empty(len(rec), dtype=[("alloc", np.uint64), ("free", np.uint64),
+                                        ("size", np.uint64)])
+    shifted["alloc"] = alloc + shift
+    free = np.asarray(rec["free"], np.uint64)
+    never = free == np.iinfo(np.uint64).max
+    shifted["free"] = np.where(never, free, free + shift)
+    shifted["size"] = np.asarray(rec["size"], np.uint64)
+    r = key_classes(server_end, shifted, ctx, feat, scheme, deadline_k=deadline_k,
+                    boundaries_ns=bounds_ns)
+    cut = np.cumsum(sizes)[:-1]
+    return {"t95": np.split(r["t95"], cut), "cost": np.split(r["cost"], cut),
+            "keys": r["keys"], "objects": r["objects"]}
+
+
+class _Records:
+    """Named columns with len() = rows: what feature_values reads of a record array."""
+
+    def __init__(self, cols: dict):
+        self.cols = cols
+
+    def __getitem__(self, k):
+        return self.cols[k]
+
+    def __len__(self):
+        return len(self.cols["alloc"])
 
 
 def write_feature_oracles(trace_path: str, stack_context: dict, scheme, out_dir: str,

@@ -168,3 +168,116 @@ def test_object_class_file_must_match_the_trace(tmp_path):
     bad = tr.write_object_classes(tmp_path / "b.cls", np.full(len(recs), 9, np.uint8))
     with pytest.raises(simulator.SimulationError, match="out of range"):
         simulator.simulate(path, [f"objects:{bad}"])
+
+
+def _bench():
+    import importlib.util
+    import os
+    p = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "benchmarks", "feature_oracles.py")
+    spec = importlib.util.spec_from_file_location("feature_oracles_bench", p)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_locates_a_trace_in_any_sim_dir(tmp_path):
+    fo = _bench()
+    run = tmp_path / "load2"
+    (run / "dataset-train").mkdir(parents=True)
+    (run / "sim-segregated-seed0").mkdir()
+    (run / "sim-segregated-seed0" / "trace.lttrace").write_bytes(b"")
+    (run / "sim-paper-seed0").mkdir()                      # no trace kept: ignored
+    assert fo.locate(f"w={run}") == ("w", str(run / "sim-segregated-seed0" / "trace.lttrace"),
+                                      str(run / "dataset-train"))
+    (run / "sim-seed0").mkdir()
+    (run / "sim-seed0" / "trace.lttrace").write_bytes(b"")   # sim-seed0 first
+    assert fo.locate(f"w={run}")[1] == str(run / "sim-seed0" / "trace.lttrace")
+    t = run / "sim-segregated-seed0" / "trace.lttrace"
+    assert fo.locate(f"w={t}") == ("w", str(t), str(run / "dataset-train"))
+    assert fo.locate(f"w={t},{tmp_path}") == ("w", str(t), str(tmp_path))
+    (run / "sim-seed0" / "trace.lttrace").unlink()
+    (run / "sim-x-seed0").mkdir()
+    (run / "sim-x-seed0" / "trace.lttrace").write_bytes(b"")
+    with pytest.raises(SystemExit, match="2 traces"):
+        fo.locate(f"w={run}")
+    with pytest.raises(SystemExit):
+        fo.locate(f"w={tmp_path / 'nope.lttrace'}")
+
+
+def test_benchmark_combines_load_seeds(tmp_path):
+    """--combine: mean, worst and n over the runs, the lead over the control at each run,
+    candidates only where every run closes >= 20 points."""
+    import json
+    fo = _bench()
+
+    def run(d, size, ctl, oracle_res):
+        rows = {"oracle": {"resident": oracle_res, "huge pages": 0.0},
+                "context_t95": {"resident": 0.0, "huge pages": 0.0},
+                "context_cost": {"resident": 0.0, "huge pages": 0.0}}
+        gc = {"context_size_t95": {"resident": size, "huge pages": None},
+              "context_size_shuffled_t95": {"resident": ctl, "huge pages": None}}
+        (tmp_path / d).mkdir()
+        with open(tmp_path / d / "results.json", "w") as f:
+            json.dump({"results": {"w": {"segregated": {"rows": rows, "gap_closed": gc}}},
+                       "keys": {"w": {"size": 10}}}, f)
+        return str(tmp_path / d)
+
+    dirs = [run("l1", 0.5, 0.1, 0.1), run("l2", 0.3, 0.25, 0.2), run("l3", 0.25, 0.0, 0.3)]
+    c = fo.combine(dirs)
+    F = c["workloads"]["w"]["policies"]["segregated"]["features"]["size"]["t95"]["resident"]
+    assert F["n"] == 3 and F["mean"] == pytest.approx(0.35) and F["worst"] == 0.25
+    assert F["control_lead"]["worst"] == pytest.approx(0.05)
+    hp = c["workloads"]["w"]["policies"]["segregated"]["features"]["size"]["t95"]["huge pages"]
+    assert hp["n"] == 0 and hp["mean"] is None
+    gap = c["workloads"]["w"]["policies"]["segregated"]["gap"]["t95"]["resident"]
+    assert gap["mean"] == pytest.approx(0.2) and gap["worst"] == pytest.approx(0.1)
+    assert [(k["feature"], k["measure"]) for k in c["candidates"]] == [("size", "resident")]
+    assert "| size | T95 | +35 (+25) 3 | n/a | +5 / " in fo.combined_markdown(c)
+    # one run below 20 points: no candidate
+    dirs[2] = run("l4", 0.15, 0.0, 0.3)
+    assert fo.combine(dirs)["candidates"] == []
+    fo.main(["--out", str(tmp_path / "c"), "--combine", *dirs])
+    assert (tmp_path / "c" / "combined.md").exists()
+
+
+@pytest.mark.parametrize("feature", ["none", *features.FEATURES])
+def test_pooled_over_processes(tmp_path, feature):
+    """A server of processes (simulate_postgres): one process alone gives the trace's own
+    classes; two identical processes give each of them those classes again (a key's
+    objects doubled, its T95 and byte shares unchanged)."""
+    recs, end, ctx = _prev_trace()
+    recs += [(r[0] + 7, r[1] + 7 if r[1] else None, 64 * (1 + i % 3), 2, 1 + i % 2)
+             for i, r in enumerate(recs[::5])]
+    recs.append((3, None, 100, 3, 2))
+    path, recs = _write(tmp_path, recs, end)
+    scheme = LabelScheme()
+    one = features.feature_classes(path, ctx, scheme, feature)
+    proc = {"trace": path, "contexts": ctx, "stacks": {s: ("stack", s) for s in ctx}}
+    alone = features.pooled_feature_classes([proc], scheme, feature)
+    assert alone["keys"] == one["keys"]
+    for rule in ("t95", "cost"):
+        assert alone[rule][0].tolist() == one[rule].tolist()
+    two = features.pooled_feature_classes([proc, proc], scheme, feature)
+    for rule in ("t95", "cost"):
+        assert two[rule][0].tolist() == one[rule].tolist() == two[rule][1].tolist()
+
+
+def test_pooled_censors_at_each_process_end(tmp_path):
+    """An object live at its process's end counts its age at that end, not the server's:
+    one context, a process that ends 50 ms after allocating it and another whose nine
+    objects live 1 s.  Censored at 50 ms it leaves the risk set before the deaths at 1 s
+    (T95 1 s: class 3); censored at the server's end (100 s) it would outlive them (10%
+    of the context past 1 s: never freed, class 7)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, _ = _write(tmp_path / "a", [(0, None, 64, 1, 1)], 50 * MS)
+    b, _ = _write(tmp_path / "b", [(i, i + S, 64, 2, 1) for i in range(9)], 100 * S)
+    ctx = {1: ("x",), 2: ("x",)}
+    r = features.pooled_feature_classes([{"trace": a, "contexts": ctx, "stacks": {1: 1}},
+                                         {"trace": b, "contexts": ctx, "stacks": {2: 2}}],
+                                        LabelScheme(), "none")
+    assert r["t95"][0].tolist() == [3] and r["t95"][1].tolist() == [3] * 9
+    one, _ = _write(tmp_path, [(0, None, 64, 1, 1)] + [(i + 1, i + 1 + S, 64, 2, 1)
+                                                       for i in range(9)], 100 * S)
+    assert features.feature_classes(one, ctx, LabelScheme(), "none")["t95"].tolist() == [7] * 10
