@@ -48,9 +48,9 @@ Config read_config() {
   if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_MS"))
     c.subrelease_interval_ns = parse_uint("LIFETIME_ALLOC_SUBRELEASE_MS", v, 0, 3600 * 1000) * 1000000;
   if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_WINDOWS"))
-    c.subrelease_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_WINDOWS", v, 1, 64));
+    c.subrelease_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_WINDOWS", v, 1, sim::SubreleaseRule::kMaxWindows));
   if (const char* v = std::getenv("LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS"))
-    c.subrelease_min_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS", v, 1, 64));
+    c.subrelease_min_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS", v, 1, sim::SubreleaseRule::kMaxWindows));
   // The shortest horizon is at most the longest (both equal: a fixed horizon).
   c.subrelease_min_windows = std::min(c.subrelease_min_windows, c.subrelease_windows);
   if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_FROM_MIB"))

@@ -19,7 +19,7 @@ namespace {
 void on_span_created(uint64_t addr, uint32_t npages, uint32_t cls) REQUIRES(heap_lock) {
   const uintptr_t p = g_state->backing.real(addr);
   if (!p || cls >= kClasses) return;  // past the reservation: the allocation fails
-  const unsigned g = unsigned((addr / Backing::kHuge) >> sim::SegregatedHeap::kIdShift);
+  const unsigned g = unsigned(sim::SegregatedHeap::heap_of(addr));
   const uint64_t first = (p - g_caches.base) >> kPageShift;
   for (uint32_t i = 0; i < npages; ++i)
     g_caches.map[first + i].store(cls | g << 8 | i << 16, std::memory_order_relaxed);

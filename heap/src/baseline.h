@@ -21,6 +21,7 @@ namespace sim {
 // workload a figure reports.  The allocator sets it from LIFETIME_ALLOC_SUBRELEASE_* before
 // it builds its policy; interval 0: off.
 struct SubreleaseRule {
+  static constexpr unsigned kMaxWindows = 64;  // the longest horizon any rule may have
   uint64_t interval_ns = 100000000ull;
   unsigned windows = 50;      // the longest horizon
   unsigned min_windows = 2;   // the shortest (= windows: a fixed horizon)
@@ -46,9 +47,9 @@ class TcmallocBaseline final : public HeapAllocator {
   // any window of the horizon (the current one included), each window's peak in full for
   // the first half of the horizon, then weighted by (horizon - its age) / (horizon - half);
   // the free pages kept are that less what is in use now.
-  // The horizon starts at min_windows and doubles, up to `windows`, while the pages
-  // given back come back (the program's demand swings faster than the horizon); it
-  // halves after a horizon in which they do not.  interval_ns 0: never.
+  // The horizon starts at min_windows and doubles, up to `windows`, while faults on the
+  // pages given back take 1% or more of its time (demand comes back later than it
+  // remembers); it halves after two horizons without that.  interval_ns 0: never.
   void set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows);
   void advance(uint64_t now) override;
   Counters counters() const override;
@@ -184,7 +185,7 @@ class TcmallocBaseline final : public HeapAllocator {
   void subrelease();
   uint64_t used_pages_ = 0, released_pages_ = 0, c_subreleased_ = 0, c_subrelease_runs_ = 0, c_refaulted_ = 0,
            c_horizon_changes_ = 0;
-  static constexpr unsigned kMaxWindows = 64;
+  static constexpr unsigned kMaxWindows = SubreleaseRule::kMaxWindows;
   // What a page given back costs when it is touched again: two 4 KiB faults, zeroed
   // (2.5-2.8 us per 8 KiB page measured on the 2-core development box).
   static constexpr uint64_t kRefaultNs = 2500;

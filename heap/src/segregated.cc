@@ -50,7 +50,7 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
   }
   if (addr_mode_) {
     const uint64_t addr = heaps_[g]->alloc(r);
-    SIM_CHECK(((addr + r.size - 1) / kHugePageBytes) >> kIdShift == g,
+    SIM_CHECK(heap_of(addr + r.size - 1) == g,
               name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
     if (segregate_above_) live_bytes_ += heaps_[g]->placed_size(r.size, r.align);
     return addr;
@@ -77,7 +77,7 @@ uint64_t SegregatedHeap::alloc(const AllocRequest& r) {
   AllocRequest lr = r;
   lr.slot = l;
   const uint64_t addr = heaps_[g]->alloc(lr);
-  SIM_CHECK(((addr + r.size - 1) / kHugePageBytes) >> kIdShift == g,
+  SIM_CHECK(heap_of(addr + r.size - 1) == g,
             name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
   return addr;
 }
@@ -226,7 +226,7 @@ bool SegregatedHeap::enable_address_mode() {
 }
 
 uint64_t SegregatedHeap::free_at(uint64_t addr, uint64_t now) {
-  const uint64_t g = (addr / kHugePageBytes) >> kIdShift;
+  const uint64_t g = heap_of(addr);
   if (g >= heaps_.size()) return 0;
   const uint64_t bytes = heaps_[g]->free_at(addr, now);
   if (segregate_above_) live_bytes_ -= bytes;
@@ -236,9 +236,9 @@ uint64_t SegregatedHeap::free_at(uint64_t addr, uint64_t now) {
 void SegregatedHeap::free_batch_at(const uint64_t* addr, uint32_t n, uint64_t now, uint64_t* bytes) {
   // A run of objects of one heap (a flush's are all of one) goes to it at once.
   for (uint32_t i = 0; i < n;) {
-    const uint64_t g = (addr[i] / kHugePageBytes) >> kIdShift;
+    const uint64_t g = heap_of(addr[i]);
     uint32_t e = i + 1;
-    while (e < n && (addr[e] / kHugePageBytes) >> kIdShift == g) ++e;
+    while (e < n && heap_of(addr[e]) == g) ++e;
     if (g >= heaps_.size()) {
       std::fill(bytes + i, bytes + e, 0);
     } else {
@@ -260,14 +260,14 @@ uint32_t SegregatedHeap::alloc_batch(const AllocRequest& r, uint32_t n, uint64_t
   }
   const uint32_t got = heaps_[g]->alloc_batch(r, n, out);
   for (uint32_t i = 0; i < got; ++i)
-    SIM_CHECK(((out[i] + r.size - 1) / kHugePageBytes) >> kIdShift == g,
+    SIM_CHECK(heap_of(out[i] + r.size - 1) == g,
               name_ + ": heap " + std::to_string(g) + " ran out of huge page ids");
   if (segregate_above_) live_bytes_ += got * heaps_[g]->placed_size(r.size, r.align);
   return got;
 }
 
 uint64_t SegregatedHeap::usable_at(uint64_t addr) const {
-  const uint64_t g = (addr / kHugePageBytes) >> kIdShift;
+  const uint64_t g = heap_of(addr);
   return g < heaps_.size() ? heaps_[g]->usable_at(addr) : 0;
 }
 
@@ -281,7 +281,7 @@ void SegregatedHeap::check_all(const ShadowHeap& shadow) const {
   // Each heap checks its own objects: the shadow split by address range.
   std::vector<ShadowHeap> parts(heaps_.size());
   for (const auto& [a, o] : shadow.all()) {
-    const uint64_t g = (a / kHugePageBytes) >> kIdShift;
+    const uint64_t g = heap_of(a);
     SIM_CHECK(g < heaps_.size() && (addr_mode_ || g == group(local_[o.slot])),
               name_ + ": object at " + std::to_string(a) + " outside its heap's huge pages");
     parts[g].on_alloc(name_, a, o.end - a, o.slot);

@@ -30,6 +30,8 @@ class SegregatedHeap final : public HeapAllocator {
   // address (id * 2 MiB) of eight groups fits 64 bits; a heap that would run past its
   // range is an error, never a wrong address.
   static constexpr unsigned kIdShift = 40;
+  // The heap (group) whose huge pages hold the byte at addr.
+  static uint64_t heap_of(uint64_t addr) { return (addr / kHugePageBytes) >> kIdShift; }
 
   // group_of[c]: the heap of predicted class c; heaps[g] was made with first huge page
   // id g << kIdShift.

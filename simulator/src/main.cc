@@ -101,8 +101,9 @@ sim::SubreleaseRule parse_subrelease(const std::string& opt, const std::string& 
   r.interval_ns = parse_u64(opt, v.substr(0, a).c_str()) * 1000000;
   const uint64_t longest = parse_u64(opt, v.substr(a + 1, b - a - 1).c_str());
   const uint64_t shortest = parse_u64(opt, v.substr(b + 1).c_str());
-  if (longest < 1 || longest > 64 || shortest < 1 || shortest > longest)
-    throw sim::SimError(opt + " " + v + ": need 1 <= SHORTEST <= LONGEST <= 64");
+  constexpr unsigned kMost = sim::SubreleaseRule::kMaxWindows;
+  if (longest < 1 || longest > kMost || shortest < 1 || shortest > longest)
+    throw sim::SimError(opt + " " + v + ": need 1 <= SHORTEST <= LONGEST <= " + std::to_string(kMost));
   r.windows = unsigned(longest);
   r.min_windows = unsigned(shortest);
   return r;
