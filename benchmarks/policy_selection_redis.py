@@ -47,17 +47,6 @@ REUSED = ("train", "dataset-train", "model-seed0", "export-seed0")
 ROWS = ("model", "oracle", "site")
 
 
-def reduction(s: dict, kind: str) -> float:
-    """Steady-state fragmentation reduction against the baseline: on huge pages
-    ("huge") or on resident memory ("resident"); positive is less."""
-    if kind == "huge":
-        return s["fragmentation_reduction"]["mean"]
-    base, llama, live = (s[k]["mean"] for k in ("baseline_steady_resident_bytes",
-                                                  "llama_steady_resident_bytes",
-                                                  "live_steady_state_bytes"))
-    return (base - llama) / (base - live) if base > live else 0.0
-
-
 def run(args: argparse.Namespace, workload: str, policy: str) -> dict:
     out = pathlib.Path(args.out) / workload / f"load{args.load_seed}"
     src = args.train_from.get(workload)
@@ -78,11 +67,18 @@ def run(args: argparse.Namespace, workload: str, policy: str) -> dict:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     d = json.loads(res.read_text())
     row = {"workload": workload, "policy": policy, "test_roles": d.get("test_roles")}
+    # Steady-state fragmentation reduction against the baseline (simulator/report.py's):
+    # on huge pages and on resident memory; positive is less.
     for r in ROWS:
         s = d["summary"].get(r)
         if s:
-            row[r] = {"huge": reduction(s, "huge"), "resident": reduction(s, "resident")}
+            row[r] = {"huge": s["fragmentation_reduction"]["mean"],
+                      "resident": s["resident_fragmentation_reduction"]["mean"]}
     return row
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:+.1f}%"
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> str:
@@ -92,7 +88,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
              "(positive: less), on huge pages / on resident memory.", "",
              "| workload | policy | model | per-object oracle | site table |", "|---|---|---|---|---|"]
     for r in rows:
-        cells = [f"{100 * r[k]['huge']:+.1f}% / {100 * r[k]['resident']:+.1f}%" if k in r else "-" for k in ROWS]
+        cells = [f"{pct(r[k]['huge'])} / {pct(r[k]['resident'])}" if k in r else "-" for k in ROWS]
         lines.append(f"| {r['workload']} | {r['policy']} | " + " | ".join(cells) + " |")
     # The choice: per workload, each policy's model figure (huge pages) behind the best
     # policy's; the policy whose worst shortfall is least wins.

@@ -242,7 +242,8 @@ def run_load_seed(args, out: str) -> int:
                 "accuracy_per_context_weighted",
                 "baseline_steady_state_bytes", "llama_steady_state_bytes",
                 "baseline_steady_resident_bytes", "llama_steady_resident_bytes",
-                "live_steady_state_bytes", "fragmentation_reduction", "baseline_peak_bytes",
+                "live_steady_state_bytes", "fragmentation_reduction",
+                "resident_fragmentation_reduction", "baseline_peak_bytes",
                 "llama_peak_bytes", "live_peak_bytes", "peak_fragmentation_reduction",
                 "under_predicted_share")}
             base_peak, peak = rows[label]["baseline_peak_bytes"], rows[label]["llama_peak_bytes"]
