@@ -163,7 +163,7 @@ def key_classes(end_ns: int, rec, ctx: np.ndarray, feat: np.ndarray, scheme, *,
     feat = _dense(feat)
     key = _dense(ctx * (int(feat.max()) + 1) + feat)
     nkeys = int(key.max()) + 1
-    t95 = tables.context_t95_groups(_End(end_ns), rec, key, nkeys, scheme)
+    t95 = tables.context_t95_groups(end_ns, rec, key, nkeys, scheme)
     # The cost rule on each key's bytes per true class (never freed = inf), as
     # tables.context_oracle_tables does per context from the side file's bytes.
     bounds = np.array(boundaries_ns, np.uint64)
@@ -179,13 +179,6 @@ def key_classes(end_ns: int, rec, ctx: np.ndarray, feat: np.ndarray, scheme, *,
                    if b.sum() > 0 else t95[i])
     return {"t95": t95[key].astype(np.uint8), "cost": cost[key].astype(np.uint8),
             "keys": nkeys, "objects": n}
-
-
-class _End:
-    """What tables.context_t95_groups reads of a trace header: its end."""
-
-    def __init__(self, end_ns: int):
-        self.end_ns = int(end_ns)
 
 
 def pooled_feature_classes(procs: list[dict], scheme, name: str, *,

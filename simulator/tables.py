@@ -152,11 +152,11 @@ def context_t95_classes(trace_path: str, stack_key: dict, scheme) -> dict:
     except KeyError as e:
         raise TableError(f"{trace_path}: stack {e.args[0]} is not in the trace's side file") from None
     key_of = of_sid[inverse.reshape(-1)]
-    cls = context_t95_groups(header, rec, key_of, len(key_index), scheme)
+    cls = context_t95_groups(header.end_ns, rec, key_of, len(key_index), scheme)
     return {key: int(cls[k]) for k, key in enumerate(key_index) if cls[k] >= 0}
 
 
-def context_t95_groups(header, rec, group: np.ndarray, ngroups: int, scheme) -> np.ndarray:
+def context_t95_groups(end_ns: int, rec, group: np.ndarray, ngroups: int, scheme) -> np.ndarray:
     """The T95 class of each group of records (group: each record's group, 0..ngroups-1),
     by the rule of context_t95_classes; -1 for a group without records.  The one place
     the context oracles and the feature oracles (simulator/features.py) label a group."""
@@ -171,7 +171,7 @@ def context_t95_groups(header, rec, group: np.ndarray, ngroups: int, scheme) -> 
     alloc, free = rec["alloc"], rec["free"]
     censored = free == np.iinfo(np.uint64).max
     # Integer differences first, then ms: (free - alloc) / NS_PER_MS, as lifetime_on_clock.
-    life_ns = np.where(censored, np.uint64(header.end_ns) - alloc, free - alloc)
+    life_ns = np.where(censored, np.uint64(end_ns) - alloc, free - alloc)
     life = life_ns.astype(np.float64) / NS_PER_MS
     sizes = np.asarray(rec["size"], np.uint64)
     order = np.argsort(group, kind="stable")
