@@ -91,10 +91,6 @@ def triples(rows):
     return [(r["stack"], r["samples"], r["label"]) for r in rows]
 
 
-def _majority(votes: collections.Counter) -> int:
-    return min(votes, key=lambda c: (-votes[c], c))
-
-
 def table_scores(train, select, definition) -> dict:
     """The longest-prefix table of TRAIN scored on SELECT: a context is predicted by
     the training contexts that share its longest seen prefix (from the site down:
@@ -112,9 +108,9 @@ def table_scores(train, select, definition) -> dict:
     right = total = right_u = unseen = matched = 0
     for (_, frames), votes in contexts.items():
         n = sum(votes.values())
-        y = _majority(votes)  # a context's class: its stacks' classes, by samples
+        y = C.top_class(votes)  # a context's class: its stacks' classes, by samples
         k = next(k for k in range(len(frames), -1, -1) if frames[:k] in tables)
-        pred = _majority(tables[frames[:k]])
+        pred = C.top_class(tables[frames[:k]])
         unseen += n if k < len(frames) else 0
         matched += n * (k > 0)
         right += votes[pred]

@@ -315,9 +315,9 @@ def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
             in_unit = _samples_in_unit(tops, unit)
             if any(in_unit[f] < min_top_share * holding[f] for f in unit):
                 continue
-            majority = _argmax(overall)
+            majority = top_class(overall)
             weight = {c: sum(v.values()) ** caller_weight_power for c, v in callers.items()}
-            differing = sum(weight[c] for c, v in callers.items() if _argmax(v) != majority)
+            differing = sum(weight[c] for c, v in callers.items() if top_class(v) != majority)
             if differing >= min_disagreement * sum(weight.values()):
                 new.update(unit)
         if not new:
@@ -365,5 +365,6 @@ def _samples_in_unit(tops: list, unit: tuple) -> collections.Counter:
     return counts
 
 
-def _argmax(votes: collections.Counter) -> int:
+def top_class(votes: collections.Counter) -> int:
+    """The class with the most samples in VOTES (ties: the lowest)."""
     return min(votes, key=lambda c: (-votes[c], c))
