@@ -96,12 +96,13 @@ def _check_beam_args(beam_args: list[str]) -> None:
     pipeline_options(beam_args)
 
 
-def _profile_inputs(groups: list[list[str]], labels: list[str] | None) -> list[tuple[str, str]]:
+def _profile_inputs(groups: list[list[str]], labels: list[str] | None,
+                   flags: tuple[str, str] = ("--profiles", "--version-label")) -> list[tuple[str, str]]:
     """(pattern, version label) pairs: the i-th --version-label labels every file,
-    directory or glob given to the i-th --profiles."""
+    directory or glob given to the i-th --profiles (FLAGS: the two options' names)."""
     labels = labels or []
     if len(labels) > len(groups):
-        raise UsageError("more --version-label than --profiles")
+        raise UsageError(f"more {flags[1]} than {flags[0]}")
     return [(pattern, labels[i] if i < len(labels) else "")
             for i, group in enumerate(groups) for pattern in group]
 
@@ -127,7 +128,8 @@ def run_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
     version_roles.refuse_reserved(args.version_label or (), "test" if args.like else "training",
                                   "--version-label")
     version_roles.refuse_reserved(args.selection_version, "selection", "--selection-version")
-    detect_inputs = _profile_inputs(args.detect_profiles, args.detect_version_label)
+    detect_inputs = _profile_inputs(args.detect_profiles, args.detect_version_label,
+                                    ("--detect-profiles", "--detect-version-label"))
     version_roles.refuse_reserved([lbl for _, lbl in detect_inputs if lbl], "selection",
                                   "--detect-version-label")
     if detect_inputs and (args.like or args.no_detect_wrappers):

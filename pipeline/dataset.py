@@ -318,13 +318,13 @@ class SortedDeadLetters(beam.PTransform):
 
 
 def match_inputs(inputs: list[tuple[str, str]],
-                 profile_format: str = sources.AUTO) -> list[tuple[str, str]]:
+                 profile_format: str = sources.AUTO, flag: str = "--profiles") -> list[tuple[str, str]]:
     """(glob, file or directory; version label) -> sorted (file, label) pairs.
 
     A directory stands for the profile files in it (the format's globs: *.ltprof for
     ours).  A pattern that matches nothing is an error, and so is one file given twice
     with different labels (its samples would count twice); the same file twice with
-    one label is read once."""
+    one label is read once.  FLAG: the option the errors name."""
     files: dict[str, str] = {}
     for pattern, label in inputs:
         patterns = [pattern]
@@ -333,10 +333,10 @@ def match_inputs(inputs: list[tuple[str, str]],
         matched = sorted({m.path for r in FileSystems.match(patterns) for m in r.metadata_list
                           if not os.path.isdir(m.path)})
         if not matched:
-            raise InputError(f"--profiles {' '.join(patterns)}: matches no files")
+            raise InputError(f"{flag} {' '.join(patterns)}: matches no files")
         for path in matched:
             if files.get(path, label) != label:
-                raise InputError(f"--profiles: {path} is given with two version labels "
+                raise InputError(f"{flag}: {path} is given with two version labels "
                                  f"({files[path]!r} and {label!r})")
             files[path] = label
     return sorted(files.items())
@@ -447,7 +447,7 @@ def build_dataset(inputs: list[tuple[str, str]], out_dir: str, config: DatasetCo
     vocab_given = tokenizer.Vocabulary.load(vocab_path) if vocab_path else None
     refuse_irregular_outputs(out_dir, (MANIFEST, VOCAB, DEAD_LETTERS))
     LOG.info("build-dataset: %d profile files -> %s", len(files), out_dir)
-    detect_files = (match_inputs(list(config.detect_inputs), profile_format)
+    detect_files = (match_inputs(list(config.detect_inputs), profile_format, "--detect-profiles")
                     if config.detect_inputs and config.detect_wrappers else [])
     if detect_files:
         config = dataclasses.replace(config, selection_versions=tuple(sorted(

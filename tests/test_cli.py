@@ -44,6 +44,22 @@ def test_labels_pair_with_each_profiles_option(profiles, tmp_path):
         (a, "old"), (b, "old"), (c, "new")]
 
 
+def test_detect_profiles_errors_name_their_own_options(profiles, tmp_path, capsys):
+    """--detect-profiles: a missing path, a label too many, or with --like / no detection:
+    one line naming --detect-profiles (not --profiles)."""
+    def build(*args):
+        return cli.main(["build-dataset", "--eval-percent", "0", "--profiles", str(profiles),
+                         "--out", str(tmp_path / "ds"), *args])
+
+    assert build("--detect-profiles", str(tmp_path / "missing")) == 1
+    assert f"--detect-profiles {tmp_path / 'missing'}: matches no files" in capsys.readouterr().err
+    assert build("--detect-profiles", str(profiles), "--detect-version-label", "a",
+                 "--detect-version-label", "b") == 1
+    assert "more --detect-version-label than --detect-profiles" in capsys.readouterr().err
+    assert build("--detect-profiles", str(profiles), "--no-detect-wrappers") == 1
+    assert "--detect-profiles are read only to detect wrappers" in capsys.readouterr().err
+
+
 def test_a_directory_stands_for_its_profiles(profiles, tmp_path):
     assert _build("--profiles", str(profiles), "--out", str(tmp_path / "ds")) == 0
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
