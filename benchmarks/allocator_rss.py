@@ -245,6 +245,10 @@ def run_one(workload: str, name: str, seed: int, args, run_dir: pathlib.Path) ->
         if args.llama_stats_interval:  # the policy's heap over time (Sampler reads it)
             env["LIFETIME_ALLOC_STATS_INTERVAL"] = str(args.llama_stats_interval)
             lib_env += f"LIFETIME_ALLOC_STATS_INTERVAL={args.llama_stats_interval} "
+        for kv in args.llama_env:
+            key, _, value = kv.partition("=")
+            env[key] = value
+            lib_env += f"{shlex.quote(kv)} "
     record = {"workload": workload, "config": name, "label": LABELS[name], "allocator": allocator,
               "load_seed": seed, "version": args.version, "command": cmd,
               "llama_lib": args.llama_lib if allocator == "llama" else None,
@@ -927,9 +931,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="LLAMA runs: LIFETIME_ALLOC_STATS_INTERVAL (whole seconds; the stats "
                          "file is read at every sample, so the policy's heap has a steady "
                          "state like RSS); 0: stats at exit only")
+    ap.add_argument("--llama-env", action="append", default=[], metavar="LIFETIME_ALLOC_X=V",
+                    help="LLAMA runs: set this allocator variable (repeatable; the run's "
+                         "reproduce line carries it); others are cleared")
     ap.add_argument("--plot-seed", type=int, default=1, help="load seed drawn in the plots")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from OUT/runs")
     args = ap.parse_args(argv)
+    for kv in args.llama_env:
+        if not kv.startswith("LIFETIME_ALLOC_") or "=" not in kv:
+            ap.error(f"--llama-env {kv!r}: expected LIFETIME_ALLOC_NAME=VALUE")
     if args.workload == "python":
         return python_mode(args.repeat)
     from benchmarks.servers import redis_mixed, redis_phases

@@ -4,6 +4,7 @@
 // (direct.cc).
 #include "heap.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -350,6 +351,29 @@ void deallocate(void* p) {
   if (!tc::t_busy && tc::on() && tc::cached_free(p)) return;
   Inside in;
   free_locked(p);
+}
+
+void* malloc_entry(size_t size, uintptr_t ra) {
+  // A live cache means the heap is built and the caches on (tc::cache_locked).
+  if (__builtin_expect(tc::t_cache > tc::kDead && size <= tc::kMaxSize && !t_inside && !tc::t_busy, 1)) {
+    void* p = tc::cached_alloc(built(), size, ra);  // (a miss's refill keeps errno)
+    if (__builtin_expect(!p, 0)) errno = ENOMEM;
+    return p;
+  }
+  const int saved = errno;
+  void* p = allocate(size, kSmallAlign, ra);
+  errno = p ? saved : ENOMEM;
+  return p;
+}
+
+void free_entry(void* p) {
+  if (!p) return;
+  if (__builtin_expect(tc::t_cache > tc::kDead && !t_inside && !tc::t_busy, 1) && !reentry::owns(p) &&
+      tc::cached_free(p))  // (a flush keeps errno)
+    return;
+  const int saved = errno;
+  deallocate(p);
+  errno = saved;
 }
 
 // Address mode: the program's object at real address key goes back to the policy.

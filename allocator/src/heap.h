@@ -14,6 +14,11 @@ namespace lalloc {
 void* allocate(size_t size, size_t align, uintptr_t return_address);
 void* allocate_zeroed(size_t size, uintptr_t return_address);
 void deallocate(void* p);
+// malloc's and free's own entries: allocate / deallocate with errno kept on success
+// (ENOMEM on malloc's failure), but a hit in this thread's cache never touches errno
+// (only the locked paths behind it save it: two TLS calls less per pair).
+void* malloc_entry(size_t size, uintptr_t return_address);
+void free_entry(void* p);
 size_t usable_size(const void* p);  // 0: nullptr or not ours
 // nullptr on failure (p stays valid); size 0 is the caller's business.
 void* reallocate(void* p, size_t size, uintptr_t return_address);

@@ -62,13 +62,7 @@ uint64_t trim() EXCLUDES(heap_lock) {
   tc::Cache* c = tc::t_cache;
   if (c && c != tc::kDead) {
     ++tc::g_caches.flushes;
-    for (size_t i = 0; i < size_t(tc::g_caches.groups) * tc::kClasses; ++i) {
-      const uint32_t cls = uint32_t(i % tc::kClasses);
-      while (void* p = tc::pop(c, c->lists[i], cls)) {
-        free_locked(p);
-        ++tc::g_caches.flushed_objects;
-      }
-    }
+    tc::drain_locked(c);
   }
   // The policy's per-slot records give back their tail (as every 1024 frees do).
   const uint64_t meta_before = arena::held_bytes();

@@ -73,16 +73,9 @@ void* aligned(size_t align, size_t size, uintptr_t caller) {
 
 }  // namespace
 
-LALLOC_API void* malloc(size_t size) {
-  const int saved = errno;
-  return done(lalloc::allocate(size, 16, CALLER), saved);
-}
+LALLOC_API void* malloc(size_t size) { return lalloc::malloc_entry(size, CALLER); }
 
-LALLOC_API void free(void* p) {
-  const int saved = errno;
-  lalloc::deallocate(p);
-  errno = saved;
-}
+LALLOC_API void free(void* p) { lalloc::free_entry(p); }
 
 LALLOC_API void* calloc(size_t n, size_t size) {
   const int saved = errno;

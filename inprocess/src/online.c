@@ -15,6 +15,7 @@
  * malloc.  Predictors are not thread-safe, so a small pool is shared under try-locks.
  * Any failure to load prints one line and leaves plain profiling running.
  */
+#include <errno.h>
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,9 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
     int cls = api.cache_lookup(cache, ra, height, size);
     if (LT_LIKELY(cls >= 0)) return out->cls = cls;
   }
+  /* A miss runs the model (symbolizing, maybe reading files): errno stays the caller's,
+   * for the allocator's hit path does not save it. */
+  const int saved_errno = errno;
   unsigned slot = pool_take(t->tid);
   struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
@@ -330,6 +334,7 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
   pool_give(slot);
   out->cls = cls;
   out->frames = ctx.frames;
+  errno = saved_errno;
   if (LT_LIKELY(ctx.frames < 0)) return cls;
   /* the model ran: a miss, or a revalidation of a cached entry */
   lifetime_cache_stats st;
