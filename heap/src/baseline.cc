@@ -9,7 +9,7 @@ namespace sim {
 
 namespace {
 // TCMalloc's classic size classes for 8 KiB pages, up to 256 KiB.
-const uint32_t kClassSizes[] = {
+constexpr uint32_t kClassSizes[] = {
     8,      16,     32,     48,     64,     80,     96,     112,    128,    144,    160,    176,
     192,    208,    224,    240,    256,    272,    288,    304,    320,    336,    352,    368,
     384,    400,    416,    448,    480,    512,    576,    640,    704,    768,    896,    1024,
@@ -20,6 +20,24 @@ const uint32_t kClassSizes[] = {
     204800, 212992, 221184, 229376, 237568, 245760, 253952, 262144};
 
 int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
+
+// (size+7)/8 -> the smallest class that fits, made by the compiler: one read-only table
+// (32 KiB, its pages shared and touched as used) for every heap of every process, where
+// each heap built its own (two heaps, 64 KiB of every small process's memory).
+struct ClassBy8 {
+  uint8_t c[TcmallocBaseline::kMaxSmall / 8 + 1] = {};
+};
+constexpr ClassBy8 make_class_by_8() {
+  ClassBy8 t;
+  uint32_t c = 0;  // index into kClassSizes; class c + 1
+  const uint32_t n = uint32_t(sizeof kClassSizes / sizeof kClassSizes[0]);
+  for (uint32_t i = 0; i <= TcmallocBaseline::kMaxSmall / 8; ++i) {
+    while (c < n && kClassSizes[c] < i * 8) ++c;
+    t.c[i] = uint8_t(c + 1);
+  }
+  return t;
+}
+constexpr ClassBy8 kClassBy8 = make_class_by_8();
 }  // namespace
 
 TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
@@ -159,17 +177,12 @@ void TcmallocBaseline::build_size_classes() {
     while ((pages * kPageBytes) % size > (pages * kPageBytes) / 8) ++pages;
     classes_.push_back({size, pages, uint32_t(pages * kPageBytes / size), ((uint64_t(1) << 42) + size - 1) / size});
   }
-  class_by_8_.assign(kMaxSmall / 8 + 1, 0);
-  uint32_t c = 1;
-  for (uint32_t i = 0; i <= kMaxSmall / 8; ++i) {
-    while (c < classes_.size() && classes_[c].size < i * 8) ++c;
-    class_by_8_[i] = uint8_t(c);
-  }
+
 }
 
 uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {
   if (size > kMaxSmall || align > kPageBytes) return 0;
-  uint32_t c = class_by_8_[(size + 7) / 8];
+  uint32_t c = kClassBy8.c[(size + 7) / 8];
   if (align > 8)
     while (c < classes_.size() && classes_[c].size % align != 0) ++c;
   return c < classes_.size() ? c : 0;
@@ -247,7 +260,13 @@ void TcmallocBaseline::filler_remove(uint64_t hp) {
   if (h.next != kNone) hps_[h.next].prev = h.prev;
   if (row[h.nused] == kNone) {
     filler_used_[h.lfr - 1].clear(h.nused);
-    if (!filler_used_[h.lfr - 1].any()) filler_lfr_.clear(h.lfr - 1);
+    if (!filler_used_[h.lfr - 1].any()) {
+      filler_lfr_.clear(h.lfr - 1);
+      // The row goes with its last page: a heap holds rows for the longest free ranges
+      // its huge pages have now (a few for a small process), not for every one they
+      // ever had (z3 had all 256, 256 KiB per heap, for 9 huge pages).
+      std::vector<uint32_t>().swap(row);
+    }
   }
   h.prev = h.next = kNone;
 }

@@ -134,16 +134,16 @@ class TcmallocBaseline final : public HeapAllocator {
 
   std::string name_;
   std::vector<SizeClass> classes_;       // [0] unused
-  std::vector<uint8_t> class_by_8_;      // (size+7)/8 -> smallest class
   std::vector<Span> spans_;
   FreeIds free_span_ids_;  // spans_ entries to reuse
   std::vector<HugePage> hps_;
   FreeIds free_slots_;     // hps_ entries to reuse
   std::map<uint64_t, uint32_t> slot_by_id_;  // live huge pages by id (checks, snapshots)
   HugePageIds ids_;
-  // [lfr-1][nused]: a row of 256 list heads (1 KiB) made when a huge page first has that
-  // longest free range, not 256 KiB up front: a small process (a PostgreSQL backend, two
-  // heaps) touches the rows it uses.
+  // [lfr-1][nused]: a row of 256 list heads (1 KiB) made when a huge page has that longest
+  // free range and none other does, freed when the last one leaves it: not 256 KiB up
+  // front, nor kept: a small process (a PostgreSQL backend, two heaps) holds the rows it
+  // uses now.
   std::vector<std::vector<uint32_t>> filler_head_;
   Bits256 filler_lfr_;                   // bit lfr-1: some page with that lfr
   std::vector<Bits256> filler_used_;     // per lfr-1: bit nused
