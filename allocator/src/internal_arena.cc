@@ -32,7 +32,7 @@ constexpr size_t kHuge = size_t(2) << 20;
 // pages and is kept (outside it: its pages stay unfaulted) for a later big block that
 // fits.
 constexpr size_t kSmallMax = size_t(1) << 20;
-constexpr size_t kReturnFrom = size_t(64) << 10;
+constexpr size_t kReturnFrom = size_t(16) << 10;  // (64 KiB kept 264 KiB of free blocks in z3)
 constexpr unsigned kClasses = 4 * 16 + 2;  // 32, 48, then 4 per doubling from 64 to > 1 MiB
 constexpr unsigned kBigFree = 64;
 constexpr unsigned kBigCensus = 64;  // big blocks counted by huge pages (last: and more)
