@@ -55,16 +55,25 @@ static uintptr_t pool_stack[POOL][LT_MAX_FRAMES];
 static size_t pool_lengths[POOL][LT_MAX_FRAMES];
 static const char *pool_ptrs[POOL][LT_MAX_FRAMES];
 /* A predictor for a model run, locked: the first free one, lowest first, so that a
- * program that predicts from one thread at a time only ever runs predictor 0 (the
- * others' buffers, untouched, cost no memory: a new export maps its memo unbacked);
- * when all are busy, the thread's own (tid % POOL), waited for.  Any predictor gives
- * the same prediction. */
+ * program that predicts from one thread at a time only ever runs predictor 0; when all
+ * are busy, the thread's own (tid % POOL), waited for.  Any predictor gives the same
+ * prediction.  Predictor 0 is made at start; the others when first needed (each cost
+ * ~170 KiB of resident buffers once made: a single-threaded server paid ~500 KiB for
+ * three it never ran).  A predictor that cannot be made leaves its slot to the next. */
 static unsigned pool_take(uint32_t tid) NO_THREAD_SAFETY_ANALYSIS {
   for (unsigned s = 0; s < POOL; s++)
-    if (lt_lock_try(&pool_lock[s])) return s;
+    if (lt_lock_try(&pool_lock[s])) {
+      if (!pool[s]) pool[s] = api.create(); /* (its mallocs are nested: never predicted) */
+      if (pool[s]) return s;
+      lt_lock_release(&pool_lock[s]);
+    }
   unsigned s = tid % POOL;
-  lt_lock_acquire(&pool_lock[s]);
-  return s;
+  for (;;) {
+    lt_lock_acquire(&pool_lock[s]);
+    if (pool[s]) return s;
+    lt_lock_release(&pool_lock[s]);
+    s = 0; /* never made: predictor 0 always is */
+  }
 }
 static void pool_give(unsigned slot) NO_THREAD_SAFETY_ANALYSIS {
   lt_lock_release(&pool_lock[slot]);
@@ -109,7 +118,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
   *(void **)&api.info_size = dlsym(h, "lifetime_model_info_size");
   *(void **)&api.cache_lookup = dlsym(h, "lifetime_cache_lookup");
-  for (int i = 0; i < POOL; i++) {
+  for (int i = 0; i < 1; i++) { /* predictor 0; the others: pool_take */
     pool[i] = api.create();
     if (!pool[i])
       return refuse(why, why_cap, "cannot create a predictor (out of memory, or this CPU lacks ",
