@@ -112,6 +112,23 @@ Cache* cache_locked() REQUIRES(heap_lock) {
   return c;
 }
 
+// Under the lock: the policy frees the n objects of class cls linked from p (a chain cut
+// from cache c's lists), in batches.
+static void free_chain(Cache* c, void* p, uint32_t n, uint32_t cls) REQUIRES(heap_lock) {
+  bump(c->objects, -int64_t(n));
+  bump(c->bytes, -int64_t(uint64_t(n) * g_caches.size[cls]));
+  void* batch[64];
+  while (p) {
+    uint32_t k = 0;
+    for (; k < 64 && p; ++k) {
+      batch[k] = p;
+      p = *static_cast<void**>(p);
+    }
+    free_batch_locked(batch, k);
+    g_caches.flushed_objects += k;
+  }
+}
+
 // Under the lock: the policy frees the n objects of the list that were freed first (its
 // tail), in batches.  The oldest, not the newest: the head is what the thread reuses
 // next, while an object deep in a list may sit there for good, and each such object
@@ -132,18 +149,7 @@ static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap
   }
   l.count -= n;
   if (l.low > l.count) l.low = l.count;
-  bump(c->objects, -int64_t(n));
-  bump(c->bytes, -int64_t(uint64_t(n) * g_caches.size[cls]));
-  void* batch[64];
-  while (tail) {
-    uint32_t k = 0;
-    for (; k < 64 && tail; ++k) {
-      batch[k] = tail;
-      tail = *static_cast<void**>(tail);
-    }
-    free_batch_locked(batch, k);
-    g_caches.flushed_objects += k;
-  }
+  free_chain(c, tail, n, cls);
 }
 
 // List l of class cls goes to the lock at `now`: its reuse depth follows its traffic.
@@ -157,21 +163,11 @@ static void trip(List& l, uint32_t cls, uint64_t now) {
 // Under the lock: the policy frees the list's free buffer, in batches.
 static void give_back_freed(Cache* c, List& l, uint32_t cls) REQUIRES(heap_lock) {
   if (!l.nfreed) return;
-  bump(c->objects, -int64_t(l.nfreed));
-  bump(c->bytes, -int64_t(uint64_t(l.nfreed) * g_caches.size[cls]));
   void* p = l.freed;
+  const uint32_t n = l.nfreed;
   l.freed = nullptr;
   l.nfreed = 0;
-  void* batch[64];
-  while (p) {
-    uint32_t k = 0;
-    for (; k < 64 && p; ++k) {
-      batch[k] = p;
-      p = *static_cast<void**>(p);
-    }
-    free_batch_locked(batch, k);
-    g_caches.flushed_objects += k;
-  }
+  free_chain(c, p, n, cls);
 }
 
 void drain_locked(Cache* c) {
