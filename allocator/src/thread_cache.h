@@ -166,7 +166,7 @@ inline void* pop(Cache* c, List& l, uint32_t cls) {
   return p;
 }
 
-inline void* cached_alloc(State* s, size_t size, uintptr_t ra) EXCLUDES(heap_lock) {
+__attribute__((always_inline)) inline void* cached_alloc(State* s, size_t size, uintptr_t ra) EXCLUDES(heap_lock) {
   const uint64_t usable = asked(size);
   const uint32_t cls = g_caches.class_by_16[usable / 16];
   const Prediction pred = s->predictor->predict({usable, uint32_t(kSmallAlign), ra});
@@ -188,7 +188,7 @@ inline void* cached_alloc(State* s, size_t size, uintptr_t ra) EXCLUDES(heap_loc
 }
 
 // true: p is in this thread's cache now.
-inline bool cached_free(void* p) EXCLUDES(heap_lock) {
+__attribute__((always_inline)) inline bool cached_free(void* p) EXCLUDES(heap_lock) {
   unsigned g = 0;
   const uint32_t cls = class_at(p, g);
   if (!cls) return false;
