@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -139,6 +140,15 @@ def test_thread_cache_reuse_depth_follows_traffic(tmp_path):
     s = json.loads(stats.read_text())
     assert s["thread_cache"]["hits"] >= 1_990_000, s["thread_cache"]
     assert s["lock_acquisitions"] < 1000, s["lock_acquisitions"]  # 4 million operations
+
+
+def test_thread_cache_double_free_into_the_free_buffer_aborts():
+    """A free past the reuse depth goes to the list's free buffer; freeing it again there
+    aborts, as a double free at the list's head does."""
+    proc = subprocess.run([str(built(BUILD / "tests" / "alloc_cache_reuse")), "double"],
+                          env=preload_env(policy="segregated"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip().splitlines() == ["lifetime_alloc: free(): double free (thread cache)"]
 
 
 def _pid_of(tmp_path, proc) -> int:

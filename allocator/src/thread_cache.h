@@ -55,8 +55,8 @@ constexpr uint64_t kHotNs = 1000000;          // a list back at the lock sooner:
 constexpr uint64_t kColdNs = 100000000;       // ... later than this: less
 
 // A class's objects in one thread: `head`, what its mallocs pop (a refill's batch, and
-// frees while it holds fewer than the class's `recent` bound), and `freed`, the frees past
-// that bound, which go back to the policy a batch at a time, never reused from here.
+// frees while it holds fewer than its `depth`), and `freed`, the frees past that depth,
+// which go back to the policy a batch at a time, never reused from here.
 // Why: an object reused from deep in a list is put wherever some earlier free left a hole
 // (and one idle there holds its span), where the policy would place it in its fullest
 // span; on Redis 6.2.9 (selection) lists reused up to 128 deep held 5-9 MiB of RSS more
@@ -201,7 +201,7 @@ __attribute__((always_inline)) inline bool cached_free(void* p) EXCLUDES(heap_lo
   List& l = c->lists[g * kClasses + cls];
   t_busy = true;
   sig_fence();
-  if (__builtin_expect(l.head == p, 0)) fatal("free(): double free (thread cache)");
+  if (__builtin_expect(l.head == p || l.freed == p, 0)) fatal("free(): double free (thread cache)");
   if (l.count < l.depth) {
     push(c, l, p, cls);
   } else {

@@ -7,6 +7,8 @@
  *                             prints the bytes left in the cache (mallinfo2's fsmblks)
  *   alloc_cache_reuse hot     20,000 rounds of 100 mallocs of 64 B, then their frees
  *                             (the lock count is in the stats file)
+ *   alloc_cache_reuse double  one object of 64 B freed twice while its list is full of a
+ *                             refill's batch (the free goes to the free buffer): aborts
  */
 #include <malloc.h>
 #include <stdio.h>
@@ -39,6 +41,11 @@ int main(int argc, char **argv) {
         if (!(p[i] = malloc(64))) abort();
       for (int i = 0; i < kRound; i++) free(p[i]);
     }
+  } else if (!strcmp(argv[1], "double")) {
+    void *q = malloc(64); /* a miss: the rest of the refill's batch stays in the list */
+    if (!q) abort();
+    free(q);
+    free(q); /* must abort */
   } else {
     return 2;
   }
