@@ -177,7 +177,6 @@ void TcmallocBaseline::build_size_classes() {
     while ((pages * kPageBytes) % size > (pages * kPageBytes) / 8) ++pages;
     classes_.push_back({size, pages, uint32_t(pages * kPageBytes / size), ((uint64_t(1) << 42) + size - 1) / size});
   }
-
 }
 
 uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {

@@ -118,13 +118,11 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
   *(void **)&api.info_size = dlsym(h, "lifetime_model_info_size");
   *(void **)&api.cache_lookup = dlsym(h, "lifetime_cache_lookup");
-  for (int i = 0; i < 1; i++) { /* predictor 0; the others: pool_take */
-    pool[i] = api.create();
-    if (!pool[i])
-      return refuse(why, why_cap, "cannot create a predictor (out of memory, or this CPU lacks ",
-                    "the instructions the model was compiled for: target_cpu in ",
-                    "export_manifest.json)");
-  }
+  pool[0] = api.create(); /* the others when first needed: pool_take */
+  if (!pool[0])
+    return refuse(why, why_cap, "cannot create a predictor (out of memory, or this CPU lacks ",
+                  "the instructions the model was compiled for: target_cpu in ",
+                  "export_manifest.json)");
   if (!lt_symtab_refresh()) return refuse(why, why_cap, "cannot index symbols", NULL, NULL);
   const lifetime_model_info *info = api.info();
   if (!info->context_version || strcmp(info->context_version, CONTEXT_VERSION) != 0)
