@@ -173,3 +173,13 @@ def test_smaps_mappings_of_this_process():
     top = ar.mapping_summary(os.getpid(), 3)  # (read again: figures may move between reads)
     assert len(top) == 3 and [r["Rss"] for r in top] == sorted((r["Rss"] for r in top), reverse=True)
     assert machine.smaps_mappings(2 ** 22 + 12345) == []
+
+
+@pytest.mark.parametrize("bad", ["THREAD_CACHE=0", "LIFETIME_ALLOC_THREAD_CACHE", "PATH=/x"])
+def test_llama_env_takes_only_allocator_variables(bad, capsys):
+    """--llama-env NAME=VALUE sets an allocator variable for the LLAMA runs; anything else
+    is refused in one line before any server starts."""
+    with pytest.raises(SystemExit) as e:
+        ar.main(["--llama-env", bad, "--out", "/nonexistent/never-made"])
+    assert e.value.code == 2
+    assert f"--llama-env {bad!r}: expected LIFETIME_ALLOC_NAME=VALUE" in capsys.readouterr().err
