@@ -55,6 +55,9 @@ class Backing {
   uint64_t collapsed_pages() const { return collapsed_; }
   uint64_t collapse_ns() const { return collapse_ns_; }
   uint64_t collapse_failures() const { return collapse_failed_; }
+  // What the budget held at the last tick (<= 0: it ran out), and pages still queued.
+  int64_t collapse_budget_ns() const { return collapse_budget_ns_; }
+  unsigned collapse_queued() const { return nqueued_; }
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
   void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }
   // Returns held pages whose delay is over (heap.cc, when the policy's clock moves).

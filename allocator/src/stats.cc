@@ -71,6 +71,8 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("collapsed_huge_pages", s.backing.collapsed_pages());
   j.kv("collapse_failures", s.backing.collapse_failures());
   j.kv("collapse_ns", s.backing.collapse_ns());
+  j.kv("collapse_budget_ns", s.backing.collapse_budget_ns());
+  j.kv("collapse_queued", s.backing.collapse_queued());
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
   j.kv("huge_pages_reused_held", s.backing.pages_reused());
