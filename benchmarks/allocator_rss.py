@@ -217,7 +217,7 @@ def drive_mixed(port: int, seed: int, scale: float, t0: float, phases=None, rm=N
 
 def options(name: str, workload: str, seed: int) -> list[str]:
     _, opts = REDIS_CONFIGS[name]
-    model = str(ROOT / EXPORTS[workload].format(seed=seed))
+    model = str(ROOT / EXPORTS[workload].format(seed=seed))  # (--export may replace it)
     return [o.replace("{model}", model) for o in opts]
 
 
@@ -934,12 +934,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-env", action="append", default=[], metavar="LIFETIME_ALLOC_X=V",
                     help="LLAMA runs: set this allocator variable (repeatable; the run's "
                          "reproduce line carries it); others are cleared")
+    ap.add_argument("--export", action="append", default=[], metavar="WORKLOAD=DIR",
+                    help="the model the llama-*-model configs serve on WORKLOAD: an export "
+                         "directory, {seed} the load seed (relative to the checkout; default: "
+                         "out/redis21/WORKLOAD/load{seed}/export-seed0); repeatable")
     ap.add_argument("--plot-seed", type=int, default=1, help="load seed drawn in the plots")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from OUT/runs")
     args = ap.parse_args(argv)
     for kv in args.llama_env:
         if not kv.startswith("LIFETIME_ALLOC_") or "=" not in kv:
             ap.error(f"--llama-env {kv!r}: expected LIFETIME_ALLOC_NAME=VALUE")
+    for kv in args.export:
+        workload, eq, template = kv.partition("=")
+        if workload not in EXPORTS or not eq or not template:
+            ap.error(f"--export {kv!r}: expected WORKLOAD=DIR with WORKLOAD one of "
+                     f"{', '.join(EXPORTS)} ({{seed}} in DIR: the load seed)")
+        EXPORTS[workload] = template
     if args.workload == "python":
         return python_mode(args.repeat)
     from benchmarks.servers import redis_mixed, redis_phases

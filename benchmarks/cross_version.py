@@ -119,7 +119,8 @@ def build(family: str, items: list[str], out: str, like: str | None, args) -> st
               for item in items for d in profile_dirs(family, item, args)]
     config = (DatasetConfig(context=dataset_context(like), detect_wrappers=False) if like
               else DatasetConfig(context=ContextDefinition.make(
-                  builtin=not args.no_builtin_wrappers),
+                  builtin=not args.no_builtin_wrappers,
+                  size_feature=getattr(args, "size_feature", False)),
                   detect_wrappers=not args.no_detect_wrappers))
     print(f"build-dataset {out} <- {', '.join(items)}", flush=True)
     build_dataset(inputs, out, config, vocab_path=os.path.join(like, "vocab.txt") if like else None)
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="ablation: do not detect wrappers in the training data")
     ap.add_argument("--no-builtin-wrappers", action="store_true",
                     help="ablation: do not strip the built-in list of allocation APIs")
+    ap.add_argument("--size-feature", action="store_true",
+                    help="contexts keyed on the object's size too (build-dataset "
+                         "--size-feature; issue 34 item 3)")
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--datasets-from", metavar="DIR",
                     help="the datasets folder (train, test-ITEM), built there when missing, "

@@ -26,6 +26,14 @@ list of well-known allocation APIs (`BUILTIN_WRAPPERS`), names given for a datas
 The C mirror (inprocess/src/symtab.c, inprocess/src/online.c) applies the same
 definition to frames made in-process; the exported model carries the wrapper list
 and depth.  Both sides are pinned by tests/data/context_vectors.json.
+
+**Size** (`size_feature`, issue 34 item 3: the object's size closed 22-29 points of the
+context-oracle -> per-object-oracle gap on Redis mixed).  The context is then the stack
+*and* the size: frame 0 is a size frame, ``<size$4096>`` (the lower bound of the size's
+bucket, 4 buckets per power of two: `size_bucket`), above the site's `max_frames - 1`
+frames.  It is one token (``size$4096``), so the tokenizer and the model are unchanged;
+the exported library makes the same frame from the size it is given
+(`lifetime_size_frame`), pinned by tests/data/size_frame_vectors.json.
 """
 
 from __future__ import annotations
@@ -100,6 +108,28 @@ MAX_FRAMES = 16
 MAX_FRAMES_LIMIT = 128
 
 
+#: Buckets per power of two of the size frame.
+SIZE_BUCKETS_PER_OCTAVE = 4
+
+
+def size_bucket_floor(size: int) -> int:
+    """The least size in SIZE's bucket: sizes below 8 are their own buckets; above,
+    a power of two and its 3 quarter steps (8, 10, 12, 14, 16, 20, ... 4096, 5120, ...)."""
+    if size < 8:
+        return max(size, 0)
+    shift = size.bit_length() - 3  # keep the leading 1 and the next 2 bits
+    return (size >> shift) << shift
+
+
+def size_frame(size: int) -> str:
+    """The context's frame 0 under `size_feature`: ``<size$FLOOR>`` (one token)."""
+    return f"<size${size_bucket_floor(size)}>"
+
+
+def is_size_frame(frame: str) -> bool:
+    return frame.startswith("<size$") and frame.endswith(">")
+
+
 class ContextDefinitionError(LifetimeError):
     """A context definition that cannot be used (unknown version, unsupported option,
     or two datasets defined differently)."""
@@ -113,11 +143,14 @@ class ContextDefinition:
     configured_wrappers: tuple[str, ...] = ()
     detected_wrappers: tuple[str, ...] = ()
     builtin_wrappers: bool = True
+    size_feature: bool = False         # frame 0 is the object's size frame (`size_frame`)
 
     def __post_init__(self):
         if not 1 <= self.max_frames <= MAX_FRAMES_LIMIT:
             raise ContextDefinitionError(f"max_frames {self.max_frames}: must be in "
                                          f"1..{MAX_FRAMES_LIMIT}")
+        if self.size_feature and self.max_frames < 2:
+            raise ContextDefinitionError("max_frames 1 leaves no frame beside the size frame")
         if self.inline_frames:
             raise ContextDefinitionError(
                 "inline_frames=True cannot be served: the in-process symbolizer has no DWARF "
@@ -125,16 +158,17 @@ class ContextDefinition:
 
     @classmethod
     def make(cls, max_frames: int = MAX_FRAMES, configured: Iterable[str] = (),
-             detected: Iterable[str] = (), builtin: bool = True) -> "ContextDefinition":
+             detected: Iterable[str] = (), builtin: bool = True,
+             size_feature: bool = False) -> "ContextDefinition":
         configured, detected = tuple(sorted(set(configured))), tuple(sorted(set(detected)))
         union = set(configured) | set(detected) | (BUILTIN_WRAPPERS if builtin else set())
         return cls(max_frames=max_frames, wrappers=tuple(sorted(union)),
                    configured_wrappers=configured, detected_wrappers=detected,
-                   builtin_wrappers=builtin)
+                   builtin_wrappers=builtin, size_feature=size_feature)
 
     def with_detected(self, detected: Iterable[str]) -> "ContextDefinition":
         return ContextDefinition.make(self.max_frames, self.configured_wrappers, detected,
-                                      self.builtin_wrappers)
+                                      self.builtin_wrappers, self.size_feature)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -163,7 +197,8 @@ class ContextDefinition:
                        wrappers=tuple(d["wrappers"]),
                        configured_wrappers=tuple(d.get("configured_wrappers", ())),
                        detected_wrappers=tuple(d.get("detected_wrappers", ())),
-                       builtin_wrappers=bool(d.get("builtin_wrappers", True)))
+                       builtin_wrappers=bool(d.get("builtin_wrappers", True)),
+                       size_feature=bool(d.get("size_feature", False)))
         except (KeyError, TypeError, ValueError) as e:
             raise ContextDefinitionError(f"{prefix}malformed context definition ({e})") from e
 
@@ -190,9 +225,26 @@ class ContextDefinition:
         i = deepest_wrapper(stack, self._wrapper_set)
         return _qualified(stack[i]) if i >= 0 else None
 
-    def frames(self, stack: Sequence[str]) -> tuple[str, ...]:
-        """A machinery-free stack (`machinery_free`) -> the context's frames."""
-        return tuple(strip_wrappers(stack, self._wrapper_set)[: self.max_frames])
+    @property
+    def stack_frames(self) -> int:
+        """Frames of the stack a context keeps (max_frames, less the size frame's slot)."""
+        return self.max_frames - 1 if self.size_feature else self.max_frames
+
+    def site_frames(self, stack: Sequence[str]) -> tuple[str, ...]:
+        """A machinery-free stack (`machinery_free`) -> the context's frames from the
+        stack: all of them, or all but the size frame (`size_feature`)."""
+        return tuple(strip_wrappers(stack, self._wrapper_set)[: self.stack_frames])
+
+    def frames(self, stack: Sequence[str], size: int | None = None) -> tuple[str, ...]:
+        """A machinery-free stack (and, under `size_feature`, the object's size) -> the
+        context's frames."""
+        if not self.size_feature:
+            return self.site_frames(stack)
+        if size is None:
+            raise ContextDefinitionError(
+                "this context definition keys on the object's size (size_feature): "
+                "its contexts cannot be made from a stack alone")
+        return (size_frame(size),) + self.site_frames(stack)
 
 
 _CLONE_SUFFIXES = re.compile(

@@ -5,7 +5,9 @@
                 not in the table gets the majority class;
   * site:       lookup table keyed by the allocation site: the first frame of the
                 context (the dataset job already stripped the allocator, its
-                wrappers and the C++ standard library from the top), fallback majority.
+                wrappers and the C++ standard library from the top), fallback majority;
+                in contexts keyed on size (core/context.py `size_feature`) the size
+                frame and the site: the table is given what the model is.
 
 A table entry's class is the sample-weighted majority label of the training
 contexts with that key (ties: the smaller class index, so results are deterministic).
@@ -16,6 +18,8 @@ from __future__ import annotations
 import collections
 
 import numpy as np
+
+from core import context
 
 BASELINES = ("majority", "exact", "site")
 
@@ -38,8 +42,10 @@ def exact_key(frames) -> tuple:
     return tuple(frames)
 
 
-def site_key(frames) -> str | None:
-    return frames[0] if len(frames) else None
+def site_key(frames) -> tuple | None:
+    if not len(frames):
+        return None
+    return tuple(frames[:2]) if context.is_size_frame(frames[0]) else (frames[0],)
 
 
 class LookupTable:

@@ -213,16 +213,27 @@ def replay_file(path: str, version_label: str | None, definition: context_def.Co
             raise RuleReplayError(f"{path}: no profile header")
         program, label = reader.header.program, version_label or reader.header.version_label
         sym = context_def.make_symbolizer(reader.mappings, cache=cache)
-        key_of = {int(sid): (program, label, definition.frames(
-            context_def.machinery_free(sym, reader.stacks[int(sid)].addresses)))
+        site_of = {int(sid): definition.site_frames(
+            context_def.machinery_free(sym, reader.stacks[int(sid)].addresses))
             for sid in np.unique(stack)}
     order = np.argsort(alloc, kind="stable")
     alloc, free, size, stack, weight = (c[order] for c in (alloc, free, size, stack, weight))
     short_cls, long_cls, fallback = classes
     lut = np.array([long_cls, short_cls, fallback], np.int64)  # by answer 0, 1, -1
     out = {}
-    stacks, stack_index = np.unique(stack, return_inverse=True)
-    keys = [key_of[int(sid)] for sid in stacks]
+    # The rule runs per stack; its answers are counted per context: the stack's, or under
+    # size_feature the stack's and each sample's size frame.
+    if definition.size_feature:
+        floors = np.array([context_def.size_bucket_floor(int(n)) for n in size.tolist()],
+                          np.int64).reshape(-1)
+        groups, stack_index = np.unique(np.stack([stack.astype(np.int64), floors]), axis=1,
+                                        return_inverse=True)
+        keys = [(program, label, (context_def.size_frame(int(f)),) + site_of[int(sid)])
+                for sid, f in zip(groups[0].tolist(), groups[1].tolist())]
+    else:
+        stacks, stack_index = np.unique(stack, return_inverse=True)
+        keys = [(program, label, site_of[int(sid)]) for sid in stacks]
+    stack_index = np.asarray(stack_index).reshape(-1)
     for sizes in SIZES:
         cls = lut[replay_columns(alloc, free, size, stack, weight, sizes)]
         pairs, n = np.unique(np.stack([stack_index.astype(np.int64), cls]), axis=1,

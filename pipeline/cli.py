@@ -79,6 +79,10 @@ def _add_profile_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wrapper", action="append", metavar="NAME",
                    help="a function of the program that allocates on its callers' behalf "
                         "(qualified name, e.g. zmalloc or Pool::Take); repeatable")
+    p.add_argument("--size-feature", action="store_true",
+                   help="key contexts on the object's size as well as its stack: frame 0 "
+                        "is the size's bucket (<size$4096>, 4 per power of two), above "
+                        "max-frames - 1 frames of the stack (core/context.py)")
     p.add_argument("--no-detect-wrappers", action="store_true",
                    help="do not add the wrappers found in the data")
     p.add_argument("--no-builtin-wrappers", action="store_true",
@@ -110,16 +114,18 @@ def _profile_inputs(groups: list[list[str]], labels: list[str] | None,
 def _context_options(args: argparse.Namespace) -> dict:
     """DatasetConfig fields for the context definition (core/context.py)."""
     if getattr(args, "like", None):
-        if args.wrapper or args.no_builtin_wrappers or args.max_frames is not None:
+        if (args.wrapper or args.no_builtin_wrappers or args.max_frames is not None
+                or getattr(args, "size_feature", False)):
             raise UsageError("--like takes the context definition from the dataset; "
-                             "drop --wrapper/--no-builtin-wrappers/--max-frames")
+                             "drop --wrapper/--no-builtin-wrappers/--max-frames/--size-feature")
         try:
             return {"context": dataset_context(args.like), "detect_wrappers": False}
         except LifetimeError as e:
             raise UsageError(f"--like {args.like}: {e}") from e
     definition = context.ContextDefinition.make(
         max_frames=args.max_frames or context.MAX_FRAMES,
-        configured=args.wrapper or (), builtin=not args.no_builtin_wrappers)
+        configured=args.wrapper or (), builtin=not args.no_builtin_wrappers,
+        size_feature=getattr(args, "size_feature", False))
     return {"context": definition, "detect_wrappers": not args.no_detect_wrappers}
 
 
@@ -149,7 +155,9 @@ def run_build_dataset(args: argparse.Namespace, beam_args: list[str]) -> int:
                              profile_format=args.format)
     # Names below come from the profiles (program names, symbols): printed escaped.
     wrappers = manifest["context"]["detected_wrappers"]
-    print(f"context: {manifest['context']['max_frames']} frames below the site; "
+    print(f"context: {manifest['context']['max_frames']} frames"
+          + (" (the size frame, then the stack's)" if manifest["context"].get("size_feature")
+             else " below the site") + "; "
           f"{len(manifest['context']['wrappers'])} wrappers stripped, {len(wrappers)} detected"
           + (f" ({printable(', '.join(wrappers[:6]))}{', ...' if len(wrappers) > 6 else ''})"
              if wrappers else ""))

@@ -98,6 +98,28 @@ class ContextStats:
         self.obs_size.extend(other.obs_size)
         return self
 
+    def split_by(self, key_of_size: Callable[[int], Hashable]) -> dict[Hashable, "ContextStats"]:
+        """The observations grouped by a key of their size (the size frame), each group's
+        aggregates computed afresh.  Observations are sorted first (as `t95` sorts them),
+        so the groups do not depend on the order the stats were merged in."""
+        lifetime = np.frombuffer(self.obs_lifetime, dtype=np.float64)
+        censored = np.frombuffer(self.obs_censored, dtype=np.uint8)
+        weight = np.frombuffer(self.obs_weight, dtype=np.float64)
+        size = np.frombuffer(self.obs_size, dtype=np.uint64)
+        groups: dict[Hashable, ContextStats] = {}
+        for i in np.lexsort((size, weight, censored, lifetime)):
+            key = key_of_size(int(size[i]))
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = ContextStats()
+            g.obs_lifetime.append(float(lifetime[i]))
+            g.obs_censored.append(int(censored[i]))
+            g.obs_weight.append(float(weight[i]))
+            g.obs_size.append(int(size[i]))
+        for g in groups.values():
+            _aggregate(g)
+        return groups
+
     def t95(self) -> float:
         # Sorted first (as (lifetime, censored, weight, size) tuples would sort) so the
         # result never depends on merge order.

@@ -204,9 +204,16 @@ def _define(stacks: list, config: DatasetConfig) -> context_def.ContextDefinitio
     return config.context.with_detected(context_def.detect_wrappers(stacks, config.context))
 
 
-def _to_context(element, definition: context_def.ContextDefinition):
+def _to_contexts(element, definition: context_def.ContextDefinition):
+    """A stack's stats -> its context's; under `size_feature` one context per size
+    frame, each with the samples of its sizes."""
     (program, version_label, stack), stats = element
-    return (program, version_label, definition.frames(stack)), stats
+    if not definition.size_feature:
+        yield (program, version_label, definition.frames(stack)), stats
+        return
+    site = definition.site_frames(stack)
+    for frame, part in sorted(stats.split_by(context_def.size_frame).items()):
+        yield (program, version_label, (frame,) + site), part
 
 
 def _stripped(element, definition: context_def.ContextDefinition):
@@ -244,7 +251,7 @@ class ToContexts(beam.PTransform):
                           | "Define" >> beam.Map(_define, self._config))
         else:  # given (--like): no labels or detection needed
             definition = stacks.pipeline | "Given" >> beam.Create([self._config.context])
-        contexts = stacks | "Cut" >> beam.Map(_to_context, beam.pvalue.AsSingleton(definition))
+        contexts = stacks | "Cut" >> beam.FlatMap(_to_contexts, beam.pvalue.AsSingleton(definition))
         stripped = (stacks
                     | "CutBelow" >> beam.Map(_stripped, beam.pvalue.AsSingleton(definition))
                     | "PerWrapper" >> beam.CombinePerKey(sum)

@@ -111,9 +111,10 @@ def _label(chain: list[tuple[str, str, str]], rng: random.Random) -> int:
 
 
 def write_profile(path: pathlib.Path, binary: str, addresses: dict, contexts: int,
-                  seed: int) -> None:
+                  seed: int, sized: bool = False) -> None:
     """A profile of `contexts` random call chains, each with 1-4 sampled objects
-    whose lifetimes put the chain in its class."""
+    whose lifetimes put the chain in its class; `sized`: objects of 64 or 4096 bytes,
+    a 4096-byte one 3 classes longer-lived (what only the size can tell)."""
     from profile_format import profile_pb2
     from profile_format import write_profile as write_chunks
 
@@ -139,12 +140,14 @@ def write_profile(path: pathlib.Path, binary: str, addresses: dict, contexts: in
             stack.insert(rng.randrange(1, len(stack) + 1), _LIB_LOAD + 0x1234)
         chunk.stacks.add(id=stack_id, addresses=stack)
         for _ in range(1 + rng.randrange(4)):
-            s = chunk.samples.add(stack_id=stack_id, size=64, weight=17.0,
+            size = rng.choice((64, 4096)) if sized else 64
+            s = chunk.samples.add(stack_id=stack_id, size=size, weight=17.0,
                                   alloc_monotonic_ns=t, alloc_function=profile_pb2.MALLOC)
-            if label == NUM_CLASSES - 1:
+            cls = min(NUM_CLASSES - 1, label + 3) if size == 4096 else label
+            if cls == NUM_CLASSES - 1:
                 s.censored, s.observed_age_ns = True, 5_000_000_000
             else:
-                s.free_monotonic_ns = t + int(_CLASS_MS[label] * 1e6)
+                s.free_monotonic_ns = t + int(_CLASS_MS[cls] * 1e6)
                 s.free_function = profile_pb2.FREE
             t += 1000
     end = profile_pb2.ProfileChunk()
@@ -154,10 +157,11 @@ def write_profile(path: pathlib.Path, binary: str, addresses: dict, contexts: in
 
 def make_dataset(out: pathlib.Path, contexts: int = 4400, seed: int = 7,
                  max_frames: int | None = None,
-                 profiles: list[str] | None = None) -> pathlib.Path:
+                 profiles: list[str] | None = None, sized: bool = False) -> pathlib.Path:
     """A dataset directory written by the real `lifetime build-dataset` job, from a new
     synthetic profile or from `profiles`; `max_frames`: the context definition's frame
-    limit (default: the job's), which the model trained on it reads."""
+    limit (default: the job's), which the model trained on it reads; `sized`: objects of
+    two sizes that change their class, contexts keyed on size (size_feature)."""
     from pipeline import dataset
     from core.context import ContextDefinition
     from pipeline.dataset import DatasetConfig
@@ -167,11 +171,12 @@ def make_dataset(out: pathlib.Path, contexts: int = 4400, seed: int = 7,
         binary, addresses = build_program(work)
         (work / "profiles").mkdir(exist_ok=True)
         path = work / "profiles" / "synthetic.ltprof"
-        write_profile(path, binary, addresses, contexts, seed)
+        write_profile(path, binary, addresses, contexts, seed, sized)
         profiles = [str(path)]
     config = DatasetConfig(eval_percent=25)
-    if max_frames is not None:
-        config = dataclasses.replace(config, context=ContextDefinition.make(max_frames))
+    if max_frames is not None or sized:
+        config = dataclasses.replace(config, context=ContextDefinition.make(
+            max_frames or ContextDefinition().max_frames, size_feature=sized))
     dataset.build_dataset([(p, "v1") for p in profiles], str(out), config)
     return out
 

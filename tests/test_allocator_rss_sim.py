@@ -183,3 +183,13 @@ def test_llama_env_takes_only_allocator_variables(bad, capsys):
         ar.main(["--llama-env", bad, "--out", "/nonexistent/never-made"])
     assert e.value.code == 2
     assert f"--llama-env {bad!r}: expected LIFETIME_ALLOC_NAME=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["mixed", "python=out/x", "mixed="])
+def test_export_takes_a_workload_and_a_directory(bad, capsys):
+    """--export WORKLOAD=DIR picks the model a workload's llama-*-model runs serve; a
+    malformed one is refused in one line before any server starts."""
+    with pytest.raises(SystemExit) as e:
+        ar.main(["--export", bad, "--out", "/nonexistent/never-made"])
+    assert e.value.code == 2
+    assert f"--export {bad!r}: expected WORKLOAD=DIR" in capsys.readouterr().err

@@ -135,6 +135,39 @@ def test_definition_round_trips_and_refuses_what_cannot_be_served():
         ContextDefinition.from_json({"version": context.CONTEXT_VERSION})
     with pytest.raises(ContextDefinitionError):
         ContextDefinition(inline_frames=True)
+    # made before size_feature: read as without it
+    old = {k: v for k, v in d.to_json().items() if k != "size_feature"}
+    assert ContextDefinition.from_json(old) == d and not d.size_feature
+
+
+SIZE_VECTORS = json.loads((REPO / "tests" / "data" / "size_frame_vectors.json").read_text())
+
+
+def test_size_frames_match_the_vectors():
+    assert SIZE_VECTORS["version"] == context.CONTEXT_VERSION
+    for size, frame in SIZE_VECTORS["cases"]:
+        assert context.size_frame(size) == frame, size
+    # 4 buckets per power of two, each frame one token, its floor within 1/4 of the size
+    from core import tokenizer
+    for size, frame in SIZE_VECTORS["cases"]:
+        assert tokenizer.frame_tokens(frame) == [frame[1:-1]]
+        floor = context.size_bucket_floor(size)
+        assert floor <= size and (size < 8 or size - floor < floor / 4 + 1), size
+
+
+def test_size_feature_puts_the_size_frame_above_the_stack():
+    d = ContextDefinition.make(4, configured=["my_alloc"], size_feature=True)
+    stack = ["my_alloc", "a", "b", "c", "d", "main"]
+    assert d.frames(stack, 8200) == ("<size$8192>", "a", "b", "c")
+    assert d.site_frames(stack) == ("a", "b", "c") and d.stack_frames == 3
+    assert ContextDefinition.from_json(json.loads(json.dumps(d.to_json()))) == d
+    assert d.with_detected(["x"]).size_feature
+    with pytest.raises(ContextDefinitionError, match="size"):
+        d.frames(stack)  # a path that has no sizes cannot make these contexts
+    with pytest.raises(ContextDefinitionError, match="size frame"):
+        ContextDefinition.make(1, size_feature=True)
+    plain = ContextDefinition.make(4, configured=["my_alloc"])
+    assert plain.frames(stack) == plain.frames(stack, 8200) == ("a", "b", "c", "d")
 
 
 # ------------------------------------------------------------------ real stacks

@@ -478,3 +478,28 @@ def test_detect_only_profiles_join_detection_and_nothing_else(profiles, tmp_path
     assert manifest["splits"]["train"]["contexts"] == 3  # a's sites only, not b's
     assert manifest["roles"] == {"train": ["v1"], "selection": ["v2"]}
     assert manifest["config"]["detect_inputs"] == [[str(profiles / "b.ltprof"), "v2"]]
+
+
+def test_size_feature_splits_a_stack_into_one_context_per_size_frame():
+    """--size-feature (issue 34 item 3): a stack's samples go to one context per size
+    frame, each labeled from its own samples; without it, one context for all."""
+    from core.context import ContextDefinition
+    from pipeline.context_stats import ContextStats
+
+    st = ContextStats()
+    for ms, size in [(3.0, 64), (3.0, 70), (3.0, 64), (5000.0, 4096), (5000.0, 5000)]:
+        st.add(ms, False, 2.0, size)
+    key = ("prog", "v1", ("parse_request", "main"))
+
+    def check(size_feature, expected):
+        config = DatasetConfig(context=ContextDefinition.make(size_feature=size_feature),
+                               detect_wrappers=False)
+        with TestPipeline() as p:
+            contexts, _, _ = (p | beam.Create([(key, st)]) | dataset.ToContexts(config))
+            labeled = contexts | LabelContexts(config) | beam.Map(
+                lambda c: (tuple(c["frames"]), c["label"], c["stats"]["samples"]))
+            assert_that(labeled, equal_to(expected))
+
+    check(True, [(("<size$4096>", "parse_request", "main"), 3, 2),
+                 (("<size$64>", "parse_request", "main"), 0, 3)])
+    check(False, [(("parse_request", "main"), 3, 5)])  # T95 of all five: the long ones

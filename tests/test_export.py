@@ -173,6 +173,15 @@ def test_tokenizer_matches_shared_vectors(harness, tmp_path):
         assert got == case["ids"], case["frames"]
 
 
+def test_size_frames_match_shared_vectors(harness):
+    """lifetime_size_frame: the size frame core/context.py makes (contexts keyed on size)."""
+    vectors = json.loads((ROOT / "tests" / "data" / "size_frame_vectors.json").read_text())
+    cases = vectors["cases"]
+    lines = _run(harness, "size-frames", *[size for size, _ in cases]).stdout.splitlines()
+    assert [line.split() for line in lines] == [[frame, str(len(frame))] for _, frame in cases]
+    assert json.loads(_run(harness, "info").stdout)["size_frame"] == 0  # the session model's
+
+
 def test_no_malloc_on_the_prediction_path(harness, eval_split, tmp_path):
     stacks, _, _ = eval_split
     out = json.loads(_run(harness, "mallocs", write_stacks(tmp_path / "s", stacks[:300])).stdout)
@@ -401,3 +410,35 @@ def test_trained_network_with_other_shapes_exports_with_parity(exported_model, t
     for route in ("predict-frames", "predict-ids"):
         (tmp_path / route).mkdir()
         _check_parity(build, stacks, ids, want, tmp_path / route, route)
+
+
+def test_a_model_keyed_on_size_is_served_the_size_frame(tmp_path):
+    """Issue 34 item 3 end to end: a dataset keyed on size (size_feature), a model trained
+    on it and its export.  The library says so (info.size_frame), and the §2.3 cache's
+    miss path, given the stack's frames and the object's size, predicts what TensorFlow
+    predicts on the context (the size frame first); the model tells the sizes apart."""
+    from core import context
+    from export.exporter import export_model
+
+    ds = make_dataset(tmp_path / "dataset", contexts=1500, sized=True)
+    model_dir = train_model_dir(ds, tmp_path / "model", **TRAIN_SCHEDULE)
+    export_model(model_dir, tmp_path / "export")
+    build = _build_harness(tmp_path / "export", tmp_path / "harness")
+    assert json.loads(_run(build, "info").stdout)["size_frame"] == 1
+    stacks = eval_stacks(model_dir)
+    assert {s[0] for s in stacks} == {"<size$64>", "<size$4096>"}
+    _, want = keras_probabilities(model_dir, stacks)
+    sized = [[s[0][len("<size$"):-1]] + s[1:] for s in stacks]  # the size, then the stack
+    _run(build, "cache-sized", write_stacks(tmp_path / "in", sized), tmp_path / "out")
+    classes = np.fromfile(tmp_path / "out", dtype=np.int32)
+    assert len(classes) == len(stacks)
+    assert np.mean(classes == np.argmax(want, -1)) >= 0.999
+    # Stacks seen at both sizes: a 4096-byte object lives 3 classes longer (unless capped).
+    by_site = {}
+    for s, c in zip(stacks, classes):
+        by_site.setdefault(tuple(s[1:]), {})[s[0]] = int(c)
+    both = [v for v in by_site.values() if len(v) == 2]
+    longer = np.mean([v["<size$4096>"] > v["<size$64>"] for v in both])
+    print(f"{len(both)} stacks at both sizes; predicted longer-lived at 4096 B: {longer:.1%}")
+    assert len(both) >= 30 and longer >= 0.6  # 47 and 74.5% here
+    assert context.size_frame(4096) == "<size$4096>"

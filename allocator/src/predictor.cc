@@ -132,12 +132,11 @@ class ModelPredictor final : public Predictor {
     if (__builtin_expect(!ready_.load(std::memory_order_acquire), 0)) return {kFallback, Source::kEarly};
     if (__builtin_expect(t_predicting, 0)) return {kFallback, Source::kNested};
     t_predicting = true;
-    // The size class (next power of two, as the sampler keys it): requests of variable
-    // length from one site would otherwise almost never hit.
-    const uint64_t n = site.size;
-    const size_t size_class = n <= 16 ? 16 : size_t(1) << (64 - __builtin_clzll(n - 1));
+    // Keyed on the size as the sampler keys it (lt_online_key_size: a size class, or the
+    // size frame's bucket for a model that reads it).
     lt_online_call call;
-    int cls = lt_online_classify(site.return_address, size_class, site.return_address, &call);
+    int cls = lt_online_classify(site.return_address, lt_online_key_size(site.size),
+                                 site.return_address, &call);
     t_predicting = false;
     if (__builtin_expect(!call.ran, 1)) return {cls, Source::kHit};
     times_.add(call.ns);

@@ -284,6 +284,7 @@ struct lifetime_predictor {
   // Frame buffers for lifetime_cache_predict's callback, preallocated.
   const char* frames[lifetime_model::generated::kMaxFrames];
   size_t lengths[lifetime_model::generated::kMaxFrames];
+  char size_frame[32];  // frames[0] under kSizeFrame
 };
 
 struct lifetime_cache {
@@ -331,6 +332,32 @@ int lifetime_predict_ids(lifetime_predictor* p, const int32_t* ids, float* probs
   return CopyOut(p->predictor, p->predictor.PredictIds(ids), probs);
 }
 
+size_t lifetime_size_frame(size_t size, char* buf, size_t cap) {
+  // core/context.py size_bucket_floor: below 8 the size itself; else the leading 1 and
+  // the next 2 bits.
+  uint64_t floor = size;
+  if (size >= 8) {
+    const int shift = 64 - __builtin_clzll(size) - 3;
+    floor = (size >> shift) << shift;
+  }
+  char digits[24];
+  int nd = 0;
+  do {
+    digits[nd++] = char('0' + floor % 10);
+    floor /= 10;
+  } while (floor);
+  char tmp[32] = "<size$";
+  size_t n = 6;
+  while (nd) tmp[n++] = digits[--nd];
+  tmp[n++] = '>';
+  if (buf && cap) {
+    const size_t k = n < cap - 1 ? n : cap - 1;
+    memcpy(buf, tmp, k);
+    buf[k] = 0;
+  }
+  return n;
+}
+
 int lifetime_tokenize_frames(const char* const* frames, const size_t* lengths,
                              int num_frames, int32_t* ids) {
   return lifetime_model::TokenizeFrames(frames, lengths, num_frames, ids);
@@ -353,10 +380,16 @@ int lifetime_cache_predict(lifetime_cache* c, lifetime_predictor* p, uintptr_t r
   uint64_t key = lifetime_model::CacheKey(return_address, stack_height, size);
   return c->cache.Get(key, [&]() -> int32_t {
     if (!p || !get) return -1;
-    int n = get(ctx, p->frames, p->lengths, lifetime_model::generated::kMaxFrames);
+    constexpr int kMax = lifetime_model::generated::kMaxFrames;
+    constexpr int kFirst = lifetime_model::generated::kSizeFrame ? 1 : 0;  // the size frame
+    if (kFirst) {
+      p->lengths[0] = lifetime_size_frame(size, p->size_frame, sizeof p->size_frame);
+      p->frames[0] = p->size_frame;
+    }
+    int n = get(ctx, p->frames + kFirst, p->lengths + kFirst, kMax - kFirst);
     if (n < 0) return -1;
-    if (n > lifetime_model::generated::kMaxFrames) n = lifetime_model::generated::kMaxFrames;
-    return p->predictor.PredictFrames(p->frames, p->lengths, n);
+    if (n > kMax - kFirst) n = kMax - kFirst;
+    return p->predictor.PredictFrames(p->frames, p->lengths, n + kFirst);
   });
 }
 

@@ -75,6 +75,11 @@ typedef struct lifetime_model_info {
   const double* boundaries;      // B bounds in the clock's unit: ms (wall) or bytes
   const uint64_t* boundaries_ns; // wall clock: the B bounds in ns (round(ms * 1e6)), the
                                  // deadlines an allocator uses; NULL on the bytes clock
+  // 1: the context is keyed on the object's size too (core/context.py size_feature):
+  // frame 0 is lifetime_size_frame(size), above max_frames - 1 frames of the stack.
+  // lifetime_cache_predict makes it from its size argument and asks its callback for
+  // max_frames - 1 frames; a caller of lifetime_predict_frames puts it first itself.
+  int size_frame;
 } lifetime_model_info;
 
 const lifetime_model_info* lifetime_model_get_info(void);
@@ -102,6 +107,12 @@ int lifetime_predict_frames(lifetime_predictor* p, const char* const* frames,
 // Predicts from token ids in the frame-slot layout: max_tokens ids.  Ids outside
 // [0, vocab_size) are read as 1 (<unk>).
 int lifetime_predict_ids(lifetime_predictor* p, const int32_t* ids, float* probs);
+
+// The size frame of an object of SIZE bytes ("<size$4096>": the least size of its
+// bucket, 4 buckets per power of two; core/context.py size_frame), NUL-terminated in buf
+// when cap allows (32 bytes always do).  Returns its length.
+#define LIFETIME_SIZE_FRAME 1
+size_t lifetime_size_frame(size_t size, char* buf, size_t cap);
 
 // Tokenizer.  Writes the frame-slot ids of a stack (max_tokens ids); returns the number
 // of frames used.

@@ -88,6 +88,7 @@ static const lifetime_model_info *model_info;
  * lifetime_model_info), exactly as the dataset cut it.  A stack holds at most
  * LT_MAX_FRAMES frames, so a deeper model reads at most that many, offline too. */
 static int model_frames;
+static int size_frame_model; /* the model's frame 0 is the object's size frame */
 struct lt_online_stats lt_online;
 char lt_model_path[4096];
 char lt_model_id[128];
@@ -134,6 +135,8 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   lt_strlcpy(lt_model_path, path, sizeof lt_model_path);
   lt_strlcpy(lt_model_id, info->model_id ? info->model_id : "", sizeof lt_model_id);
   model_info = info;
+  size_frame_model = api.info_size && LIFETIME_MODEL_INFO_HAS(api.info_size(), size_frame) &&
+                     info->size_frame;
   atomic_store_explicit(&enabled, 1, memory_order_release);
   return 1;
 }
@@ -306,6 +309,15 @@ static void refresh_due(uint64_t now) {
 }
 
 void lt_online_set_served(lt_online_served_fn fn) { served_hook = fn; }
+
+size_t lt_online_key_size(size_t size) {
+  if (size_frame_model) {
+    if (size < 8) return size;
+    const int shift = 64 - __builtin_clzll(size) - 3; /* the leading 1 and 2 more bits */
+    return (size >> shift) << shift;
+  }
+  return size <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(size - 1));
+}
 
 int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
                        struct lt_online_call *out) {

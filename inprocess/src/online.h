@@ -44,6 +44,12 @@ LT_ONLINE_VISIBILITY const lifetime_model_info *lt_online_model_info(void);
  * before a load, or for a model exported before the appended fields. */
 LT_ONLINE_VISIBILITY size_t lt_online_model_info_size(void);
 
+/* The size the §2.3 cache is keyed on, from an object's size: for a model keyed on the
+ * size frame (lifetime_model_info.size_frame) its bucket's least size, from which the
+ * library makes the same frame (core/context.py size_bucket_floor); for any other the
+ * next power of two (at least 16), so requests of variable length from one site hit. */
+LT_ONLINE_VISIBILITY size_t lt_online_key_size(size_t size);
+
 struct lt_online_call {
   int cls;       /* the class (-1: the model ran and failed) */
   int ran;       /* 0: a cache hit; 1: a miss; 2: a revalidation (the model ran) */

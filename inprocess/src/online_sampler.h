@@ -19,6 +19,8 @@ LT_HIDDEN extern char lt_model_id[128];
 LT_HIDDEN void lt_online_init(void);      /* constructor time */
 LT_HIDDEN int lt_online_enabled(void);
 LT_HIDDEN void lt_online_reset_child(void);
+/* The size the cache is keyed on (online.h). */
+LT_HIDDEN size_t lt_online_key_size(size_t size);
 /* The predicted class (-1: none) of a sampled allocation. */
 LT_HIDDEN int lt_online_predict(const uintptr_t *addresses, int depth, uintptr_t ra,
                                 uintptr_t height, size_t size, int *cache_hit, uint64_t *ns);

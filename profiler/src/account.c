@@ -132,10 +132,8 @@ LT_NOINLINE void lt_record_alloc(struct lt_thread *t, void *p, size_t size, size
       int hit = 0;
       uint64_t ns = 0;
       uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
-      /* Keyed on the size class (next power of two), not the exact size: requests of
-       * variable length from one site would otherwise almost never hit. */
-      size_t size_class = size <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(size - 1));
-      int cls = lt_online_predict(frames, depth, ra, height, size_class, &hit, &ns);
+      int cls = lt_online_predict(frames, depth, ra, height, lt_online_key_size(size), &hit,
+                                  &ns);
       ent.pred = (int8_t)(cls >= 0 && cls < 127 ? cls : -1);
       ent.pred_hit = (uint8_t)hit;
       ent.pred_ns = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;

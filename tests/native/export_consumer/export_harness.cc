@@ -111,7 +111,17 @@ int Info() {
   printf("], \"boundaries_ns\": %s", i.boundaries_ns ? "[" : "null");
   for (int b = 0; i.boundaries_ns && b < i.num_boundaries; ++b)
     printf("%s%llu", b ? ", " : "", (unsigned long long)i.boundaries_ns[b]);
-  printf("%s}\n", i.boundaries_ns ? "]" : "");
+  printf("%s, \"size_frame\": %d}\n", i.boundaries_ns ? "]" : "", i.size_frame);
+  return 0;
+}
+
+// One size per argument -> its size frame per line (tests/data/size_frame_vectors.json).
+int SizeFrames(int argc, char** argv) {
+  for (int a = 0; a < argc; ++a) {
+    char buf[32];
+    size_t n = lifetime_size_frame(strtoull(argv[a], nullptr, 10), buf, sizeof buf);
+    printf("%s %zu\n", buf, n);
+  }
   return 0;
 }
 
@@ -133,6 +143,37 @@ int PredictFrames(const char* in, const char* outp) {
     WriteResult(out, cls, p.probabilities());
   }
   fclose(out);
+  return 0;
+}
+
+// Stacks whose frame 0 is an object's size in decimal: each predicted through the §2.3
+// cache's miss path (lifetime_cache_predict, which makes the size frame of a model keyed
+// on size), its class written as int32.
+int CacheSized(const char* in, const char* outp) {
+  std::vector<Stack> stacks = ReadStacks(in);
+  lifetime_predictor* p = lifetime_predictor_create();
+  if (!p) return 3;
+  lifetime_cache* c = lifetime_cache_thread_local();
+  FILE* out = fopen(outp, "wb");
+  for (size_t k = 0; k < stacks.size(); ++k) {
+    const Stack& s = stacks[k];
+    if (s.empty()) return 5;
+    Stack rest(s.begin() + 1, s.end());
+    Frames f(rest);
+    lifetime_cache_clear(c);
+    auto get = [](void* ctx, const char** frames, size_t* lengths, int max_frames) -> int {
+      const Frames& fr = *static_cast<const Frames*>(ctx);
+      int n = fr.n() < max_frames ? fr.n() : max_frames;
+      for (int i = 0; i < n; ++i) { frames[i] = fr.ptrs[i]; lengths[i] = fr.lens[i]; }
+      return n;
+    };
+    int32_t cls = lifetime_cache_predict(c, p, k + 1, 0, strtoull(s[0].c_str(), nullptr, 10),
+                                         get, &f);
+    if (cls < 0) return 4;
+    fwrite(&cls, 4, 1, out);
+  }
+  fclose(out);
+  lifetime_predictor_destroy(p);
   return 0;
 }
 
@@ -550,9 +591,11 @@ int main(int argc, char** argv) {
   if (mode == "tokenize" && argc == 3) return Tokenize(argv[2]);
   if (mode == "mallocs" && argc == 3) return Mallocs(argv[2]);
   if (mode == "cache") return Cache();
+  if (mode == "size-frames") return SizeFrames(argc - 2, argv + 2);
+  if (mode == "cache-sized" && argc == 4) return CacheSized(argv[2], argv[3]);
   if (mode == "threads" && argc == 3) return Threads(argv[2]);
   if (mode == "bench" && argc >= 3) return Bench(argv[2], argc > 3 ? atoi(argv[3]) : 5);
   fprintf(stderr, "usage: export_harness info|predict-frames|predict-ids|tokenize|mallocs|"
-                  "cache|threads|bench ...\n");
+                  "cache|size-frames|cache-sized|threads|bench ...\n");
   return 2;
 }
