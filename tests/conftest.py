@@ -88,6 +88,21 @@ def exported_model(tmp_path_factory):
     return root / "model", root / "export"
 
 
+@pytest.fixture(scope="session")
+def exported_size_model(tmp_path_factory):
+    """A small synthetic model keyed on size (contexts with a size frame: objects of 64
+    and 4096 bytes, the larger 3 classes longer-lived), exported once per session:
+    (model dir, export dir)."""
+    from export.exporter import export_model
+    from tests.export_support import TRAIN_SCHEDULE, make_dataset, train_model_dir
+
+    root = tmp_path_factory.mktemp("exported-size-model")
+    ds = make_dataset(root / "dataset", contexts=1500, sized=True)
+    train_model_dir(ds, root / "model", **TRAIN_SCHEDULE)
+    export_model(root / "model", root / "export")
+    return root / "model", root / "export"
+
+
 # ------------------------------------------------------------------ the sampler
 
 @pytest.fixture(scope="session")

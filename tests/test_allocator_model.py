@@ -135,3 +135,43 @@ def test_run_model_usage_errors(capfd, tmp_path):
     assert "--model and --predictor" in capfd.readouterr().err
     assert cli.main(["run", "--allocator", "glibc", "--model", str(tmp_path), "--", "true"]) == 1
     assert "--model is an option of --allocator llama" in capfd.readouterr().err
+
+
+def test_a_model_keyed_on_size_serves_the_offline_contexts_with_their_size_frames(
+        exported_size_model, capfd, tmp_path):
+    """A model whose contexts begin with the object's size frame (issue 34 item 3) on the
+    allocation path: each context the allocator served is one the offline pipeline makes
+    from the same program's profile (stack and size of a sample), size frame first, and
+    its class is the model's C API class for those frames."""
+    _, export_dir = exported_size_model
+    plugin = serve.model_plugin(str(export_dir))
+    definition = ctxmod.ContextDefinition.load(str(export_dir / "export_manifest.json"))
+    assert definition.size_feature
+    program = str(built(BUILD / "tests" / "alloc_model_sites"))
+    stats_file = tmp_path / "stats.json"
+    rc = cli.main(["run", "--allocator", "llama", "--model", str(export_dir),
+                   "--stats", str(stats_file), "--", "env", "LIFETIME_ALLOC_CHECK=997", program])
+    out, err = capfd.readouterr()
+    assert rc == 0 and out.startswith("ok "), err
+    p = json.loads(stats_file.read_text())["prediction"]
+    assert p["failures"] == 0 and p["cache_hits"] > 0.9 * p["lookups"]
+
+    prof_dir = tmp_path / "profile"
+    run_sampled([program], prof_dir, extra_env={"LIFETIME_FULL_TRACE": "1"})
+    prof = only_profile(prof_dir)
+    sym = ctxmod.make_symbolizer(prof.mappings)
+    site = {sid: ctxmod.machinery_free(sym, list(s.addresses)) for sid, s in prof.stacks.items()}
+    offline = {definition.frames(site[s.stack_id], s.size) for s in prof.samples}
+
+    served = [(tuple(s["frames"]), s["class"]) for s in p["served"]]
+    ours = {(frames, cls) for frames, cls in served if len(frames) > 1 and frames[1] in SITES}
+    # site_short_lived: 24, 32 and 40 bytes; site_medium 200; site_kept 5000
+    assert {frames[:2] for frames, _ in ours} == {
+        ("<size$24>", "site_short_lived"), ("<size$32>", "site_short_lived"),
+        ("<size$40>", "site_short_lived"), ("<size$192>", "site_medium"),
+        ("<size$4096>", "site_kept")}, served
+    for frames, _ in ours:
+        assert frames in offline, frames
+    contexts = sorted({frames for frames, _ in ours})
+    expected = dict(zip(contexts, _c_api_classes(plugin, [list(c) for c in contexts])))
+    assert {(f, c) for f, c in ours} == {(f, expected[f]) for f in contexts}

@@ -412,18 +412,15 @@ def test_trained_network_with_other_shapes_exports_with_parity(exported_model, t
         _check_parity(build, stacks, ids, want, tmp_path / route, route)
 
 
-def test_a_model_keyed_on_size_is_served_the_size_frame(tmp_path):
+def test_a_model_keyed_on_size_is_served_the_size_frame(exported_size_model, tmp_path):
     """Issue 34 item 3 end to end: a dataset keyed on size (size_feature), a model trained
     on it and its export.  The library says so (info.size_frame), and the §2.3 cache's
     miss path, given the stack's frames and the object's size, predicts what TensorFlow
     predicts on the context (the size frame first); the model tells the sizes apart."""
     from core import context
-    from export.exporter import export_model
 
-    ds = make_dataset(tmp_path / "dataset", contexts=1500, sized=True)
-    model_dir = train_model_dir(ds, tmp_path / "model", **TRAIN_SCHEDULE)
-    export_model(model_dir, tmp_path / "export")
-    build = _build_harness(tmp_path / "export", tmp_path / "harness")
+    model_dir, export = exported_size_model
+    build = _build_harness(export, tmp_path / "harness")
     assert json.loads(_run(build, "info").stdout)["size_frame"] == 1
     stacks = eval_stacks(model_dir)
     assert {s[0] for s in stacks} == {"<size$64>", "<size$4096>"}

@@ -286,7 +286,7 @@ static void* policy_alloc(size_t size, size_t align, uintptr_t ra) EXCLUDES(heap
   const uint64_t usable = asked(size);
   // Predict first, then lock: the model (a miss: stack, symbols, the network) runs
   // while other threads allocate.
-  const Prediction pred = built()->predictor->predict({usable, uint32_t(align), ra});
+  const Prediction pred = built()->predictor->predict({size, uint32_t(align), ra});
   Inside in;
   return alloc_locked(usable, size, align, ra, pred, tick());
 }

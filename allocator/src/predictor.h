@@ -19,7 +19,7 @@ namespace lalloc {
 
 // What the allocation path knows about a request when it asks for a class.
 struct AllocSite {
-  uint64_t size;
+  uint64_t size;  // as asked (the sampler records that size: a model keyed on it reads it)
   uint32_t align;
   uintptr_t return_address;  // the caller of malloc / operator new
 };

@@ -41,6 +41,7 @@ static struct {
   void (*cache_set_revalidate_every)(lifetime_cache *, uint32_t); /* optional */
   int (*cache_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t); /* optional: newer exports */
   size_t (*info_size)(void); /* optional: absent in exports before the label scheme */
+  size_t (*size_frame)(size_t, char *, size_t); /* optional: in exports since size_frame */
 } api;
 
 static lifetime_predictor *pool[POOL];
@@ -118,6 +119,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   RESOLVE(cache_stats, "lifetime_cache_get_stats");
   *(void **)&api.cache_set_revalidate_every = dlsym(h, "lifetime_cache_set_revalidate_every");
   *(void **)&api.info_size = dlsym(h, "lifetime_model_info_size");
+  *(void **)&api.size_frame = dlsym(h, "lifetime_size_frame");
   *(void **)&api.cache_lookup = dlsym(h, "lifetime_cache_lookup");
   pool[0] = api.create(); /* the others when first needed: pool_take */
   if (!pool[0])
@@ -137,6 +139,9 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   model_info = info;
   size_frame_model = api.info_size && LIFETIME_MODEL_INFO_HAS(api.info_size(), size_frame) &&
                      info->size_frame;
+  if (size_frame_model && !api.size_frame)
+    return refuse(why, why_cap, "the model reads a size frame its library cannot make", NULL,
+                  NULL);
   atomic_store_explicit(&enabled, 1, memory_order_release);
   return 1;
 }
@@ -347,9 +352,23 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
   unsigned slot = pool_take(t->tid);
   struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
-  if (LT_UNLIKELY(ctx.frames >= 0) && served_hook)
-    served_hook(cls, (const char *const *)pool_frame_ptrs(slot, ctx.frames), ctx.lengths,
-                ctx.frames, ctx.depth);
+  if (LT_UNLIKELY(ctx.frames >= 0) && served_hook) {
+    if (size_frame_model) { /* what the model read: the library's size frame first */
+      const char *ptrs[LT_MAX_FRAMES + 1];
+      size_t lens[LT_MAX_FRAMES + 1];
+      char frame0[32];
+      lens[0] = api.size_frame(size, frame0, sizeof frame0);
+      ptrs[0] = frame0;
+      for (int i = 0; i < ctx.frames; i++) {
+        ptrs[i + 1] = pool_names[slot][i];
+        lens[i + 1] = ctx.lengths[i];
+      }
+      served_hook(cls, ptrs, lens, ctx.frames + 1, ctx.depth);
+    } else {
+      served_hook(cls, (const char *const *)pool_frame_ptrs(slot, ctx.frames), ctx.lengths,
+                  ctx.frames, ctx.depth);
+    }
+  }
   pool_give(slot);
   out->cls = cls;
   out->frames = ctx.frames;
