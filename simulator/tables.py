@@ -86,6 +86,11 @@ def training_examples(dataset_dir: str):
         definition = dataset_context(dataset_dir)
     except LifetimeError as e:
         raise TableError(f"--train {dataset_dir}: {e}") from e
+    if definition.size_feature:
+        raise TableError(f"--train {dataset_dir}: its contexts are keyed on size "
+                         "(--size-feature); the simulator's tables and contexts are per stack "
+                         "(benchmarks/size_feature.py scores such a model per object, "
+                         "benchmarks/allocator_rss.py --export runs it in the allocator)")
     ds = load_dataset(dataset_dir)
     try:
         scheme = LabelScheme.from_json(ds.label_scheme)

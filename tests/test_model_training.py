@@ -295,6 +295,12 @@ def test_build_dataset_cli_rejects_like_with_its_own_definition(tmp_path):
     assert proc.returncode != 0 and "--like takes the context definition" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "build-dataset", "--profiles",
                            str(tmp_path / "profiles" / "*.ltprof"), "--out",
+                           str(tmp_path / "again"), "--like", ds, "--size-feature"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "drop --wrapper/--no-builtin-wrappers/--max-frames/--size-feature" \
+        in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "lifetime.cli", "build-dataset", "--profiles",
+                           str(tmp_path / "profiles" / "*.ltprof"), "--out",
                            str(tmp_path / "again"), "--like", str(tmp_path / "nope")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "nope" in proc.stderr and "manifest" in proc.stderr

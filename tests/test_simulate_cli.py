@@ -282,6 +282,15 @@ def test_bad_inputs_give_one_clear_line(train_dataset, full_profile, tmp_path, c
                      out]) == 1
     assert "no such dataset directory" in _one_error_line(capsys)
 
+    sized = tmp_path / "sized"  # contexts keyed on size: not per stack, refused in one line
+    shutil.copytree(train_dataset, sized)
+    manifest = json.loads((sized / "manifest.json").read_text())
+    manifest["context"]["size_feature"] = True
+    (sized / "manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["simulate", full_profile, "--train", str(sized), "--out", out]) == 1
+    line = _one_error_line(capsys)
+    assert f"--train {sized}" in line and "keyed on size" in line
+
     assert cli.main(["simulate", full_profile, "--train", train_dataset, "--out", out,
                      "--model", str(tmp_path)]) == 1
     line = _one_error_line(capsys)
