@@ -65,8 +65,9 @@ class _Predictions:
     """Taps a reader's samples on their way to the aggregation (context_stats.stack_stats):
     the class predicted for each, per stack, and what each prediction cost."""
 
-    def __init__(self, reader):
+    def __init__(self, reader, size_frames: bool = False):
         self._reader = reader
+        self._size_frames = size_frames  # classes per (stack, size frame): size_feature
         self.classes: dict[int, array.array] = collections.defaultdict(lambda: array.array("Q"))
         self.ns_hit, self.ns_miss = array.array("Q"), array.array("Q")
         self.without = 0
@@ -76,7 +77,9 @@ class _Predictions:
             if not self._reader.header.model_id:
                 return  # not used: no need to read on
             if s.predicted:
-                self.classes[s.stack_id].append(s.predicted_class)
+                key = ((s.stack_id, context_def.size_frame(s.size)) if self._size_frames
+                       else s.stack_id)
+                self.classes[key].append(s.predicted_class)
                 (self.ns_hit if s.prediction_cache_hit else self.ns_miss).append(s.prediction_ns)
             else:
                 self.without += 1
@@ -89,7 +92,7 @@ def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns
     ("category: detail").  Samples are aggregated per stack as they arrive; contexts
     are made once the file's mappings are all known, as the dataset job makes them."""
     reader = ProfileReader(path)
-    tap = _Predictions(reader)
+    tap = _Predictions(reader, definition.size_feature)
     by_stack = context_stats.stack_stats(tap.samples(), scheme.clock)
     if reader.header is None:
         return (reader.problems[0].reason if reader.problems
@@ -111,16 +114,25 @@ def _read_file(path, definition, scheme, cache, stats, predicted, per_sample, ns
                       revalidations=p.revalidations, disagreements=p.disagreements,
                       failures=p.failures, total_ns=p.total_ns)
     totals["samples_without_prediction"] += tap.without
-    key_of = {stack_id: (header.program, header.version_label, definition.frames(
-        context_def.machinery_free(sym, reader.stacks[stack_id].addresses)))
+    site_of = {stack_id: definition.site_frames(
+        context_def.machinery_free(sym, reader.stacks[stack_id].addresses))
         for stack_id in sorted(by_stack)}
-    for key, st in context_stats.merge_by(by_stack, key_of.__getitem__).items():
+    if definition.size_feature:  # contexts per (stack, size frame), as the dataset job cuts
+        per_key = {(sid, frame): part for sid, st in by_stack.items()
+                   for frame, part in st.split_by(context_def.size_frame).items()}
+        key_of = {k: (header.program, header.version_label, (k[1],) + site_of[k[0]])
+                  for k in sorted(per_key)}
+    else:
+        per_key = by_stack
+        key_of = {sid: (header.program, header.version_label, frames)
+                  for sid, frames in site_of.items()}
+    for key, st in context_stats.merge_by(per_key, key_of.__getitem__).items():
         if key in stats:
             stats[key].merge(st)
         else:
             stats[key] = st
-    for stack_id, key in key_of.items():
-        for c in tap.classes[stack_id]:
+    for k, key in key_of.items():
+        for c in tap.classes.get(k, ()):
             predicted[key][c] += 1
             per_sample.append((key, c))
     ns_hit.extend(tap.ns_hit)

@@ -177,3 +177,35 @@ def test_evaluate_online_model_without_a_context_definition_fails_clearly(tmp_pa
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
         assert expected in proc.stderr and str(model) in proc.stderr, proc.stderr
+
+
+def test_a_model_keyed_on_size_predicts_each_sample_from_its_size_frame(
+        exported_size_model, tmp_path):
+    """The sampler's online path with a model keyed on size (issue 34 item 3): every
+    sample's prediction is the model's C API class for its context made offline from its
+    stack and its size (the size frame first), and evaluate-online scores those contexts."""
+    from core import context as ctxmod
+    from model.online_eval import evaluate_online
+    from tests.test_allocator import BUILD, built
+    from tests.test_simulator import _c_api_classes
+
+    _, export_dir = exported_size_model
+    plugin = serve.model_plugin(str(export_dir))
+    definition = ctxmod.ContextDefinition.load(str(export_dir / "export_manifest.json"))
+    out = tmp_path / "out"
+    run_sampled([str(built(BUILD / "tests" / "alloc_model_sites"))], out,
+                extra_env={**_model_env(plugin), "LIFETIME_FULL_TRACE": "1"})
+    prof = only_profile(out)
+    sym = ctxmod.make_symbolizer(prof.mappings)
+    site = {sid: ctxmod.machinery_free(sym, list(s.addresses)) for sid, s in prof.stacks.items()}
+    ours = [s for s in prof.samples
+            if s.predicted and site[s.stack_id][:1] in (("site_kept",), ("site_short_lived",))]
+    contexts = sorted({definition.frames(site[s.stack_id], s.size) for s in ours})
+    assert {c[:2] for c in contexts} == {
+        ("<size$24>", "site_short_lived"), ("<size$32>", "site_short_lived"),
+        ("<size$40>", "site_short_lived"), ("<size$4096>", "site_kept")}
+    want = dict(zip(contexts, _c_api_classes(plugin, [list(c) for c in contexts])))
+    for s in ours:
+        assert s.predicted_class == want[definition.frames(site[s.stack_id], s.size)]
+    result = evaluate_online([str(p) for p in out.glob("*.ltprof")], definition)
+    assert result["predicted_samples"] >= len(ours) > 20000
