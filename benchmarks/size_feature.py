@@ -12,10 +12,11 @@ labels' clock; one still live at the end: never freed) against the class its con
 gets (the model's, or a table's fit on the same training split: site, exact, majority).
 Objects are counted as sampled (a full trace: every object once).
 
-Defaults: the Redis mixed workload's runs of benchmarks/simulate_redis.py (training
+Defaults: the Redis mixed workload's runs (--runs: another workload's, e.g.
+out/redis21/phases-wrap) of benchmarks/simulate_redis.py (training
 profiles of 5.0.6 + 6.0.16 sampled, the test version 6.2.14 fully traced) under
-out/redis21/mixed/load<S>; outputs OUT/<cut>/load<S>/{dataset-train, model-seed<N>,
-dataset-test, eval-seed<N>.json} and OUT/results.{json,md}.  The allocator's RSS with
+out/redis21/mixed/load<S>; outputs OUT/<cut>/load<S>/{dataset-train, dataset-test, model-seed<N>,
+export-seed<first N>} and OUT/results.{json,md}.  The allocator's RSS with
 these models: benchmarks/allocator_rss.py --export 'mixed=OUT/size/load{seed}/export-seed0'
 (exported here with --export).
 
@@ -154,9 +155,10 @@ def per_object(out: str, seed: int, test: str) -> dict:
             "under": {p: under[p] / objects for p in PREDICTORS}}
 
 
-def markdown(results: dict, seeds: list[int], load_seeds: list[int]) -> str:
+def markdown(results: dict, seeds: list[int], load_seeds: list[int], runs: str) -> str:
     lines = ["# Size as a model input (issue 34 item 3)", "",
-             "Redis mixed: trained on 5.0.6 + 6.0.16 (sampled), tested on 6.2.14 (full trace); "
+             f"Redis, the runs of {os.path.relpath(runs, ROOT)}: trained on 5.0.6 + 6.0.16 "
+             "(sampled), tested on 6.2.14 (full trace); "
              f"load seeds {load_seeds}, model seeds {seeds}. Per object: the share of the test "
              "profile's objects whose own lifetime class is the class their context gets. "
              "Per context: against each cut's own labels (not comparable across cuts).", "",
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"load_seeds": args.load_seeds, "seeds": args.seeds, "results": results,
                    "commands": commands}, f, indent=1)
     with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(markdown(results, args.seeds, args.load_seeds))
+        f.write(markdown(results, args.seeds, args.load_seeds, args.runs))
     log(f"wrote {os.path.join(args.out, 'results.md')}")
     return 0
 

@@ -106,16 +106,19 @@ class ContextStats:
         censored = np.frombuffer(self.obs_censored, dtype=np.uint8)
         weight = np.frombuffer(self.obs_weight, dtype=np.float64)
         size = np.frombuffer(self.obs_size, dtype=np.uint64)
+        order = np.lexsort((size, weight, censored, lifetime))
+        sizes, inverse = np.unique(size, return_inverse=True)
+        keys = [key_of_size(int(n)) for n in sizes]
+        ids = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+        group_of = np.array([ids[k] for k in keys], np.int64)[inverse.reshape(-1)][order]
         groups: dict[Hashable, ContextStats] = {}
-        for i in np.lexsort((size, weight, censored, lifetime)):
-            key = key_of_size(int(size[i]))
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = ContextStats()
-            g.obs_lifetime.append(float(lifetime[i]))
-            g.obs_censored.append(int(censored[i]))
-            g.obs_weight.append(float(weight[i]))
-            g.obs_size.append(int(size[i]))
+        for key, i in ids.items():
+            sel = order[group_of == i]
+            g = groups[key] = ContextStats()
+            g.obs_lifetime.frombytes(lifetime[sel].tobytes())
+            g.obs_censored.frombytes(censored[sel].tobytes())
+            g.obs_weight.frombytes(weight[sel].tobytes())
+            g.obs_size.frombytes(size[sel].tobytes())
         for g in groups.values():
             _aggregate(g)
         return groups
