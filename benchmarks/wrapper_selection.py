@@ -56,9 +56,8 @@ GRID = {
     "min_disagreement": (0.05, 0.1, 0.2, 0.3),
     "min_callers": (2, 3, 4, 5),
     "min_top_share": (0.8, 0.9, 0.95),
-    "max_chain": (1,),
 }
-OLD = {"caller_weight_power": 1.0, "max_chain": 1, "min_disagreement": 0.1,
+OLD = {"caller_weight_power": 1.0, "min_disagreement": 0.1,
        "min_callers": 4, "min_top_share": 0.9}
 
 

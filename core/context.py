@@ -97,8 +97,6 @@ MIN_DISAGREEMENT = 0.1    # share of its samples whose caller's majority class d
 MIN_SAMPLES = 20
 MAX_ROUNDS = 8
 CALLER_WEIGHT_POWER = 0.5  # a caller weighs samples ** this in the disagreement
-MAX_CHAIN = 1             # frames a unit may hold (the site and its only callers)
-MIN_CHAIN_SHARE = 0.9     # share of a unit's samples its next frame must carry
 
 #: Frames a context keeps below its site: the one frame limit of the dataset, the model
 #: (which reads it from the dataset's definition) and the exported library.
@@ -311,31 +309,24 @@ def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
                     min_top_share: float = MIN_TOP_SHARE,
                     min_disagreement: float = MIN_DISAGREEMENT,
                     min_samples: int = MIN_SAMPLES, max_rounds: int = MAX_ROUNDS,
-                    caller_weight_power: float = CALLER_WEIGHT_POWER,
-                    max_chain: int = MAX_CHAIN,
-                    min_chain_share: float = MIN_CHAIN_SHARE) -> list[str]:
+                    caller_weight_power: float = CALLER_WEIGHT_POWER) -> list[str]:
     """Wrappers found in the data: (machinery-free stack, samples, label) triples.
 
-    After stripping the wrappers known so far, a *unit* is the site of a stack, or
-    the site and the frames right below it through which (almost) all of the site's
-    samples come: a frame joins the unit when it is the caller of at least
-    `min_chain_share` of the unit's samples, up to `max_chain` frames (Redis 6.2's
-    ``_sdsnewlen`` is reached only through ``sdsnewlen``: the two are one unit whose
-    callers are ``sdsnewlen``'s).  A unit is machinery, not a site, when
+    After stripping the wrappers known so far, a stack's site is machinery, not a site,
+    when
 
     - it is the top of at least `min_samples` samples through at least `min_callers`
-      distinct callers (the frame below its last frame);
-    - each of its frames is in the unit in at least `min_top_share` of the samples
-      whose stack holds that frame at all (a wrapper is always near the top; ``main``
-      is not);
+      distinct callers (the frame below it);
+    - it is on top in at least `min_top_share` of the samples whose stack holds it at
+      all (a wrapper is always near the top; ``main`` is not);
     - its callers disagree on the lifetime: the callers whose own majority class is
-      not the unit's make up at least `min_disagreement` of its callers, each caller
+      not the site's make up at least `min_disagreement` of its callers, each caller
       weighing its samples ** `caller_weight_power` (1: by samples, so one dominant
       caller hides the others, as ``createStringObject`` hides ``hashTypeSet`` under
       ``sdsnewlen``; 0: by callers, each alike).
 
-    All of a found unit's frames are wrappers.  Found wrappers are stripped and the
-    search repeats (a wrapper under a wrapper), at most `max_rounds` times.
+    Found wrappers are stripped and the search repeats (a wrapper under a wrapper: Redis
+    6.2's ``_sdsnewlen`` under ``sdsnewlen``), at most `max_rounds` times.
     Deterministic: ties and orders are by name.
     """
     stacks = [(tuple(s), float(n), int(y)) for s, n, y in stacks]
@@ -343,7 +334,9 @@ def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
     found: set[str] = set()
     for _ in range(max_rounds):
         wrappers = frozenset(known | found)
-        tops = []  # (qualified named top frames of the stripped stack, samples, label)
+        # site (qualified) -> caller (qualified when named; "<bottom>": none) -> class -> samples
+        sites: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
+            lambda: collections.defaultdict(collections.Counter))
         holding = collections.Counter()
         for stack, n, y in stacks:
             rest = strip_wrappers(stack, wrappers)
@@ -352,69 +345,28 @@ def detect_wrappers(stacks: Iterable[tuple[Sequence[str], float, int]],
             for name in {_qualified(f) for f in rest if is_named(f)}:
                 holding[name] += n
             if is_named(rest[0]):
-                tops.append((tuple(_qualified(f) if is_named(f) else f
-                                   for f in rest[: max_chain + 1]), n, y))
+                caller = ("<bottom>" if len(rest) < 2
+                          else _qualified(rest[1]) if is_named(rest[1]) else rest[1])
+                sites[_qualified(rest[0])][caller][y] += n
         new = set()
-        for unit, callers in sorted(_units(tops, max_chain, min_chain_share).items()):
-            if any(f in wrappers for f in unit) or len(callers) < min_callers:
+        for site, callers in sorted(sites.items()):
+            if site in wrappers or len(callers) < min_callers:
                 continue
             overall = collections.Counter()
             for votes in callers.values():
                 overall.update(votes)
             total = sum(overall.values())
-            if total < min_samples:
-                continue
-            in_unit = _samples_in_unit(tops, unit)
-            if any(in_unit[f] < min_top_share * holding[f] for f in unit):
+            if total < min_samples or total < min_top_share * holding[site]:
                 continue
             majority = top_class(overall)
             weight = {c: sum(v.values()) ** caller_weight_power for c, v in callers.items()}
             differing = sum(weight[c] for c, v in callers.items() if top_class(v) != majority)
             if differing >= min_disagreement * sum(weight.values()):
-                new.update(unit)
+                new.add(site)
         if not new:
             break
         found |= new
     return sorted(found)
-
-
-def _units(tops: list, max_chain: int, min_chain_share: float) -> dict:
-    """unit (tuple of frames from the site down) -> caller -> class -> samples."""
-    units: dict[tuple, dict[str, collections.Counter]] = {}
-    by_site = collections.defaultdict(list)
-    for top, n, y in tops:
-        by_site[top[0]].append((top, n, y))
-    for site, rows in by_site.items():
-        unit, members = (site,), rows
-        while True:
-            callers = collections.defaultdict(collections.Counter)
-            for top, n, y in members:
-                callers[top[len(unit)] if len(top) > len(unit) else "<bottom>"][y] += n
-            if len(unit) >= max_chain:
-                break
-            total = sum(sum(v.values()) for v in callers.values())
-            caller, samples = min(((c, sum(v.values())) for c, v in callers.items()),
-                                  key=lambda cs: (-cs[1], cs[0]))
-            if (caller == "<bottom>" or not is_named(caller) or caller in unit
-                    or samples < min_chain_share * total):
-                break
-            unit = unit + (caller,)
-            members = [m for m in members if len(m[0]) > len(unit) - 1
-                       and m[0][len(unit) - 1] == caller]
-        units[unit] = callers
-    return units
-
-
-def _samples_in_unit(tops: list, unit: tuple) -> collections.Counter:
-    """Samples in which each frame of UNIT is where the unit puts it (the site on top,
-    the next frame right below it...)."""
-    counts = collections.Counter()
-    for top, n, _ in tops:
-        for i, f in enumerate(unit):
-            if top[i: i + 1] != (f,):
-                break
-            counts[f] += n
-    return counts
 
 
 def top_class(votes: collections.Counter) -> int:
