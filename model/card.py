@@ -32,6 +32,9 @@ def model_card(config: dict, metrics: dict) -> str:
                    for d in config["training_datasets"])
     ev = metrics["eval"]
     layers = architectures.get(hp["architecture"]).describe(HParams.from_json(hp))
+    size_note = ("; frame 0 is the object's size frame (`<size$FLOOR>`, the context keyed on "
+                 "size: core/context.py `size_feature`)"
+                 if (config.get("context") or {}).get("size_feature") else "")
     return f"""# Lifetime model card
 
 Predicts the lifetime class of an allocation from its symbolized stack (llama-paper
@@ -44,7 +47,7 @@ Predicts the lifetime class of an allocation from its symbolized stack (llama-pa
 `{hp['architecture']}`: {layers} -> Dense softmax.
 Input `token_ids` int32[{hp['max_tokens']}] = {hp['max_frames']} frames (the dataset's context
 definition) x {hp['tokens_per_frame']} tokens, top of the stack first (model/features.py;
-tokenizer `{config['tokenizer_version']}`).
+tokenizer `{config['tokenizer_version']}`){size_note}.
 
 Hyperparameters: {', '.join(f'{k}={v}' for k, v in sorted(hp.items()))}.
 
