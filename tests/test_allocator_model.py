@@ -43,18 +43,23 @@ def _offline_contexts(profile, definition) -> set:
             for s in profile.stacks.values()}
 
 
-def test_model_on_the_allocation_path_serves_the_offline_contexts(served_model, capfd, tmp_path):
-    export_dir, plugin, definition, model_id = served_model
-    assert definition.max_frames <= SERVED_FRAMES
+def _run_sites(export_dir, capfd, tmp_path) -> tuple[str, dict]:
+    """alloc_model_sites under `lifetime run --allocator llama --model EXPORT_DIR` with
+    the checker on: (the program's path, the allocator's stats)."""
     program = str(built(BUILD / "tests" / "alloc_model_sites"))
-
     stats_file = tmp_path / "stats.json"
     rc = cli.main(["run", "--allocator", "llama", "--model", str(export_dir),
                    "--stats", str(stats_file), "--", "env", "LIFETIME_ALLOC_CHECK=997", program])
     out, err = capfd.readouterr()
     assert rc == 0 and out.startswith("ok "), err
     assert "model cache" in err and "hits of" in err, err
-    stats = json.loads(stats_file.read_text())
+    return program, json.loads(stats_file.read_text())
+
+
+def test_model_on_the_allocation_path_serves_the_offline_contexts(served_model, capfd, tmp_path):
+    export_dir, plugin, definition, model_id = served_model
+    assert definition.max_frames <= SERVED_FRAMES
+    program, stats = _run_sites(export_dir, capfd, tmp_path)
     assert stats["predictor"] == f"model:{plugin}" and stats["checks"] > 0
     p = stats["prediction"]
     assert p["model_id"] == model_id and p["failures"] == 0
@@ -147,13 +152,8 @@ def test_a_model_keyed_on_size_serves_the_offline_contexts_with_their_size_frame
     plugin = serve.model_plugin(str(export_dir))
     definition = ctxmod.ContextDefinition.load(str(export_dir / "export_manifest.json"))
     assert definition.size_feature
-    program = str(built(BUILD / "tests" / "alloc_model_sites"))
-    stats_file = tmp_path / "stats.json"
-    rc = cli.main(["run", "--allocator", "llama", "--model", str(export_dir),
-                   "--stats", str(stats_file), "--", "env", "LIFETIME_ALLOC_CHECK=997", program])
-    out, err = capfd.readouterr()
-    assert rc == 0 and out.startswith("ok "), err
-    p = json.loads(stats_file.read_text())["prediction"]
+    program, stats = _run_sites(export_dir, capfd, tmp_path)
+    p = stats["prediction"]
     assert p["failures"] == 0 and p["cache_hits"] > 0.9 * p["lookups"]
 
     prof_dir = tmp_path / "profile"
