@@ -30,7 +30,7 @@ and depth.  Both sides are pinned by tests/data/context_vectors.json.
 **Size** (`size_feature`, issue 34 item 3: the object's size closed 22-29 points of the
 context-oracle -> per-object-oracle gap on Redis mixed).  The context is then the stack
 *and* the size: frame 0 is a size frame, ``<size$4096>`` (the lower bound of the size's
-bucket, 4 buckets per power of two: `size_bucket`), above the site's `max_frames - 1`
+bucket, 4 buckets per power of two: `size_bucket_floor`), above the site's `max_frames - 1`
 frames.  It is one token (``size$4096``), so the tokenizer and the model are unchanged;
 the exported library makes the same frame from the size it is given
 (`lifetime_size_frame`), pinned by tests/data/size_frame_vectors.json.
@@ -104,10 +104,6 @@ MAX_FRAMES = 16
 #: The most frames a definition may keep: no recorded stack is deeper (the sampler's
 #: LT_MAX_FRAMES, the reader's MAX_STACK_DEPTH), and the exported model reads them all.
 MAX_FRAMES_LIMIT = 128
-
-
-#: Buckets per power of two of the size frame.
-SIZE_BUCKETS_PER_OCTAVE = 4
 
 
 def size_bucket_floor(size: int) -> int:
