@@ -38,6 +38,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from core import version_roles  # noqa: E402
+
 LIFETIME = os.path.join(ROOT, ".venv", "bin", "lifetime")
 CUTS = ("stack", "size")
 PREDICTORS = ("model", "site", "exact", "majority")
@@ -52,19 +54,19 @@ def run(cmd: list[str], commands: list[str]) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
-def profiles(runs: str, seed: int) -> tuple[list[tuple[str, str]], str]:
-    """(training profile dirs with their version labels, the test profile)."""
+def profiles(runs: str, seed: int, test_version: str) -> tuple[list[tuple[str, str]], str]:
+    """(training profile dirs with their version labels, the scored version's profile)."""
     base = os.path.join(runs, f"load{seed}")
     train = [(os.path.join(base, "train", v, "run1", "profiles"), f"redis-{v}")
              for v in ("5.0.6", "6.0.16")]
-    test_dir = os.path.join(base, "test", "6.2.14", "profiles")
+    test_dir = os.path.join(base, "test", test_version, "profiles")
     [test] = [os.path.join(test_dir, f) for f in sorted(os.listdir(test_dir))
               if f.endswith(".ltprof")]
     return train, test
 
 
-def build(cut: str, out: str, train, test: str, seeds: list[int], export: bool,
-          commands: list[str]) -> None:
+def build(cut: str, out: str, train, test: str, test_version: str, seeds: list[int],
+          export: bool, commands: list[str]) -> None:
     ds = os.path.join(out, "dataset-train")
     if not os.path.exists(os.path.join(ds, "manifest.json")):
         cmd = [LIFETIME, "build-dataset", "--out", ds]
@@ -74,7 +76,7 @@ def build(cut: str, out: str, train, test: str, seeds: list[int], export: bool,
     test_ds = os.path.join(out, "dataset-test")
     if not os.path.exists(os.path.join(test_ds, "manifest.json")):
         run([LIFETIME, "build-dataset", "--like", ds, "--out", test_ds, "--profiles", test,
-             "--version-label", "redis-6.2.14"], commands)
+             "--version-label", f"redis-{test_version}"], commands)
     for seed in seeds:
         model = os.path.join(out, f"model-seed{seed}")
         if not os.path.exists(os.path.join(model, "config.json")):
@@ -155,10 +157,12 @@ def per_object(out: str, seed: int, test: str) -> dict:
             "under": {p: under[p] / objects for p in PREDICTORS}}
 
 
-def markdown(results: dict, seeds: list[int], load_seeds: list[int], runs: str) -> str:
+def markdown(results: dict, seeds: list[int], load_seeds: list[int], runs: str,
+             test_version: str = "6.2.14") -> str:
     lines = ["# Size as a model input (issue 34 item 3)", "",
              f"Redis, the runs of {os.path.relpath(runs, ROOT)}: trained on 5.0.6 + 6.0.16 "
-             "(sampled), tested on 6.2.14 (full trace); "
+             f"(sampled), scored on {test_version} "
+             f"({version_roles.family_role('redis-' + test_version) or 'no role'}; full trace); "
              f"load seeds {load_seeds}, model seeds {seeds}. Per object: the share of the test "
              "profile's objects whose own lifetime class is the class their context gets. "
              "Per context: against each cut's own labels (not comparable across cuts).", "",
@@ -190,20 +194,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=os.path.join(ROOT, "out", "redis21", "mixed"),
                     help="simulate_redis.py's output for the workload (load<S>/train, test)")
+    ap.add_argument("--test-version", default="6.2.14",
+                    help="the fully traced version scored (6.2.9: the selection version's "
+                         "runs, e.g. --runs out/sel629/mixed)")
     ap.add_argument("--load-seeds", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "size_feature"))
     ap.add_argument("--export", action="store_true",
                     help="also export each cut's first model seed (for allocator_rss.py --export)")
     args = ap.parse_args(argv)
+    try:
+        version_roles.refuse_reserved([f"redis-{args.test_version}"], "test", "--test-version")
+    except version_roles.ReservedVersionError as e:
+        ap.error(str(e))
     commands: list[str] = []
     results: dict = {cut: {} for cut in CUTS}
     for ls in args.load_seeds:
-        train, test = profiles(args.runs, ls)
+        train, test = profiles(args.runs, ls, args.test_version)
         for cut in CUTS:
             out = os.path.join(args.out, cut, f"load{ls}")
             log(f"{cut} load seed {ls}: datasets and models under {out}")
-            build(cut, out, train, test, args.seeds, args.export, commands)
+            build(cut, out, train, test, args.test_version, args.seeds, args.export, commands)
             results[cut][f"load{ls}"] = {}
             for s in args.seeds:
                 r = {"per_context": per_context(out, s), "per_object": per_object(out, s, test)}
@@ -217,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"load_seeds": args.load_seeds, "seeds": args.seeds, "results": results,
                    "commands": commands}, f, indent=1)
     with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(markdown(results, args.seeds, args.load_seeds, args.runs))
+        f.write(markdown(results, args.seeds, args.load_seeds, args.runs, args.test_version))
     log(f"wrote {os.path.join(args.out, 'results.md')}")
     return 0
 
