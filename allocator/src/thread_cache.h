@@ -169,7 +169,7 @@ inline void* pop(Cache* c, List& l, uint32_t cls) {
 __attribute__((always_inline)) inline void* cached_alloc(State* s, size_t size, uintptr_t ra) EXCLUDES(heap_lock) {
   const uint64_t usable = asked(size);
   const uint32_t cls = g_caches.class_by_16[usable / 16];
-  const Prediction pred = s->predictor->predict({usable, uint32_t(kSmallAlign), ra});
+  const Prediction pred = s->predictor->predict({size, uint32_t(kSmallAlign), ra});
   Cache* c = t_cache;
   if (__builtin_expect(c > kDead, 1)) {
     unsigned g = 0;
