@@ -136,7 +136,7 @@ def per_object(out: str, seed: int, test: str) -> dict:
             own[np.frombuffer(st.obs_censored, dtype=np.uint8) != 0] = scheme.inf_class
             if definition.size_feature:
                 sizes = np.frombuffer(st.obs_size, dtype=np.uint64)
-                floors = np.array([context_def.size_bucket_floor(int(n)) for n in sizes])
+                floors = context_def.size_bucket_floors(sizes)
                 groups = [(context_def.size_frame(int(f)), floors == f) for f in np.unique(floors)]
                 site = definition.site_frames(stack)
                 keys = [((frame,) + site, mask) for frame, mask in groups]

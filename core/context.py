@@ -44,6 +44,8 @@ import functools
 import re
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from core import symbolize
 from core.errors import LifetimeError
 from core.files import read_json
@@ -113,6 +115,14 @@ def size_bucket_floor(size: int) -> int:
         return max(size, 0)
     shift = size.bit_length() - 3  # keep the leading 1 and the next 2 bits
     return (size >> shift) << shift
+
+
+def size_bucket_floors(sizes) -> np.ndarray:
+    """`size_bucket_floor` of every size of an array (uint64), computed once per
+    distinct size: a profile's samples have few."""
+    distinct, inverse = np.unique(np.asarray(sizes, np.uint64), return_inverse=True)
+    floors = np.array([size_bucket_floor(int(n)) for n in distinct], np.uint64)
+    return floors[inverse.reshape(-1)]
 
 
 def size_frame(size: int) -> str:

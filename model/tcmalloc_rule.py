@@ -224,8 +224,7 @@ def replay_file(path: str, version_label: str | None, definition: context_def.Co
     # The rule runs per stack; its answers are counted per context: the stack's, or under
     # size_feature the stack's and each sample's size frame.
     if definition.size_feature:
-        floors = np.array([context_def.size_bucket_floor(int(n)) for n in size.tolist()],
-                          np.int64).reshape(-1)
+        floors = context_def.size_bucket_floors(size).astype(np.int64)
         groups, stack_index = np.unique(np.stack([stack.astype(np.int64), floors]), axis=1,
                                         return_inverse=True)
         keys = [(program, label, (context_def.size_frame(int(f)),) + site_of[int(sid)])

@@ -152,6 +152,9 @@ def test_size_frames_match_the_vectors():
         assert tokenizer.frame_tokens(frame) == [frame[1:-1]]
         floor = context.size_bucket_floor(size)
         assert floor <= size and (size < 8 or size - floor < floor / 4 + 1), size
+    sizes = [size for size, _ in SIZE_VECTORS["cases"]]
+    assert context.size_bucket_floors(sizes).tolist() == [context.size_bucket_floor(n)
+                                                         for n in sizes]
 
 
 def test_size_feature_puts_the_size_frame_above_the_stack():
