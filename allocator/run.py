@@ -1,5 +1,5 @@
 """`lifetime run --allocator NAME [--policy P] [--predictor constant:C | --model EXPORT_DIR]
-[--stats FILE] -- CMD ARGS...`
+[--stats FILE] [--attribute DIR [--attribute-every S] [--attribute-signal SIG]] -- CMD ARGS...`
 (registered in lifetime/cli.py's SUBCOMMAND_MODULES): the allocator's launcher.  Runs one
 command under one allocator through LD_PRELOAD, returns its exit status and prints a
 one-line summary on stderr.
@@ -34,7 +34,8 @@ import tempfile
 import time
 
 from core.errors import LifetimeError, UsageError
-from core.files import writable_parent
+from core import options
+from core.files import writable_dir, writable_parent
 from export import serve  # the export's checks, the plugin's build cache, PLUGIN_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -69,8 +70,30 @@ def add_parser(sub) -> None:
                         "(`lifetime export` output; its plugin is built once and cached)")
     p.add_argument("--stats", metavar="FILE",
                    help="llama: also keep the allocator's stats JSON of the command's process")
+    p.add_argument("--attribute", metavar="DIR",
+                   help="llama: record each object's allocation stack and write attribution "
+                        "dumps (which stacks' live objects sit on the huge pages held) into "
+                        "DIR: at exit, every --attribute-every seconds and on "
+                        "--attribute-signal; `lifetime fragmentation DUMP` reads one "
+                        "(a stack walk per allocation: slower, for diagnosis)")
+    p.add_argument("--attribute-every", type=options.int_range(1, 86400), metavar="SECONDS",
+                   help="llama --attribute: also a dump every SECONDS")
+    p.add_argument("--attribute-signal", type=_signal_number, metavar="SIG",
+                   help="llama --attribute: also a dump after the process gets signal SIG "
+                        "(a name such as USR2 or a number; the program must not use it)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...")
     p.set_defaults(func=run)
+
+
+def _signal_number(text: str) -> int:
+    name = text.upper().removeprefix("SIG")
+    try:
+        num = int(name) if name.isdigit() else int(getattr(signal, "SIG" + name))
+    except (AttributeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a signal: {text!r}") from None
+    if not 1 <= num <= 64 or num in (signal.SIGKILL, signal.SIGSTOP):
+        raise argparse.ArgumentTypeError(f"not a signal a process can catch: {text!r}")
+    return num
 
 
 def _built(name: str, env_var: str) -> str:
@@ -147,9 +170,14 @@ def run(args: argparse.Namespace) -> int:
     if not cmd:
         raise UsageError("no command given (usage: lifetime run --allocator NAME -- CMD ARGS...)")
     if args.allocator != "llama":
-        for opt in ("policy", "predictor", "model", "stats"):
+        for opt in ("policy", "predictor", "model", "stats", "attribute", "attribute_every",
+                    "attribute_signal"):
             if getattr(args, opt) is not None:
-                raise UsageError(f"--{opt} is an option of --allocator llama")
+                raise UsageError(f"--{opt.replace('_', '-')} is an option of --allocator llama")
+    if args.attribute is None and (args.attribute_every or args.attribute_signal):
+        raise UsageError("--attribute-every and --attribute-signal need --attribute DIR")
+    if args.attribute is not None:
+        writable_dir(args.attribute, "--attribute")
     if args.model is not None and args.predictor is not None:
         raise UsageError("--model and --predictor both choose the predictor: give one")
     if args.stats:
@@ -166,6 +194,12 @@ def run(args: argparse.Namespace) -> int:
             env["LIFETIME_ALLOC_STATS"] = os.path.join(tmp, "stats.%p.json")
             if args.policy is not None:
                 env["LIFETIME_ALLOC_POLICY"] = args.policy
+            if args.attribute is not None:  # (else an outer LIFETIME_ALLOC_ATTRIBUTE stands)
+                env["LIFETIME_ALLOC_ATTRIBUTE"] = os.path.abspath(args.attribute)
+                if args.attribute_every:
+                    env["LIFETIME_ALLOC_ATTRIBUTE_INTERVAL"] = str(args.attribute_every)
+                if args.attribute_signal:
+                    env["LIFETIME_ALLOC_ATTRIBUTE_SIGNAL"] = str(args.attribute_signal)
             # One predictor: --model's plugin, or --predictor's constant (an outer
             # setting of the other is dropped; with neither, the environment's stand).
             if plugin is not None:
@@ -197,5 +231,10 @@ def run(args: argparse.Namespace) -> int:
                 stats = json.load(f)
             if args.stats:
                 shutil.copyfile(stats_file, args.stats)
-    print(summary(args.allocator, status, maxrss, wall, stats), file=sys.stderr)
+    line = summary(args.allocator, status, maxrss, wall, stats)
+    if args.attribute is not None:
+        dumps = sorted(pathlib.Path(args.attribute).glob(f"attribution.{pid}.*.json"))
+        line += (f"; attribution: {len(dumps)} dumps of pid {pid} in {args.attribute}"
+                 + (f" (`lifetime fragmentation {dumps[-1]} --out DIR`)" if dumps else ""))
+    print(line, file=sys.stderr)
     return status

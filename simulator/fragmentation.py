@@ -67,6 +67,7 @@ import time
 import numpy as np
 
 import simulator
+from allocator import attribution
 from core import options
 from core import symbolize
 from core.context import ContextDefinition
@@ -100,9 +101,12 @@ def add_parser(sub) -> None:
                     "memory: pinned and live MiB, objects, their lifetime classes and what "
                     "placing them apart would have saved.  Writes fragmentation.json/.txt, "
                     "pinned.pb.gz (pprof: `go tool pprof -top`) and pinned.png into --out.")
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("trace", metavar="TRACE",
+                   help="a full trace (.lttrace), or a running allocator's dump "
+                        "(`lifetime run --allocator llama --attribute DIR` writes them: "
+                        "attribution.PID.N.json), attributed as it was taken")
     p.add_argument("--out", required=True, metavar="DIR")
-    p.add_argument("--policy", default="segregated", metavar="NAME[,NAME...]",
+    p.add_argument("--policy", default=None, metavar="NAME[,NAME...]",
                    help="the heap: a LLAMA policy as `lifetime_simulate --policy` takes it "
                         "(default segregated; paper = LLAMA's own), or baseline (the "
                         "TCMalloc-like allocator, no predictor)")
@@ -342,6 +346,9 @@ def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
     for sid in sorted(stack_figures):
         f = stack_figures[sid]
         loc_ids = []
+        if not stacks[sid]["addresses"]:  # an allocator dump's reserved id: its label
+            label = str(stacks[sid].get("label") or f"<stack {sid}>")
+            loc_ids.append(b.add_location((label,), 0, 0, [(label, "")]))
         for address in stacks[sid]["addresses"]:
             lid = b.location_id(address)
             if lid is None:
@@ -366,13 +373,15 @@ def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
     return path
 
 
-def write_png(path: str, rows: list[dict], title: str, totals: dict, class_names: list) -> str:
+def write_png(path: str, rows: list[dict], title: str, totals: dict, class_names: list,
+              footnote: str = "Under each: its live objects and their lifetime classes by live "
+                              "bytes, from the trace's free times (inf: never freed).") -> str:
     """Horizontal bars per top context: pinned MiB and live MiB side by side, values on the
     pinned bars; under each name its objects and their lifetime classes; the totals and
     how to read a name underneath."""
     plt = pyplot()
-    names = [f"{r['name']}\n{r['objects']:,.0f} objects: {_mix(r, class_names)}"
-             for r in rows][::-1]
+    names = [f"{r['name']}\n{r['objects']:,.0f} objects"
+             + (f": {_mix(r, class_names)}" if len(class_names) > 1 else "") for r in rows][::-1]
     pinned = [r["pinned"] / MIB for r in rows][::-1]
     live = [r["live"] / MIB for r in rows][::-1]
     y = np.arange(len(rows))
@@ -392,9 +401,7 @@ def write_png(path: str, rows: list[dict], title: str, totals: dict, class_names
              f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB: "
              f"{(totals['heap'] - totals['live']) / MIB:.1f} MiB held but not live, of which "
              f"these {len(rows)} contexts pin {sum(pinned):.1f}.  A context: its allocation "
-             "site first, then its callers (a < b: a called by b).\nUnder each: its live objects "
-             "and their lifetime classes by live bytes, from the trace's free times (inf: never "
-             "freed).",
+             "site first, then its callers (a < b: a called by b).\n" + footnote,
              fontsize=7.5, color="dimgrey", ha="left", va="bottom")
     fig.tight_layout(rect=(0.01, 0.07, 1, 1))  # the footnote below the axes (save_png would re-lay out)
     fig.savefig(path, dpi=110)
@@ -487,7 +494,7 @@ def _json_context(c, d: dict, class_names: list) -> dict:
 def _mix(d: dict, class_names: list) -> str:
     """The context's live bytes by lifetime class, the two largest shares."""
     b = np.asarray(d["class_bytes"], np.float64)
-    if not b.sum():
+    if not b.sum() or len(class_names) < 2:  # (one class: an allocator's dump, none known)
         return "-"
     order = np.argsort(-b, kind="stable")[:2]
     return " ".join(f"{_class_label(class_names[k])} {100 * b[k] / b.sum():.0f}%"
@@ -503,9 +510,10 @@ def text_table(title: str, rows: list[dict], totals: dict, class_names: list, re
     lines = [title,
              f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB, "
              f"heap - live {(totals['heap'] - totals['live']) / MIB:.1f} MiB = pinned by contexts "
-             f"{totals['pinned'] / MIB:.1f} (of which {totals['empty_pages'] * HUGE_PAGE / MIB:.1f} "
-             "on huge pages with no live object, to the last stack that allocated there) + "
-             f"unattributed {totals['unattributed'] / MIB:.1f} MiB",
+             f"{totals['pinned'] / MIB:.1f}"
+             + (f" (of which {totals['empty_pages'] * HUGE_PAGE / MIB:.1f} on huge pages with no "
+                "live object, to the last stack that allocated there)" if totals['empty_pages'] else "")
+             + f" + unattributed {totals['unattributed'] / MIB:.1f} MiB",
              f"{'#':>2} {'pinned MiB':>10} {'%':>5} {'live MiB':>8} {'objects':>9} "
              f"{'saved MiB':>9}" + (f" {'rerun MiB':>9}" if rerun else "") +
              f"  {'lifetimes (live bytes)':<24} context"]
@@ -534,6 +542,12 @@ def _check_outputs(out: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if attribution.is_dump(args.trace):
+        try:
+            return attribution.run(args, _say)
+        except attribution.DumpError as e:
+            raise FragmentationError(str(e)) from None
+    args.policy = args.policy or "segregated"
     started = time.monotonic()
     symbols = symbol_options(args)
     header, t0 = read_trace_frame(args.trace)

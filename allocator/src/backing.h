@@ -113,6 +113,17 @@ class Backing {
   uint32_t slot_at(uintptr_t p) const { return p % 16 ? kNoSlot : index_[(p - base_) / 16] - 1; }
   void set_slot(uintptr_t p, uint32_t slot) { index_[(p - base_) / 16] = slot + 1; }
   void clear_slot(uintptr_t p) { index_[(p - base_) / 16] = 0; }
+  // Attribution (attribution.h) keeps stack ids in the table under address mode: the
+  // table, and f(real address, its kHuge / 16 entries) for each committed heap page.
+  uint32_t* table() const { return index_; }
+  template <class F>
+  void each_committed(F f) const {
+    for (unsigned g = 0; g < groups_; ++g)
+      for (uint64_t local = 0; local < hw_[g]; ++local) {
+        const uint64_t page = g * per_group_pages_ + local;
+        if (committed_[page / 64] >> (page % 64) & 1) f(base_ + page * kHuge, index_ + page * (kHuge / 16));
+      }
+  }
   // A taken id fell outside its reservation since the last clear (the allocation fails).
   bool overflowed() const { return overflowed_; }
   void clear_overflow() { overflowed_ = false; }

@@ -34,6 +34,13 @@ Config read_config() {
     c.stats_interval_ns = parse_uint("LIFETIME_ALLOC_STATS_INTERVAL", v, 1, 86400) * 1000000000ull;
   if (c.stats_interval_ns && c.stats_path.empty())
     fatal("LIFETIME_ALLOC_STATS_INTERVAL: set without LIFETIME_ALLOC_STATS (where to write)");
+  if (const char* v = std::getenv("LIFETIME_ALLOC_ATTRIBUTE")) c.attribute_dir = v;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_ATTRIBUTE_INTERVAL"))
+    c.attribute_interval_ns = parse_uint("LIFETIME_ALLOC_ATTRIBUTE_INTERVAL", v, 1, 86400) * 1000000000ull;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_ATTRIBUTE_SIGNAL"))
+    c.attribute_signal = int(parse_uint("LIFETIME_ALLOC_ATTRIBUTE_SIGNAL", v, 1, 64));
+  if ((c.attribute_interval_ns || c.attribute_signal) && c.attribute_dir.empty())
+    fatal("LIFETIME_ALLOC_ATTRIBUTE_INTERVAL/_SIGNAL: set without LIFETIME_ALLOC_ATTRIBUTE (where to write)");
   if (const char* v = std::getenv("LIFETIME_ALLOC_CHECK"))
     c.check_every = parse_uint("LIFETIME_ALLOC_CHECK", v, 0, uint64_t(1) << 40);
   if (const char* v = std::getenv("LIFETIME_ALLOC_RESERVE_GIB"))

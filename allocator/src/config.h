@@ -44,6 +44,12 @@ struct Config {
 #define LALLOC_THREAD_CACHE_DEFAULT 1
 #endif
   bool thread_cache = LALLOC_THREAD_CACHE_DEFAULT != 0;
+  // Attribution (attribution.h): LIFETIME_ALLOC_ATTRIBUTE, the directory of the dumps
+  // (empty: off); _INTERVAL, seconds between dumps (0: at exit and on the signal only);
+  // _SIGNAL, the signal that asks for one (0: none).
+  std::string attribute_dir;
+  uint64_t attribute_interval_ns = 0;
+  int attribute_signal = 0;
 };
 
 Config read_config();

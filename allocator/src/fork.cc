@@ -1,5 +1,6 @@
 // pthread_atfork (malloc_api.cc): the allocator's lock is held across fork.
 #include "heap.h"
+#include "attribution.h"
 #include "heap_internal.h"
 
 namespace lalloc {
@@ -18,6 +19,7 @@ void fork_release() {
 void fork_child() {
   fork_release();
   if (State* s = g_built.load(std::memory_order_acquire)) s->predictor->fork_child();
+  attr::fork_child();
 }
 
 }  // namespace lalloc

@@ -15,6 +15,7 @@
 
 #include "baseline.h"
 #include "heap_internal.h"
+#include "attribution.h"
 #include "internal_arena.h"
 #include "llama.h"
 #include "policy_heap.h"
@@ -162,7 +163,8 @@ void init() REQUIRES(heap_lock) {
   // The reservation, once the policy says whether it needs the table (no id is taken
   // before its first allocation): a heap per heap of the policy.
   g_state->backing.init(baseline ? 1 : heap_count(pol, g_state->classes.num_classes()), g_state->cfg.reserve_bytes,
-                        !g_state->addr_mode);
+                        !g_state->addr_mode || !g_state->cfg.attribute_dir.empty());
+  attr::setup(g_state->cfg, g_state->addr_mode, g_state->backing);
   g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
   g_state->backing.set_huge_from((g_state->cfg.huge_from_bytes + Backing::kHuge - 1) / Backing::kHuge);
   g_state->backing.set_collapse(g_state->cfg.huge_collapse);
@@ -209,6 +211,7 @@ void after_op(uint64_t now) REQUIRES(heap_lock) {
     tc::collect_stats();
     write_stats(*g_state, now);
   }
+  attr::maybe_dump(now);
 }
 
 State* built() EXCLUDES(heap_lock) {
@@ -315,7 +318,7 @@ void arena_free(void* p) REQUIRES(heap_lock) {
   t_arena = false;
 }
 
-void* allocate(size_t size, size_t align, uintptr_t ra) {
+static void* allocate_unrecorded(size_t size, size_t align, uintptr_t ra) {
   if (align < kSmallAlign) align = kSmallAlign;
   if (t_inside) return nested_alloc(size, align);
   if (size > kMaxRequest || align > kMaxRequest) return nullptr;
@@ -325,6 +328,12 @@ void* allocate(size_t size, size_t align, uintptr_t ra) {
     if (tc::g_caches.on) return tc::cached_alloc(s, size, ra);
   }
   return policy_alloc(size, align, ra);
+}
+
+void* allocate(size_t size, size_t align, uintptr_t ra) {
+  void* p = allocate_unrecorded(size, align, ra);
+  if (!t_inside) attr::note_alloc(p, ra);
+  return p;
 }
 
 void* allocate_zeroed(size_t size, uintptr_t ra) {
@@ -338,6 +347,7 @@ void* allocate_zeroed(size_t size, uintptr_t ra) {
 void deallocate(void* p) {
   if (!p) return;
   if (reentry::owns(p)) return reentry::free(p);
+  if (!t_inside) attr::note_free(p);
   if (t_inside) {
     // The policy never frees a program's pointer: this is a signal handler's free that
     // interrupted this thread inside the allocator.  The arena's own blocks are freed now
@@ -358,6 +368,7 @@ void* malloc_entry(size_t size, uintptr_t ra) {
   if (__builtin_expect(tc::t_cache > tc::kDead && size <= tc::kMaxSize && !t_inside && !tc::t_busy, 1)) {
     void* p = tc::cached_alloc(built(), size, ra);  // (a miss's refill keeps errno)
     if (__builtin_expect(!p, 0)) errno = ENOMEM;
+    attr::note_alloc(p, ra);
     return p;
   }
   const int saved = errno;
@@ -368,9 +379,10 @@ void* malloc_entry(size_t size, uintptr_t ra) {
 
 void free_entry(void* p) {
   if (!p) return;
-  if (__builtin_expect(tc::t_cache > tc::kDead && !t_inside && !tc::t_busy, 1) && !reentry::owns(p) &&
-      tc::cached_free(p))  // (a flush keeps errno)
-    return;
+  if (__builtin_expect(tc::t_cache > tc::kDead && !t_inside && !tc::t_busy, 1) && !reentry::owns(p)) {
+    attr::note_free(p);
+    if (tc::cached_free(p)) return;  // (a flush keeps errno)
+  }
   const int saved = errno;
   deallocate(p);
   errno = saved;
@@ -519,6 +531,7 @@ void* reallocate(void* p, size_t size, uintptr_t ra) {
 void start_predictor() {
   // Outside the lock: loading a model dlopens (and the loader mallocs).
   built()->predictor->start();
+  attr::start();
 }
 
 void write_final_stats() {
@@ -526,6 +539,7 @@ void write_final_stats() {
   // (g_built, not g_state: g_state is the lock's, and this reads it before taking it)
   if (t_inside || (!g_built.load(std::memory_order_acquire) && !std::getenv("LIFETIME_ALLOC_STATS"))) return;
   Inside in;
+  attr::dump_final(tick());
   if (g_state->cfg.stats_path.empty()) return;
   tc::collect_stats();
   write_stats(*g_state, clock_ns());
