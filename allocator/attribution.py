@@ -90,6 +90,31 @@ def context_of_stacks(doc: dict, definition, *, debug_dirs=None, sysroot=None) -
     return out
 
 
+def analyze(doc: dict, context_of: dict, top: int) -> tuple[dict, dict, dict, list]:
+    """(per-stack attribution, per-context figures, totals, the top rows) of one dump,
+    by the simulator's definition (simulator/fragmentation.py)."""
+    from simulator import fragmentation as fr
+
+    snap = fr.attribute(doc["attribution"])
+    ctxs = fr.by_context(snap, context_of, 1)
+    tot = {k: snap[k] for k in ("heap", "live", "unattributed", "empty_pages")}
+    tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
+    gap = tot["heap"] - tot["live"]
+    tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
+                    "heap_minus_live": gap,
+                    "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+    rows = fr._rows(ctxs, top)
+    tot["top_saved_static"] = fr.group_saved_static(snap, context_of, {r["context"] for r in rows})
+    heap = doc["heap"]
+    policy_live = heap["policy_usable_bytes"] - heap["thread_cache_bytes"]
+    tot["allocator"] = {"policy_usable_bytes": heap["policy_usable_bytes"],
+                        "thread_cache_bytes": heap["thread_cache_bytes"],
+                        "recorded_vs_policy_live": tot["live"] / policy_live if policy_live else None,
+                        "subreleased_bytes": heap["subreleased_bytes"],
+                        "committed_bytes": heap["committed_bytes"]}
+    return snap, ctxs, tot, rows
+
+
 def run(args, say) -> int:
     """`lifetime fragmentation DUMP --out DIR`: one view, at the dump's time."""
     from core import symbolize
@@ -111,23 +136,9 @@ def run(args, say) -> int:
         f"{'--train ' + args.train if args.train else 'built-in'})")
     context_of = context_of_stacks(doc, definition, debug_dirs=symbols["debug_dirs"],
                                    sysroot=symbols["sysroot"] or None)
-    snap = fr.attribute(doc["attribution"])
-    ctxs = fr.by_context(snap, context_of, 1)
-    tot = {k: snap[k] for k in ("heap", "live", "unattributed", "empty_pages")}
-    tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
-    gap = tot["heap"] - tot["live"]
-    tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
-                    "heap_minus_live": gap,
-                    "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
-    rows = fr._rows(ctxs, args.top)
-    tot["top_saved_static"] = fr.group_saved_static(snap, context_of, {r["context"] for r in rows})
+    snap, ctxs, tot, rows = analyze(doc, context_of, args.top)
     heap = doc["heap"]
     policy_live = heap["policy_usable_bytes"] - heap["thread_cache_bytes"]
-    tot["allocator"] = {"policy_usable_bytes": heap["policy_usable_bytes"],
-                        "thread_cache_bytes": heap["thread_cache_bytes"],
-                        "recorded_vs_policy_live": tot["live"] / policy_live if policy_live else None,
-                        "subreleased_bytes": heap["subreleased_bytes"],
-                        "committed_bytes": heap["committed_bytes"]}
 
     exe = doc["source"].get("executable_path") or "?"
     when = f"{doc['uptime_ns'] / 1e9:.3g} s after start-up ({doc.get('trigger', '?')})"

@@ -316,7 +316,6 @@ void setup(const Config& cfg, bool addr_mode, const Backing& backing) {
   g_slots = static_cast<Slot*>(map_or_die(sizeof(Slot) * kSlots));
   g_frames = static_cast<uintptr_t*>(map_or_die(sizeof(uintptr_t) * kMaxFrames * (kFirstStack + kMaxStacks)));
   g_depth = static_cast<uint32_t*>(map_or_die(sizeof(uint32_t) * (kFirstStack + kMaxStacks)));
-  if (cfg.attribute_interval_ns) g_next_ns = g_state->start_ns + cfg.attribute_interval_ns;
   g_on.store(true, std::memory_order_relaxed);
 }
 
@@ -338,9 +337,13 @@ void maybe_dump(uint64_t now) {
     g_pending.store(false, std::memory_order_relaxed);
     dump(now, "signal");
   }
-  if (g_next_ns && now >= g_next_ns) {
-    g_next_ns = now + g_state->cfg.attribute_interval_ns;
-    dump(now, "interval");
+  if (const uint64_t every = g_state->cfg.attribute_interval_ns) {
+    if (g_next_ns == 0) {
+      g_next_ns = now + every;  // (the first operation after init: the clock has started)
+    } else if (now >= g_next_ns) {
+      g_next_ns = now + every;
+      dump(now, "interval");
+    }
   }
 }
 
