@@ -62,6 +62,7 @@ std::atomic<uint64_t> g_counts[kFirstStack] = {};  // allocations given a reserv
 
 // Dumps: the signal's flag, the next interval's time, the sequence number.
 std::atomic<bool> g_pending{false};
+int g_signal = 0;  // LIFETIME_ALLOC_ATTRIBUTE_SIGNAL (set by setup, read by start)
 uint64_t g_next_ns = 0, g_seq = 0;
 
 uint64_t hash_frames(const uintptr_t* f, int n) {
@@ -159,12 +160,15 @@ void dump(uint64_t now, const char* trigger) REQUIRES(heap_lock) {
   struct Cell { uint64_t objects = 0, bytes = 0; };
   std::map<std::pair<uint64_t, uint32_t>, Cell> cells;
   uint64_t live = 0, objects = 0, stale = 0;
-  s.backing.each_committed([&](uintptr_t real, const uint32_t* ent) REQUIRES(heap_lock) {
+  // (read under the lock, which this function holds: the walk's callback uses them)
+  const Backing* backing = &s.backing;
+  const sim::HeapAllocator* policy = s.policy.get();
+  backing->each_committed([&](uintptr_t real, const uint32_t* ent) {
     for (uint64_t i = 0; i < Backing::kHuge / 16; ++i) {
       const uint32_t id = __atomic_load_n(ent + i, __ATOMIC_RELAXED);
       if (id == 0) continue;
-      const uint64_t abs = s.backing.abstract(real + i * 16);
-      const uint64_t usable = s.policy->usable_at(abs);
+      const uint64_t abs = backing->abstract(real + i * 16);
+      const uint64_t usable = policy->usable_at(abs);
       if (usable == 0) {  // (an entry the policy no longer knows as an object: not counted)
         ++stale;
         continue;
@@ -316,14 +320,15 @@ void setup(const Config& cfg, bool addr_mode, const Backing& backing) {
   g_slots = static_cast<Slot*>(map_or_die(sizeof(Slot) * kSlots));
   g_frames = static_cast<uintptr_t*>(map_or_die(sizeof(uintptr_t) * kMaxFrames * (kFirstStack + kMaxStacks)));
   g_depth = static_cast<uint32_t*>(map_or_die(sizeof(uint32_t) * (kFirstStack + kMaxStacks)));
+  g_signal = cfg.attribute_signal;
   g_on.store(true, std::memory_order_relaxed);
 }
 
 void start() {
-  State* s = built();
+  built();  // (setup has run)
   if (!g_on.load(std::memory_order_relaxed)) return;
   if (lalloc_attr_capture_init()) g_ready.store(true, std::memory_order_release);
-  if (const int sig = s->cfg.attribute_signal) {
+  if (const int sig = g_signal) {
     struct sigaction sa = {};
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART;
