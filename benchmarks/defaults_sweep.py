@@ -43,6 +43,22 @@ FAMILIES = {
               "--test", "6.2.14/run1", "--interval", "65536",
               "--servers-out", os.path.join(ROOT, "out", "servers64k")],
 }
+# Selection splits (issue 33 item 2; core/version_roles.json): every choice on data no
+# reported figure tests.  Each trains on part of the family's training data (or all of
+# it) and scores on its selection version, or on training data the sweep's model does not
+# see: Redis 6.2.9 (a selection version); PostgreSQL 15.5 run 2 (no third version is
+# built: the training version's other run); CPython 3.10 -> 3.11 (both training
+# versions of the reported model, neither its test version); clang 14 -> 16 (16 is
+# clang's selection version, Debian's clang-16).  The proxy has no third version: left out.
+SELECTION = {
+    "postgres": ["--train", "15.5/run1", "--test", "15.5/run2"],
+    "clang": ["--train", "14", "--test", "16", "--seconds", "60"],
+    "cpython": ["--train", "3.10.13", "--test", "3.11.7"],
+    "redis": ["--train", "5.0.6/run1", "5.0.6/run2", "6.0.16/run1", "6.0.16/run2",
+              "--test", "6.2.9/run1", "--interval", "65536",
+              "--servers-out", os.path.join(ROOT, "out", "servers64k")],
+}
+SPLITS = {"test": FAMILIES, "selection": SELECTION}
 CONFIGS = {
     "current": {},
     "old": {"unk_dropout": 0.5, "weight_power": 1.0},
@@ -56,6 +72,9 @@ FIGURES = ("weighted_exact", "unweighted_exact")
 # it picks is a choice made on test data, recorded there (chosen_on "training defaults"),
 # so every report of a model trained with those defaults calls that version "seen
 # (selection)" (issue 33 item 2 moves the sweep to selection versions).
+ON_SELECTION = ("scored on selection data only (core/version_roles.json: each family's "
+                "selection version, or training data the sweep's models do not see); no "
+                "test version is read, so a default chosen here leaves the test figures held out")
 ON_TEST = ("scored on the families' test versions (core/version_roles.json): a choice made "
            "here is made on test data, and makes them selection data for every model "
            "trained with it")
@@ -101,7 +120,7 @@ def run_one(family: str, config: str, hparams: dict, seed: int, args) -> dict:
         if res["info"]["hyperparameters"] == hparams:
             res["reused"] = True
             return res
-    argv = [family, *FAMILIES[family], "--out", fam_out, "--name", name,
+    argv = [family, *SPLITS[args.on][family], "--out", fam_out, "--name", name,
             "--datasets-from", os.path.join(fam_out, "datasets"), "--seeds", str(seed),
             "--hparams", json.dumps(hparams, sort_keys=True), "--no-report"]
     with contextlib.redirect_stdout(sys.stdout):
@@ -201,7 +220,9 @@ def _table_name(t: str) -> str:
 
 def markdown(results: dict) -> str:
     configs = results["configs"]
-    lines = ["# Training-defaults sweep (issue 21 item 4)", "", f"**Not held out**: {ON_TEST}.", "",
+    on = results.get("on", "test")
+    note = (f"**Not held out**: {ON_TEST}." if on == "test" else f"**Held out**: {ON_SELECTION}.")
+    lines = [f"# Training-defaults sweep (issue 21 item 4; scored on {on} data)", "", note, "",
              "configs: " + "; ".join(f"`{c}` {json.dumps(h)}" for c, h in configs.items()),
              "", "Model exact accuracy (%), mean ± sd over seeds (worst seed), against the best "
              "lookup table (exact, site, majority) of the same figure; \"halves\": the "
@@ -209,7 +230,7 @@ def markdown(results: dict) -> str:
              f"at {100 * TABLE_CEILING:.0f}% or more, \"matches\": the model at least "
              "matches it. Judged on the mean (the worst seed noted where it differs).", ""]
     for family, fam in results["families"].items():
-        lines += [f"## {family}", "", f"`{' '.join(FAMILIES[family])}`", ""]
+        lines += [f"## {family}", "", f"`{' '.join(SPLITS[on][family])}`", ""]
         if fam.get("error"):
             lines += [f"**failed**: {fam['error']}", ""]
         if fam.get("dataset"):
@@ -292,7 +313,10 @@ def markdown(results: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES),
+    ap.add_argument("--on", choices=tuple(SPLITS), default="selection",
+                    help="selection (default): score on selection data only; test: on the "
+                         "families' test versions, as the sweep first did (not held out)")
+    ap.add_argument("--families", nargs="+", choices=list(FAMILIES), default=None,
                     help="in this order (default: the cheapest first, redis last)")
     ap.add_argument("--configs", nargs="+", metavar="NAME=JSON",
                     help="hyperparameter overrides per config (default: "
@@ -300,8 +324,17 @@ def main() -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--config-seeds", nargs="+", default=[], metavar="NAME=S,S",
                     help="other seeds for some configs, e.g. old=0,1")
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "defaults_sweep"))
+    ap.add_argument("--out", default=None,
+                    help="default out/defaults_sweep_selection (--on test: out/defaults_sweep)")
     args = ap.parse_args()
+    split = SPLITS[args.on]
+    if args.families is None:
+        args.families = list(split)
+    missing = [f for f in args.families if f not in split]
+    if missing:
+        raise SystemExit(f"--families {' '.join(missing)}: no {args.on} split "
+                         f"(has {', '.join(split)})")
+    args.out = args.out or os.path.join(ROOT, "out", "defaults_sweep" + ("" if args.on == "test" else "_selection"))
 
     configs = ({c: json.loads(v) for c, v in _named(args.configs, "--configs").items()}
                if args.configs else dict(CONFIGS))
@@ -312,10 +345,10 @@ def main() -> int:
         seeds[c] = [int(s) for s in v.split(",")]
     all_seeds = sorted({s for v in seeds.values() for s in v})
 
-    print(f"defaults_sweep: {ON_TEST}", flush=True)
+    print(f"defaults_sweep: {ON_TEST if args.on == 'test' else ON_SELECTION}", flush=True)
     os.makedirs(args.out, exist_ok=True)
     start = time.monotonic()
-    results = {"configs": configs, "seeds": seeds, "families": {}}
+    results = {"on": args.on, "configs": configs, "seeds": seeds, "families": {}}
 
     def elapsed() -> str:
         return f"{(time.monotonic() - start) / 60:.1f} min"
