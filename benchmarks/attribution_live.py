@@ -33,7 +33,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from allocator import attribution  # noqa: E402
 from core import symbolize  # noqa: E402
 from pipeline.manifest import dataset_context  # noqa: E402
 from simulator import fragmentation as fr  # noqa: E402
@@ -80,7 +79,7 @@ def live_steady(dumps: pathlib.Path, train: pathlib.Path) -> dict:
     """The server's dumps in the second half of its life, attributed and averaged."""
     docs = {}
     for f in sorted(dumps.glob("attribution.*.json")):
-        d = attribution.load(str(f))
+        d = fr.load_dump(str(f))
         docs.setdefault(d["pid"], []).append(d)
     pid = max(docs, key=lambda p: max(d["uptime_ns"] for d in docs[p]))  # the server
     mine = sorted(docs[pid], key=lambda d: d["uptime_ns"])
@@ -89,8 +88,8 @@ def live_steady(dumps: pathlib.Path, train: pathlib.Path) -> dict:
     definition = dataset_context(str(train))
     per_time, totals, checks = [], [], []
     for d in steady:
-        ctx_of = attribution.context_of_stacks(d, definition, debug_dirs=symbolize.DEFAULT_DEBUG_DIRS)
-        _, ctxs, tot, _ = attribution.analyze(d, ctx_of, 10)
+        ctx_of = fr.dump_contexts(d, definition, debug_dirs=symbolize.DEFAULT_DEBUG_DIRS)
+        _, ctxs, tot, _ = fr.analyze_dump(d, ctx_of, 10)
         per_time.append(ctxs)
         totals.append(tot)
         checks.append(abs(tot["check"]["pinned_plus_unattributed"] - tot["check"]["heap_minus_live"]))

@@ -1,5 +1,5 @@
 """Attribution in a running allocator (issue 34 item 1; allocator/src/attribution.h,
-allocator/attribution.py): `lifetime run --allocator llama --attribute DIR` writes dumps
+simulator/fragmentation.py): `lifetime run --allocator llama --attribute DIR` writes dumps
 at exit and on a signal (a fork child its own), each recorded object's stack on its huge
 page; `lifetime fragmentation DUMP` attributes the held memory to contexts with the
 simulator's definition.  The driver (allocator/tests/attribution_pin.c) keeps one 96-B

@@ -14,7 +14,7 @@
 // policy's), one row per (huge page, stack) in the simulator's attribution rows
 // (simulator/src/attribution.h), with the stacks, the process's mappings and the heap's
 // totals.  `lifetime fragmentation DUMP` turns it into pinned bytes per context as it
-// does for a simulated heap (allocator/attribution.py).  Dumps are written at exit, every
+// does for a simulated heap (simulator/fragmentation.py).  Dumps are written at exit, every
 // LIFETIME_ALLOC_ATTRIBUTE_INTERVAL seconds, and after LIFETIME_ALLOC_ATTRIBUTE_SIGNAL
 // arrives (the next allocation or free writes it).
 //
