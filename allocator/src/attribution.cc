@@ -2,6 +2,7 @@
 #include "attribution.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -23,7 +24,8 @@
 
 extern "C" {
 int lalloc_attr_capture_init(void);
-int lalloc_attr_capture(uintptr_t* out, int max, uintptr_t caller_ra);
+int lalloc_attr_capture(uintptr_t* out, int max, uintptr_t caller_ra, int* first);
+void lalloc_attr_thread_end(void);
 const char* lalloc_attr_exe(void);
 }
 
@@ -62,6 +64,8 @@ std::atomic<uint64_t> g_counts[kFirstStack] = {};  // allocations given a reserv
 
 // Dumps: the signal's flag, the next interval's time, the sequence number.
 std::atomic<bool> g_pending{false};
+pthread_key_t g_thread_key;  // its destructor ends the thread's unwinder memo
+bool g_key_made = false;
 int g_signal = 0;  // LIFETIME_ALLOC_ATTRIBUTE_SIGNAL (set by setup, read by start)
 uint64_t g_next_ns = 0, g_seq = 0;
 
@@ -292,7 +296,10 @@ void record(void* p, uintptr_t ra) {
   } else {
     t_capturing = true;
     uintptr_t f[kMaxFrames];
-    int n = lalloc_attr_capture(f, kMaxFrames, ra);
+    int first = 0;
+    int n = lalloc_attr_capture(f, kMaxFrames, ra, &first);
+    // (may calloc for a high key: t_capturing makes that allocation <inside the unwinder>)
+    if (first && g_key_made) pthread_setspecific(g_thread_key, reinterpret_cast<void*>(1));
     if (n <= 0) {  // (a stack the unwinder cannot walk: its caller alone)
       f[0] = ra;
       n = 1;
@@ -327,6 +334,7 @@ void setup(const Config& cfg, bool addr_mode, const Backing& backing) {
 void start() {
   built();  // (setup has run)
   if (!g_on.load(std::memory_order_relaxed)) return;
+  g_key_made = pthread_key_create(&g_thread_key, [](void*) { lalloc_attr_thread_end(); }) == 0;
   if (lalloc_attr_capture_init()) g_ready.store(true, std::memory_order_release);
   if (const int sig = g_signal) {
     struct sigaction sa = {};

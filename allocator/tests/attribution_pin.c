@@ -23,6 +23,7 @@ __attribute__((noinline)) void *big_keeper(size_t n) { void *p = malloc(n); mems
 static void *free_half(void *arg) {
   (void)arg;
   for (int i = 0; i < BIG; i += 2) free(big[i]);
+  free(temp(32));  /* this thread walks a stack too (its memo goes at thread exit) */
   return NULL;
 }
 
