@@ -649,13 +649,7 @@ def run(args: argparse.Namespace) -> int:
     text = "\n\n".join(texts)
 
     out = args.out
-    write_json(os.path.join(out, "fragmentation.json"), result)
-    with open(os.path.join(out, "fragmentation.txt"), "w") as f:
-        f.write(text + "\n")
-    sym = symbolize.Symbolizer([convert.MappingRecord(m) for m in side["mappings"]],
-                               cache=symbolize.ModuleCache(debug_dirs=symbols["debug_dirs"],
-                                                           sysroot=symbols["sysroot"] or None),
-                               inline_frames=False)
+    sym = _write_text_and_json(out, result, text, side["mappings"], symbols)
     for v, fname in [(views[0], "pinned.pb.gz")] + [
             (v, f"pinned_at_{(v['times_ns'][0] - t0) / 1e9:g}s.pb.gz") for v in views[1:]]:
         per_stack = _stack_means(snaps, v["times_ns"], nclasses)
@@ -666,6 +660,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}/fragmentation.json, .txt, pinned.pb.gz, pinned.png "
           f"({time.monotonic() - started:.1f} s)")
     return 0
+
+
+def _write_text_and_json(out: str, result: dict, text: str, mappings: list, symbols: dict):
+    """fragmentation.json and .txt into out; the symbolizer the pprof writer names frames
+    with (its mappings: the side file's or the dump's)."""
+    write_json(os.path.join(out, "fragmentation.json"), result)
+    with open(os.path.join(out, "fragmentation.txt"), "w") as f:
+        f.write(text + "\n")
+    return symbolize.Symbolizer([convert.MappingRecord(m) for m in mappings],
+                                cache=symbolize.ModuleCache(debug_dirs=symbols["debug_dirs"],
+                                                            sysroot=symbols["sysroot"] or None),
+                                inline_frames=False)
 
 
 def _stack_means(snaps: dict, ts: list[int], nclasses: int) -> dict:
@@ -835,13 +841,7 @@ def run_dump(args: argparse.Namespace) -> int:
               "recording": rec,
               "views": [{"label": when, "totals": tot,
                          "contexts": [_json_context(c, ctxs[c], DUMP_CLASS_NAMES) for c in ordered]}]}
-    write_json(os.path.join(out, "fragmentation.json"), result)
-    with open(os.path.join(out, "fragmentation.txt"), "w") as f:
-        f.write(text + "\n")
-    sym = symbolize.Symbolizer([convert.MappingRecord(m) for m in doc["mappings"]],
-                               cache=symbolize.ModuleCache(debug_dirs=symbols["debug_dirs"],
-                                                           sysroot=symbols["sysroot"] or None),
-                               inline_frames=False)
+    sym = _write_text_and_json(out, result, text, doc["mappings"], symbols)
     per_stack = {sid: {"pinned": s["pinned"], "live": s["live"], "objects": s["objects"],
                        "class_bytes": [sum(s["class_bytes"].values())]}
                  for sid, s in snap["stacks"].items()}

@@ -268,19 +268,7 @@ void dump(uint64_t now, const char* trigger) REQUIRES(heap_lock) {
   const std::string dir = s.cfg.attribute_dir;
   ::mkdir(dir.c_str(), 0777);  // (there already, usually: `lifetime run --attribute` makes it)
   const std::string path = dir + "/attribution." + std::to_string(getpid()) + "." + std::to_string(g_seq++) + ".json";
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
-  if (fd < 0) return;  // an unwritable directory must not take the program down
-  const std::string& text = j.str();
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t w = ::write(fd, text.data() + off, text.size() - off);
-    if (w <= 0) break;
-    off += size_t(w);
-  }
-  ::close(fd);
-  if (off == text.size()) std::rename(tmp.c_str(), path.c_str());
-  else ::unlink(tmp.c_str());
+  write_atomically(path, j.str());
 }
 
 }  // namespace

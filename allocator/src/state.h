@@ -81,5 +81,8 @@ struct State {
 
 // Writes the stats JSON to cfg.stats_path ("%p" -> pid), atomically (temp file + rename).
 void write_stats(const State& s, uint64_t now_ns) REQUIRES(heap_lock);
+// text to path whole or not at all (a temp file, then rename); a failure is silent (the
+// stats and the attribution dumps must not take the program down).
+void write_atomically(const std::string& path, const std::string& text);
 
 }  // namespace lalloc

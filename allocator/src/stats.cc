@@ -150,11 +150,13 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.end_object();
   j.newline();
 
-  const std::string path = expand(s.cfg.stats_path);
+  write_atomically(expand(s.cfg.stats_path), j.str());
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
-  if (fd < 0) return;  // an unwritable stats file must not take the program down
-  const std::string& text = j.str();
+  if (fd < 0) return;  // an unwritable file must not take the program down
   size_t off = 0;
   while (off < text.size()) {
     ssize_t w = ::write(fd, text.data() + off, text.size() - off);
