@@ -1,0 +1,114 @@
+"""What a back-off could buy (issue 33 item 6, analysis only: nothing here is served).
+
+On the selection splits of `defaults_sweep.py --on selection` (its saved models and
+datasets: OUT/<family>/<config>-seed<N>/model-seed<N>), each test context gets the model's
+class, or, when the model's top probability is below a threshold, the class of a
+fallback: the training data's majority class, or the site table's (its own fallback the
+majority).  Weighted and unweighted exact, overall and on unseen contexts, per threshold,
+against the model alone and the best table.  A rule that wins here would still have to
+be chosen on selection data and served the same way in the export and the allocator.
+
+    .venv/bin/python benchmarks/backoff_selection.py [--sweep out/defaults_sweep_selection] \\
+        [--config wp0.75] [--seeds 0 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from core.native_log import native_notices_dropped  # noqa: E402
+from model import baselines, io  # noqa: E402
+from model.data import load_dataset  # noqa: E402
+from model.evaluate import training_data  # noqa: E402
+from model.train import encode  # noqa: E402
+
+THRESHOLDS = (0.0, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def exact(pred, label, weight, mask) -> tuple[float, float]:
+    ok = (pred == label)[mask]
+    w = weight[mask]
+    return (float((ok * w).sum() / w.sum()) if w.sum() else float("nan"),
+            float(ok.mean()) if mask.any() else float("nan"))
+
+
+def one(model_dir: str, test_dir: str) -> dict:
+    md = io.read_model_dir(model_dir)
+    model = md.load_keras()
+    _, train = training_data(md.config, None)
+    test = load_dataset(test_dir).all()
+    with native_notices_dropped():
+        probs = model.predict(encode(test, md.hparams), batch_size=2048, verbose=0)
+    top, cls = probs.max(axis=-1), probs.argmax(axis=-1)
+    fitted = baselines.fit_baselines(train.frames, train.label, train.weight)
+    fallback = {"majority": fitted["majority"](test.frames), "site": fitted["site"](test.frames)}
+    unseen = ~baselines.seen_mask(train.frames, test.frames)
+    out = {"tables": {}, "rules": {}}
+    for name in ("majority", "exact", "site"):
+        pred = fitted[name](test.frames)
+        out["tables"][name] = {s: exact(pred, test.label, test.weight, m)
+                               for s, m in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
+    for fb, fpred in fallback.items():
+        for t in THRESHOLDS:
+            pred = np.where(top < t, fpred, cls)
+            out["rules"][f"{fb}<{t:g}"] = {s: exact(pred, test.label, test.weight, m)
+                                           for s, m in (("overall", np.ones(len(test), bool)),
+                                                        ("unseen", unseen))}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sweep", default=str(ROOT / "out" / "defaults_sweep_selection"))
+    ap.add_argument("--config", default="wp0.75")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--out", default=None, help="default SWEEP/backoff.md")
+    args = ap.parse_args()
+    lines = [f"# Back-off on selection data (config {args.config}, seeds {args.seeds})", "",
+             "Weighted / unweighted exact (%), mean over seeds; a rule `F<t`: the fallback F's "
+             "class where the model's top probability is below t (`F<0`: the model alone).", ""]
+    for fam in sorted(os.listdir(args.sweep)):
+        tests = sorted(glob.glob(os.path.join(args.sweep, fam, "datasets", "test-*")))
+        if not tests:
+            continue
+        runs = []
+        for s in args.seeds:
+            m = os.path.join(args.sweep, fam, f"{args.config}-seed{s}", f"model-seed{s}")
+            if os.path.isdir(m):
+                runs.append(one(m, tests[0]))
+        if not runs:
+            continue
+
+        def mean(get):
+            v = np.array([get(r) for r in runs])
+            return v.mean(axis=0)
+
+        lines += [f"## {fam} ({os.path.basename(tests[0])}, {len(runs)} seeds)", "",
+                  "| predictor | overall | unseen |", "|---|---|---|"]
+        for name in ("majority", "exact", "site"):
+            o, u = mean(lambda r: r["tables"][name]["overall"]), mean(lambda r: r["tables"][name]["unseen"])
+            lines.append(f"| table: {name} | {100 * o[0]:.1f} / {100 * o[1]:.1f} | {100 * u[0]:.1f} / {100 * u[1]:.1f} |")
+        for rule in runs[0]["rules"]:
+            o, u = mean(lambda r: r["rules"][rule]["overall"]), mean(lambda r: r["rules"][rule]["unseen"])
+            lines.append(f"| {rule} | {100 * o[0]:.1f} / {100 * o[1]:.1f} | {100 * u[0]:.1f} / {100 * u[1]:.1f} |")
+        lines.append("")
+    text = "\n".join(lines) + "\n"
+    out = args.out or os.path.join(args.sweep, "backoff.md")
+    pathlib.Path(out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
