@@ -16,7 +16,8 @@
 // totals.  `lifetime fragmentation DUMP` turns it into pinned bytes per context as it
 // does for a simulated heap (simulator/fragmentation.py).  Dumps are written at exit, every
 // LIFETIME_ALLOC_ATTRIBUTE_INTERVAL seconds, and after LIFETIME_ALLOC_ATTRIBUTE_SIGNAL
-// arrives (the next allocation or free writes it).
+// arrives (the next operation that takes the allocator's lock writes it: a thread cache's
+// refill or flush, or an allocation or free past the caches; an idle process writes none).
 //
 // Only policies that know objects by address (the size-class heaps: segregated, baseline,
 // size-classes...) can attribute: LLAMA's own heap keeps its slots in the same table.

@@ -38,7 +38,8 @@ int main(int argc, char **argv) {
   if (pthread_create(&t, NULL, free_half, NULL) != 0 || pthread_join(t, NULL) != 0) DIE("thread");
   if (argc > 1) {
     raise(atoi(argv[1]));
-    free(malloc(16));  /* the dump is written by the next allocation */
+    free(malloc(300000));  /* the dump is written by the next locked operation: this one,
+                              past the thread caches (a cache hit takes no lock) */
   }
   for (int i = 0; i < N; ++i) free(tmp[i]);
   pid_t child = fork();
