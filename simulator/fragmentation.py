@@ -102,9 +102,11 @@ def add_parser(sub) -> None:
                     "placing them apart would have saved.  Writes fragmentation.json/.txt, "
                     "pinned.pb.gz (pprof: `go tool pprof -top`) and pinned.png into --out.")
     p.add_argument("trace", metavar="TRACE",
-                   help="a full trace (.lttrace), or a running allocator's dump "
+                   help="a full trace (.lttrace); or a running allocator's dump "
                         "(`lifetime run --allocator llama --attribute DIR` writes them: "
-                        "attribution.PID.N.json), attributed as it was taken")
+                        "attribution.PID.N.json), attributed as it was taken; or that DIR: "
+                        "one process's dumps, the steady state their mean over the second "
+                        "half of its life")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--policy", default=None, metavar="NAME[,NAME...]",
                    help="the heap: a LLAMA policy as `lifetime_simulate --policy` takes it "
@@ -121,7 +123,11 @@ def add_parser(sub) -> None:
     p.add_argument("--at", type=options.finite_float(0, 1e9), action="append", default=[],
                    metavar="SECONDS",
                    help="also attribute at this time, seconds since the first allocation "
-                        "(repeatable)")
+                        "(repeatable; for a directory of dumps: the dump nearest this many "
+                        "seconds after start-up)")
+    p.add_argument("--pid", type=options.positive_int(2**31), metavar="PID",
+                   help="a directory of dumps: the process whose dumps to read (when it "
+                        "holds several processes')")
     p.add_argument("--steady-samples", type=options.positive_int(1000), default=16, metavar="N",
                    help="attributions averaged over the steady state (default 16)")
     p.add_argument("--top", type=options.positive_int(10**6), default=10, metavar="N",
@@ -542,7 +548,7 @@ def _check_outputs(out: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if is_dump(args.trace):
+    if os.path.isdir(args.trace) or is_dump(args.trace):
         return run_dump(args)
     args.policy = args.policy or "segregated"
     started = time.monotonic()
@@ -789,68 +795,137 @@ def analyze_dump(doc: dict, context_of: dict, top: int) -> tuple[dict, dict, dic
     return snap, ctxs, tot, rows
 
 
+def _dumps(path: str, pid: int | None) -> list[dict]:
+    """The dumps a path names: one file, or a directory's dumps of one process (--pid
+    when it holds several processes'), oldest first."""
+    if not os.path.isdir(path):
+        doc = load_dump(path)
+        if pid is not None and doc["pid"] != pid:
+            raise FragmentationError(f"--pid {pid}: {path} is process {doc['pid']}'s dump")
+        return [doc]
+    by_pid: dict = collections.defaultdict(list)
+    for name in sorted(os.listdir(path)):
+        m = re.fullmatch(r"attribution\.(\d+)\.(\d+)\.json", name)
+        if m:
+            by_pid[int(m.group(1))].append(os.path.join(path, name))
+    if not by_pid:
+        raise FragmentationError(f"{path}: no attribution.PID.N.json dumps in this directory")
+    if pid is None and len(by_pid) > 1:
+        raise FragmentationError(f"{path}: dumps of {len(by_pid)} processes; give --pid "
+                                 f"({', '.join(map(str, sorted(by_pid)))})")
+    pid = next(iter(by_pid)) if pid is None else pid
+    if pid not in by_pid:
+        raise FragmentationError(f"--pid {pid}: no dump of that process in {path}")
+    return sorted((load_dump(f) for f in by_pid[pid]), key=lambda d: d["uptime_ns"])
+
+
 def run_dump(args: argparse.Namespace) -> int:
-    """`lifetime fragmentation DUMP --out DIR`: one view, at the dump's time."""
+    """`lifetime fragmentation DUMP|DIR --out OUT`: a dump at its time; a directory's dumps
+    of one process: the steady state (the mean over the dumps in the second half of its
+    life, as the simulator's steady state is the trace's second half) and the dump
+    nearest each --at."""
     started = time.monotonic()
     for opt, flag in (("predictor", "--predictor"), ("model", "--model"), ("policy", "--policy"),
-                      ("at", "--at"), ("rerun", "--rerun")):
+                      ("rerun", "--rerun")):
         if getattr(args, opt, None):
-            raise FragmentationError(f"{flag}: {args.trace} is an allocator's dump, taken at one time "
-                            "under the policy the process ran; the option is for a trace")
-    doc = load_dump(args.trace)
+            raise FragmentationError(f"{flag}: {args.trace} is an allocator's dump, taken under "
+                                     "the policy the process ran; the option is for a trace")
+    docs = _dumps(args.trace, args.pid)
+    if args.at and len(docs) == 1:
+        raise FragmentationError(f"--at: {args.trace} is one dump, taken at one time; give the "
+                                 "directory of the process's dumps")
     symbols = symbol_options(args)
     definition = _context_definition(args)
     _check_outputs(args.out)
-    _say(f"symbolizing {len(doc['stacks']):,} stacks (context definition: "
-        f"{'--train ' + args.train if args.train else 'built-in'})")
-    context_of = dump_contexts(doc, definition, debug_dirs=symbols["debug_dirs"],
-                                   sysroot=symbols["sysroot"] or None)
-    snap, ctxs, tot, rows = analyze_dump(doc, context_of, args.top)
-    heap = doc["heap"]
-    policy_live = heap["policy_usable_bytes"] - heap["thread_cache_bytes"]
+    last = docs[-1]
+    # A process's stack ids are its own table's: the same in every dump.
+    stacks = {int(st["id"]): st for d in docs for st in d["stacks"]}
+    merged = {**last, "stacks": [stacks[k] for k in sorted(stacks)]}
+    _say(f"symbolizing {len(stacks):,} stacks of {len(docs)} dump(s) (context definition: "
+         f"{'--train ' + args.train if args.train else 'built-in'})")
+    context_of = dump_contexts(merged, definition, debug_dirs=symbols["debug_dirs"],
+                               sysroot=symbols["sysroot"] or None)
+    analyzed = [analyze_dump(d, context_of, args.top) for d in docs]
 
-    exe = doc["source"].get("executable_path") or "?"
-    when = f"{doc['uptime_ns'] / 1e9:.3g} s after start-up ({doc.get('trigger', '?')})"
-    title = (f"{os.path.basename(exe)} (pid {doc['pid']}): what holds the heap under "
-             f"{doc['policy']}, {doc['predictor']}, {when}")
-    text = text_table(title, rows, tot, DUMP_CLASS_NAMES, rerun=False)
-    mib = MIB
-    text += (f"\ncheck: recorded live {tot['live'] / mib:.2f} MiB vs the allocator's live "
-             f"{policy_live / mib:.2f} MiB (its objects' usable bytes "
-             f"{heap['policy_usable_bytes'] / mib:.2f} less the thread caches' "
-             f"{heap['thread_cache_bytes'] / mib:.2f}); "
-             f"{heap['subreleased_bytes'] / mib:.1f} MiB of the heap's free pages given back "
-             "to the kernel (subreleased)")
-    rec = doc["recording"]
+    def view(idx: list[int], label: str) -> dict:
+        ctxs = mean_contexts([analyzed[i][1] for i in idx], 1)
+        tot = {k: sum(analyzed[i][2][k] for i in idx) / len(idx)
+               for k in ("heap", "live", "unattributed", "empty_pages")}
+        tot["pinned"] = sum(c["pinned"] for c in ctxs.values())
+        gap = tot["heap"] - tot["live"]
+        tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
+                        "heap_minus_live": gap,
+                        "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+        tot["top_saved_static"] = sum(analyzed[i][2]["top_saved_static"] for i in idx) / len(idx)
+        tot["allocator"] = [analyzed[i][2]["allocator"] for i in idx]
+        return {"label": label, "dumps": idx, "times_ns": [docs[i]["uptime_ns"] for i in idx],
+                "contexts": ctxs, "totals": tot}
+
+    def at_label(d: dict) -> str:
+        return f"{d['uptime_ns'] / 1e9:.3g} s after start-up ({d.get('trigger', '?')})"
+
+    if len(docs) == 1:
+        views = [view([0], at_label(last))]
+    else:
+        half = last["uptime_ns"] / 2
+        steady = [i for i, d in enumerate(docs) if d["uptime_ns"] >= half]
+        views = [view(steady, f"steady state (mean of {len(steady)} dumps at "
+                              f"{docs[steady[0]]['uptime_ns'] / 1e9:.3g}-{last['uptime_ns'] / 1e9:.3g} s, "
+                              "the second half of the process's life so far)")]
+        for t in args.at:
+            i = min(range(len(docs)), key=lambda k: abs(docs[k]["uptime_ns"] - t * 1e9))
+            views.append(view([i], f"the dump nearest {t:g} s: " + at_label(docs[i])))
+
+    exe = last["source"].get("executable_path") or "?"
+    head = (f"{os.path.basename(exe)} (pid {last['pid']}): what holds the heap under "
+            f"{last['policy']}, {last['predictor']}")
+    texts = []
+    for v in views:
+        v["rows"] = _rows(v["contexts"], args.top)
+        t = text_table(f"{head}, {v['label']}", v["rows"], v["totals"], DUMP_CLASS_NAMES, rerun=False)
+        heaps = [docs[i]["heap"] for i in v["dumps"]]
+        n = len(heaps)
+        policy_live = sum(h["policy_usable_bytes"] - h["thread_cache_bytes"] for h in heaps) / n
+        t += (f"\ncheck: recorded live {v['totals']['live'] / MIB:.2f} MiB vs the allocator's live "
+              f"{policy_live / MIB:.2f} MiB (its objects' usable bytes less the thread caches'); "
+              f"{sum(h['subreleased_bytes'] for h in heaps) / n / MIB:.1f} MiB of the heap's free "
+              "pages given back to the kernel (subreleased)")
+        texts.append(t)
+    rec = last["recording"]
     lost = sum(rec.get(k, 0) for k in ("early_allocs", "nested_allocs", "table_full_allocs"))
-    if lost or rec.get("stale_entries"):
-        text += (f"\nnot recorded with a stack: {rec.get('early_allocs', 0)} allocations before "
-                 f"start-up, {rec.get('nested_allocs', 0)} inside the unwinder, "
-                 f"{rec.get('table_full_allocs', 0)} past the stacks' table "
-                 f"({rec['stacks']} of {rec['stacks_capacity']} stacks); "
-                 f"{rec.get('stale_entries', 0)} stale table entries skipped")
+    if lost or any(d["recording"].get("stale_entries") for d in docs):
+        texts[-1] += (f"\nnot recorded with a stack: {rec.get('early_allocs', 0)} allocations "
+                      f"before start-up, {rec.get('nested_allocs', 0)} inside the unwinder, "
+                      f"{rec.get('table_full_allocs', 0)} past the stacks' table ({rec['stacks']} "
+                      f"of {rec['stacks_capacity']} stacks); "
+                      f"{sum(d['recording'].get('stale_entries', 0) for d in docs)} stale table "
+                      "entries skipped")
+    text = "\n\n".join(texts)
 
     out = args.out
-    ordered = sorted(ctxs, key=lambda c: -ctxs[c]["pinned"])
     result = {"format": "lifetime-fragmentation-v1", "dump": os.path.abspath(args.trace),
-              "source": "allocator", "pid": doc["pid"], "uptime_ns": doc["uptime_ns"],
-              "policy": doc["policy"], "predictor": doc["predictor"],
+              "source": "allocator", "pid": last["pid"],
+              "uptimes_ns": [d["uptime_ns"] for d in docs],
+              "policy": last["policy"], "predictor": last["predictor"],
               "context_definition": definition.to_json(), "class_names": DUMP_CLASS_NAMES,
               "definition": _DUMP_DOC.split("Differences from the simulated attribution, all "
-                                          "said in the outputs:")[1].strip(),
+                                            "said in the outputs:")[1].strip(),
               "recording": rec,
-              "views": [{"label": when, "totals": tot,
-                         "contexts": [_json_context(c, ctxs[c], DUMP_CLASS_NAMES) for c in ordered]}]}
-    sym = _write_text_and_json(out, result, text, doc["mappings"], symbols)
-    per_stack = {sid: {"pinned": s["pinned"], "live": s["live"], "objects": s["objects"],
-                       "class_bytes": [sum(s["class_bytes"].values())]}
-                 for sid, s in snap["stacks"].items()}
-    write_pprof(os.path.join(out, "pinned.pb.gz"), doc, per_stack, tot["unattributed"], sym,
-                   context_of, DUMP_CLASS_NAMES, wrappers=definition.wrappers)
-    write_png(os.path.join(out, "pinned.png"), rows,
-                 title.replace(": what holds", "\nwhat holds"), tot, DUMP_CLASS_NAMES,
-                 footnote="Under each: its live objects (a running process: their lifetimes "
-                          "are not known yet).")
+              "views": [{"label": v["label"], "times_ns": v["times_ns"], "totals": v["totals"],
+                         "contexts": [_json_context(c, v["contexts"][c], DUMP_CLASS_NAMES)
+                                      for c in sorted(v["contexts"], key=lambda c: -v["contexts"][c]["pinned"])]}
+                        for v in views]}
+    sym = _write_text_and_json(out, result, text, last["mappings"], symbols)
+    snaps = {i: a[0] for i, a in enumerate(analyzed)}
+    for k, v in enumerate(views):
+        fname = "pinned.pb.gz" if k == 0 else f"pinned_at_{args.at[k - 1]:g}s.pb.gz"
+        per_stack = _stack_means(snaps, v["dumps"], 1)
+        write_pprof(os.path.join(out, fname), merged, per_stack, v["totals"]["unattributed"], sym,
+                    context_of, DUMP_CLASS_NAMES, wrappers=definition.wrappers)
+    write_png(os.path.join(out, "pinned.png"), views[0]["rows"], f"{head}\n{views[0]['label']}",
+              views[0]["totals"], DUMP_CLASS_NAMES,
+              footnote="Under each: its live objects (a running process: their lifetimes "
+                       "are not known yet).")
     print(text)
     print(f"wrote {out}/fragmentation.json, .txt, pinned.pb.gz, pinned.png "
           f"({time.monotonic() - started:.1f} s)")

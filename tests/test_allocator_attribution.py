@@ -138,3 +138,34 @@ def test_refusals_are_one_line(tmp_path, capfd):
         rc = main(["fragmentation", str(path), "--out", str(tmp_path / "o"), *opt])
         err = capfd.readouterr().err.strip().splitlines()
         assert rc == 1 and len(err) == 1 and opt[0] in err[0], (opt, err)
+
+
+def test_fragmentation_reads_a_directory_of_one_process(tmp_path, capsys):
+    by_pid = run_driver(tmp_path)
+    d = tmp_path / "dumps"
+    parent = next(p for p, docs in by_pid.items() if "signal" in docs)
+    # Two processes' dumps (the fork child's too): --pid says which.
+    rc = main(["fragmentation", str(d), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "--pid" in err[0] and str(parent) in err[0], err
+    out = tmp_path / "frag"
+    rc = main(["fragmentation", str(d), "--pid", str(parent), "--at", "0", "--out", str(out)])
+    text, err = capsys.readouterr()
+    assert rc == 0, err
+    res = json.loads((out / "fragmentation.json").read_text())
+    steady, at0 = res["views"]
+    assert steady["label"].startswith("steady state") and len(res["uptimes_ns"]) == 2
+    for v in (steady, at0):
+        t = v["totals"]
+        assert t["check"]["pinned_plus_unattributed"] == pytest.approx(t["heap"] - t["live"], rel=1e-9)
+    # --at 0: the dump nearest start-up, the one the signal asked for.
+    sig = by_pid[parent]["signal"][1]
+    assert at0["times_ns"] == [sig["uptime_ns"]]
+    assert sum(c["objects"] for c in at0["contexts"]) == sig["attribution"]["objects"]
+    assert (out / "pinned.pb.gz").exists() and (out / "pinned_at_0s.pb.gz").exists()
+    assert "steady state" in text and "the dump nearest 0 s" in text
+    # --at on one dump: one line.
+    rc = main(["fragmentation", str(by_pid[parent]["exit"][0]), "--at", "1",
+               "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "--at" in err[0]
