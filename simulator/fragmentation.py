@@ -22,6 +22,11 @@ ever recorded (none in any trace measured).  So, at every time, exactly
 
     sum over contexts of pinned + unattributed = heap - live.
 
+**In memory** (`pinned_resident`): the same sharing of what each huge page holds in
+memory, 2 MiB less the free bytes on it given back to the kernel (the size-class heaps'
+subrelease; the engine and the allocator list them per page, `subreleased`) less its
+live bytes.  The heap in memory is the heap less all bytes given back.
+
 **Contexts**: each trace stack is symbolized from the side file and cut by a context
 definition (`core.context`): the training dataset's with `--train DATASET` (as
 `lifetime simulate` does for its tables), else the default one (built-in wrappers, 16
@@ -198,6 +203,8 @@ def attribute(att: dict) -> dict:
     the static counterfactual)."""
     rows = np.asarray(att["rows"], dtype=np.uint64).reshape(-1, 6)
     heap = att["huge_pages"] * HUGE_PAGE
+    # Resident: a page's free bytes given back (subrelease) are not memory it holds.
+    given_back = {int(h): int(b) for h, b in att.get("subreleased", [])}
     stacks: dict = {}
     page_stacks = collections.defaultdict(set)
     empty = rows[:, 3] == EMPTY
@@ -210,34 +217,38 @@ def attribute(att: dict) -> dict:
     page_live = np.bincount(inv, weights=live_bytes, minlength=len(pages))
     # Every object counts at least one byte (the engine reads size 0 as 1): page_live > 0.
     pinned = (HUGE_PAGE - page_live[inv]) * live_bytes / page_live[inv]
-    for row, pin in zip(rows[single], pinned):
-        _add(stacks, row, pin)
+    back = np.array([given_back.get(int(h), 0) for h in hp], np.float64)
+    pinned_resident = np.maximum(HUGE_PAGE - back - page_live[inv], 0.0) * live_bytes / page_live[inv]
+    for row, pin, res in zip(rows[single], pinned, pinned_resident):
+        _add(stacks, row, pin, res)
         page_stacks[int(row[0])].add(int(row[2]))
     for row in rows[whole]:
-        _add(stacks, row, 0.0)
+        _add(stacks, row, 0.0, 0.0)
         page_stacks[("whole", int(row[0]))].add(int(row[2]))  # pages of one object alone
     unattributed = 0
     for row in rows[empty]:  # held, nothing live: the whole page to the last allocating stack
         if int(row[2]) == NO_STACK:
             unattributed += HUGE_PAGE
         else:
-            _add(stacks, row, float(HUGE_PAGE))
+            _add(stacks, row, float(HUGE_PAGE), float(HUGE_PAGE - given_back.get(int(row[0]), 0)))
     accounted = len(pages) + int(rows[whole, 1].sum()) + int(empty.sum())
     unattributed += (att["huge_pages"] - accounted) * HUGE_PAGE  # 0: the engine lists every page
     return {"stacks": stacks, "heap": heap, "live": int(att["live_bytes"]),
+            "heap_resident": heap - sum(given_back.values()),
             "objects": int(att["objects"]), "unattributed": unattributed,
             "empty_pages": int(empty.sum()), "page_stacks": page_stacks,
             "whole_pages": {int(r[0]): int(r[1]) for r in rows[whole]}}
 
 
-def _add(stacks: dict, row, pin: float) -> None:
+def _add(stacks: dict, row, pin: float, resident: float) -> None:
     sid, cls = int(row[2]), int(row[3])
     s = stacks.get(sid)
     if s is None:
-        s = stacks[sid] = {"pinned": 0.0, "live": 0, "objects": 0,
+        s = stacks[sid] = {"pinned": 0.0, "pinned_resident": 0.0, "live": 0, "objects": 0,
                            "class_objects": collections.Counter(),
                            "class_bytes": collections.Counter()}
     s["pinned"] += float(pin)
+    s["pinned_resident"] += float(resident)
     if cls == EMPTY:
         return
     s["live"] += int(row[5])
@@ -254,10 +265,11 @@ def by_context(snap: dict, context_of: dict, nclasses: int) -> dict:
         c = context_of[sid]
         d = out.get(c)
         if d is None:
-            d = out[c] = {"pinned": 0.0, "live": 0, "objects": 0,
+            d = out[c] = {"pinned": 0.0, "pinned_resident": 0.0, "live": 0, "objects": 0,
                           "class_objects": [0] * nclasses, "class_bytes": [0] * nclasses,
                           "stacks": set(), "sole_huge_pages": 0}
         d["pinned"] += s["pinned"]
+        d["pinned_resident"] += s["pinned_resident"]
         d["live"] += s["live"]
         d["objects"] += s["objects"]
         for k, v in s["class_objects"].items():
@@ -297,10 +309,12 @@ def mean_contexts(per_time: list[dict], nclasses: int) -> dict:
         for c, d in ctxs.items():
             m = out.get(c)
             if m is None:
-                m = out[c] = {"pinned": 0.0, "live": 0.0, "objects": 0.0, "saved_static": 0.0,
-                              "sole_huge_pages": 0.0, "class_objects": np.zeros(nclasses),
+                m = out[c] = {"pinned": 0.0, "pinned_resident": 0.0, "live": 0.0, "objects": 0.0,
+                              "saved_static": 0.0, "sole_huge_pages": 0.0,
+                              "class_objects": np.zeros(nclasses),
                               "class_bytes": np.zeros(nclasses), "stacks": set()}
-            for k in ("pinned", "live", "objects", "saved_static", "sole_huge_pages"):
+            for k in ("pinned", "pinned_resident", "live", "objects", "saved_static",
+                      "sole_huge_pages"):
                 m[k] += d[k] / n
             m["class_objects"] += np.asarray(d["class_objects"], np.float64) / n
             m["class_bytes"] += np.asarray(d["class_bytes"], np.float64) / n
@@ -382,19 +396,22 @@ def write_pprof(path: str, side: dict, stack_figures: dict, unattributed: float,
 def write_png(path: str, rows: list[dict], title: str, totals: dict, class_names: list,
               footnote: str = "Under each: its live objects and their lifetime classes by live "
                               "bytes, from the trace's free times (inf: never freed).") -> str:
-    """Horizontal bars per top context: pinned MiB and live MiB side by side, values on the
-    pinned bars; under each name its objects and their lifetime classes; the totals and
-    how to read a name underneath."""
+    """Horizontal bars per top context: pinned MiB (in memory darker) and live MiB side by
+    side, values on the pinned bars; under each name its objects and their lifetime
+    classes; the totals and how to read a name underneath."""
     plt = pyplot()
     names = [f"{r['name']}\n{r['objects']:,.0f} objects"
              + (f": {_mix(r, class_names)}" if len(class_names) > 1 else "") for r in rows][::-1]
     pinned = [r["pinned"] / MIB for r in rows][::-1]
+    resident = [r["pinned_resident"] / MIB for r in rows][::-1]
     live = [r["live"] / MIB for r in rows][::-1]
     y = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(11, 2.2 + 0.55 * max(1, len(rows))))
-    ax.barh(y + 0.2, pinned, 0.4, color="tab:red",
+    ax.barh(y + 0.2, pinned, 0.4, color="mistyrose", edgecolor="tab:red", linewidth=0.6,
             label="pinned: free memory of the huge pages its live objects keep "
                   "(shared by live bytes)")
+    ax.barh(y + 0.2, resident, 0.4, color="tab:red",
+            label="... of which in memory (less free pages given back to the kernel)")
     ax.barh(y - 0.2, live, 0.4, color="tab:blue", label="live: its objects' bytes")
     for yi, v in zip(y, pinned):
         ax.text(v, yi + 0.2, f" {v:.1f}", va="center", fontsize=7, color="tab:red")
@@ -406,8 +423,10 @@ def write_png(path: str, rows: list[dict], title: str, totals: dict, class_names
     fig.text(0.01, 0.01,
              f"heap {totals['heap'] / MIB:.1f} MiB, live {totals['live'] / MIB:.1f} MiB: "
              f"{(totals['heap'] - totals['live']) / MIB:.1f} MiB held but not live, of which "
-             f"these {len(rows)} contexts pin {sum(pinned):.1f}.  A context: its allocation "
-             "site first, then its callers (a < b: a called by b).\n" + footnote,
+             f"these {len(rows)} contexts pin {sum(pinned):.1f} "
+             f"({sum(r['pinned_resident'] for r in rows) / MIB:.1f} in memory: the heap less "
+             f"free pages given back is {totals['heap_resident'] / MIB:.1f} MiB).\nA context: its allocation "
+             "site first, then its callers (a < b: a called by b).  " + footnote,
              fontsize=7.5, color="dimgrey", ha="left", va="bottom")
     fig.tight_layout(rect=(0.01, 0.07, 1, 1))  # the footnote below the axes (save_png would re-lay out)
     fig.savefig(path, dpi=110)
@@ -489,7 +508,8 @@ def unique_names(contexts: list) -> dict:
 
 def _json_context(c, d: dict, class_names: list) -> dict:
     return {"context": list(c) if isinstance(c, tuple) else c, "name": short_name(c),
-            "pinned_bytes": d["pinned"], "live_bytes": d["live"], "objects": d["objects"],
+            "pinned_bytes": d["pinned"], "pinned_resident_bytes": d["pinned_resident"],
+            "live_bytes": d["live"], "objects": d["objects"],
             "sole_huge_pages": d["sole_huge_pages"], "saved_static_bytes": d["saved_static"],
             **({"saved_rerun_bytes": d["saved_rerun"]} if "saved_rerun" in d else {}),
             "objects_per_class": dict(zip(class_names, map(float, d["class_objects"]))),
@@ -520,13 +540,15 @@ def text_table(title: str, rows: list[dict], totals: dict, class_names: list, re
              + (f" (of which {totals['empty_pages'] * HUGE_PAGE / MIB:.1f} on huge pages with no "
                 "live object, to the last stack that allocated there)" if totals['empty_pages'] else "")
              + f" + unattributed {totals['unattributed'] / MIB:.1f} MiB",
-             f"{'#':>2} {'pinned MiB':>10} {'%':>5} {'live MiB':>8} {'objects':>9} "
+             f"of which in memory (less free pages given back to the kernel): heap "
+             f"{totals['heap_resident'] / MIB:.1f} MiB, pinned {totals['pinned_resident'] / MIB:.1f} MiB",
+             f"{'#':>2} {'pinned MiB':>10} {'%':>5} {'in RSS':>6} {'live MiB':>8} {'objects':>9} "
              f"{'saved MiB':>9}" + (f" {'rerun MiB':>9}" if rerun else "") +
              f"  {'lifetimes (live bytes)':<24} context"]
     gap = totals["heap"] - totals["live"]
     for i, r in enumerate(rows, 1):
         lines.append(f"{i:>2} {r['pinned'] / MIB:>10.2f} {100 * r['pinned'] / gap if gap else 0:>5.1f} "
-                     f"{r['live'] / MIB:>8.2f} {r['objects']:>9.0f} {r['saved_static'] / MIB:>9.1f}"
+                     f"{r['pinned_resident'] / MIB:>6.2f} {r['live'] / MIB:>8.2f} {r['objects']:>9.0f} {r['saved_static'] / MIB:>9.1f}"
                      + (f" {r['saved_rerun'] / MIB:>9.1f}" if rerun and 'saved_rerun' in r
                         else (f" {'':>9}" if rerun else ""))
                      + f"  {_mix(r, class_names):<24} {r['name']}")
@@ -588,8 +610,9 @@ def run(args: argparse.Namespace) -> int:
         per_time = [by_context(snaps[t], context_of, nclasses) for t in ts]
         ctxs = mean_contexts(per_time, nclasses)
         tot = {k: sum(snaps[t][k] for t in ts) / len(ts)
-               for k in ("heap", "live", "unattributed", "empty_pages")}
+               for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
         tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
+        tot["pinned_resident"] = sum(d["pinned_resident"] for d in ctxs.values())
         gap = tot["heap"] - tot["live"]
         tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
                         "heap_minus_live": gap,
@@ -777,8 +800,9 @@ def analyze_dump(doc: dict, context_of: dict, top: int) -> tuple[dict, dict, dic
     by the simulator's definition (simulator/fragmentation.py)."""
     snap = attribute(doc["attribution"])
     ctxs = by_context(snap, context_of, 1)
-    tot = {k: snap[k] for k in ("heap", "live", "unattributed", "empty_pages")}
+    tot = {k: snap[k] for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
     tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
+    tot["pinned_resident"] = sum(d["pinned_resident"] for d in ctxs.values())
     gap = tot["heap"] - tot["live"]
     tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
                     "heap_minus_live": gap,
@@ -850,8 +874,9 @@ def run_dump(args: argparse.Namespace) -> int:
     def view(idx: list[int], label: str) -> dict:
         ctxs = mean_contexts([analyzed[i][1] for i in idx], 1)
         tot = {k: sum(analyzed[i][2][k] for i in idx) / len(idx)
-               for k in ("heap", "live", "unattributed", "empty_pages")}
+               for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
         tot["pinned"] = sum(c["pinned"] for c in ctxs.values())
+        tot["pinned_resident"] = sum(c["pinned_resident"] for c in ctxs.values())
         gap = tot["heap"] - tot["live"]
         tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
                         "heap_minus_live": gap,

@@ -86,6 +86,11 @@ def test_fragmentation_reads_a_dump(tmp_path, capsys):
     # nearly all of the heap less what is live.
     assert top["objects"] == 6250 and top["live_bytes"] == 6250 * 96
     assert top["pinned_bytes"] > 0.8 * (tot["heap"] - tot["live"])
+    # In memory: less the free pages given back (subrelease), per huge page.
+    given_back = sum(b for _, b in doc["attribution"]["subreleased"])
+    assert tot["heap_resident"] == tot["heap"] - given_back
+    assert all(0 <= c["pinned_resident_bytes"] <= c["pinned_bytes"] + 1e-6 for c in view["contexts"])
+    assert tot["pinned_resident"] <= tot["heap_resident"] - tot["live"] + 1e-6
     assert "keeper < main" in text and "check: recorded live" in text
     p = profile_pb2.Profile()
     p.ParseFromString(gzip.decompress((out / "pinned.pb.gz").read_bytes()))

@@ -160,6 +160,13 @@ def test_pinned_plus_unattributed_is_the_heap_minus_live(tmp_path, capsys, polic
         assert pinned == pytest.approx(tot["pinned"])
         assert pinned + tot["unattributed"] == pytest.approx(heap - live, rel=1e-9)
         assert tot["unattributed"] == 0 and pinned == pytest.approx(heap - live, rel=1e-9)
+        # In memory: the free pages the size-class heaps gave back (subrelease) are not
+        # held; what is left is shared the same way.
+        resident = sum(c["pinned_resident_bytes"] for c in v["contexts"])
+        assert resident == pytest.approx(tot["pinned_resident"]) and resident <= pinned + 1e-6
+        assert tot["heap_resident"] <= tot["heap"]
+        if tot["empty_pages"] == 0:
+            assert resident == pytest.approx(tot["heap_resident"] - live, rel=1e-9, abs=1e-3)
         if policy != "paper":  # size-class heaps give back an empty huge page at once
             assert tot["empty_pages"] == 0
         assert {tuple(c["context"]) for c in v["contexts"]} <= {A, B, C}

@@ -237,6 +237,7 @@ void dump(uint64_t now, const char* trigger) REQUIRES(heap_lock) {
     j.end_array();
   }
   j.end_array();
+  sim::write_subreleased(*policy, j);
   j.end_object();
   j.key("heap");
   j.begin_object();

@@ -69,6 +69,9 @@ class HeapAllocator {
   // Of those, bytes of free pages given back to the OS (subrelease): resident memory is
   // live_huge_pages() x 2 MiB less this.
   virtual uint64_t subreleased_bytes() const { return 0; }
+  // Those bytes per live huge page, (id, bytes) for each page with some: what a page
+  // held costs in memory is 2 MiB less them (the attributions' resident figures).
+  virtual void subreleased_by_page(std::vector<std::pair<uint64_t, uint64_t>>& out) const { (void)out; }
   virtual Counters counters() const = 0;
   // Address and size of a live slot (for the checker).
   virtual std::pair<uint64_t, uint64_t> where(uint32_t slot) const = 0;
@@ -112,5 +115,9 @@ class HeapAllocator {
   virtual void snapshot_pages(JsonWriter& j) const = 0;
   void snapshot(JsonWriter& j) const;
 };
+
+// The attributions' "subreleased" member (simulator/src/attribution.h, the allocator's
+// dump): [[huge page id, bytes given back], ...], sorted.
+void write_subreleased(const HeapAllocator& heap, JsonWriter& j);
 
 }  // namespace sim

@@ -41,6 +41,10 @@ class TcmallocBaseline final : public HeapAllocator {
   void prefetch_free(uint32_t slot, int stage) const override;
   uint64_t live_huge_pages() const override { return live_hps_; }
   uint64_t subreleased_bytes() const override { return released_pages_ * kPageBytes; }
+  void subreleased_by_page(std::vector<std::pair<uint64_t, uint64_t>>& out) const override {
+    for (const auto& [id, slot] : slot_by_id_)
+      if (hps_[slot].nreleased) out.push_back({id, uint64_t(hps_[slot].nreleased) * kPageBytes});
+  }
   // Subrelease (after TCMalloc's huge-page filler): every `interval_ns` of the clock, the
   // free pages of live huge pages beyond what recent demand says will be needed again go
   // back to the OS, sparsest huge pages first.  Recent demand: the most pages in use in

@@ -61,6 +61,9 @@ class SegregatedHeap final : public HeapAllocator {
   void advance(uint64_t now) override;
   uint64_t live_huge_pages() const override;
   uint64_t subreleased_bytes() const override;
+  void subreleased_by_page(std::vector<std::pair<uint64_t, uint64_t>>& out) const override {
+    for (const auto& h : heaps_) h->subreleased_by_page(out);
+  }
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   uint64_t asked_size(uint32_t slot) const override;

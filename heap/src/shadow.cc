@@ -1,4 +1,7 @@
 #include "allocator.h"
+
+#include <algorithm>
+
 #include "json.h"
 
 namespace sim {
@@ -33,6 +36,21 @@ void ShadowHeap::on_free(const std::string& who, uint64_t addr, uint32_t slot) {
 void HeapAllocator::snapshot(JsonWriter& j) const {
   j.begin_array();
   snapshot_pages(j);
+  j.end_array();
+}
+
+void write_subreleased(const HeapAllocator& heap, JsonWriter& j) {
+  std::vector<std::pair<uint64_t, uint64_t>> pages;
+  heap.subreleased_by_page(pages);
+  std::sort(pages.begin(), pages.end());
+  j.key("subreleased");
+  j.begin_array();
+  for (const auto& [id, bytes] : pages) {
+    j.begin_array();
+    j.value(id);
+    j.value(bytes);
+    j.end_array();
+  }
   j.end_array();
 }
 

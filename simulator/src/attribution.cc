@@ -99,6 +99,7 @@ void write_attribution(const HeapAllocator& heap, const SlotOwners& owners,
     j.end_array();
   }
   j.end_array();
+  write_subreleased(heap, j);
   j.end_object();
 }
 

@@ -36,7 +36,8 @@ struct SlotOwners {
 
 // Writes one allocator's attribution as a JSON object:
 //   {"huge_pages": H, "live_bytes": L, "objects": N,
-//    "rows": [[HP, NPAGES, STACK, CLASS, OBJECTS, BYTES], ...]}
+//    "rows": [[HP, NPAGES, STACK, CLASS, OBJECTS, BYTES], ...],
+//    "subreleased": [[HP, BYTES], ...]}   (free bytes of live huge page HP given back)
 // One row per (huge page, stack, class) with live bytes on it: BYTES = the bytes of those
 // objects' requested extents [addr, addr + size) that fall on huge page HP (NPAGES = 1);
 // OBJECTS = how many of them start there (an object is counted once, on its first page).
@@ -68,6 +69,10 @@ class IsolatedHeap : public HeapAllocator {
   void advance(uint64_t now) override { main_->advance(now); apart_->advance(now); }
   uint64_t live_huge_pages() const override { return main_->live_huge_pages() + apart_->live_huge_pages(); }
   uint64_t subreleased_bytes() const override { return main_->subreleased_bytes() + apart_->subreleased_bytes(); }
+  void subreleased_by_page(std::vector<std::pair<uint64_t, uint64_t>>& out) const override {
+    main_->subreleased_by_page(out);
+    apart_->subreleased_by_page(out);
+  }
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override { return heap(slot).where(slot); }
   uint64_t asked_size(uint32_t slot) const override { return heap(slot).asked_size(slot); }
