@@ -287,6 +287,21 @@ def by_context(snap: dict, context_of: dict, nclasses: int) -> dict:
     return out
 
 
+def _totals(snaps: list[dict], ctxs: dict) -> dict:
+    """The mean heap, live and unattributed bytes of some attributions (`attribute`'s),
+    the contexts' pinned bytes (ctxs: their mean) and the check sum pinned + unattributed
+    = heap - live."""
+    tot = {k: sum(s[k] for s in snaps) / len(snaps)
+           for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
+    tot["pinned"] = sum(c["pinned"] for c in ctxs.values())
+    tot["pinned_resident"] = sum(c["pinned_resident"] for c in ctxs.values())
+    gap = tot["heap"] - tot["live"]
+    tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
+                    "heap_minus_live": gap,
+                    "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+    return tot
+
+
 def group_saved_static(snap: dict, context_of: dict, group: set) -> float:
     """saved_static for a set of contexts placed apart together: the huge pages on which
     only they have live bytes go back; their live objects take ceil(their live bytes /
@@ -609,14 +624,7 @@ def run(args: argparse.Namespace) -> int:
     def at(ts: list[int], label: str) -> dict:
         per_time = [by_context(snaps[t], context_of, nclasses) for t in ts]
         ctxs = mean_contexts(per_time, nclasses)
-        tot = {k: sum(snaps[t][k] for t in ts) / len(ts)
-               for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
-        tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
-        tot["pinned_resident"] = sum(d["pinned_resident"] for d in ctxs.values())
-        gap = tot["heap"] - tot["live"]
-        tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
-                        "heap_minus_live": gap,
-                        "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+        tot = _totals([snaps[t] for t in ts], ctxs)
         group = {r["context"] for r in _rows(ctxs, args.top)}
         tot["top_saved_static"] = sum(group_saved_static(snaps[t], context_of, group)
                                       for t in ts) / len(ts)
@@ -800,13 +808,7 @@ def analyze_dump(doc: dict, context_of: dict, top: int) -> tuple[dict, dict, dic
     by the simulator's definition (simulator/fragmentation.py)."""
     snap = attribute(doc["attribution"])
     ctxs = by_context(snap, context_of, 1)
-    tot = {k: snap[k] for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
-    tot["pinned"] = sum(d["pinned"] for d in ctxs.values())
-    tot["pinned_resident"] = sum(d["pinned_resident"] for d in ctxs.values())
-    gap = tot["heap"] - tot["live"]
-    tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
-                    "heap_minus_live": gap,
-                    "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+    tot = _totals([snap], ctxs)
     rows = _rows(ctxs, top)
     tot["top_saved_static"] = group_saved_static(snap, context_of, {r["context"] for r in rows})
     heap = doc["heap"]
@@ -873,14 +875,7 @@ def run_dump(args: argparse.Namespace) -> int:
 
     def view(idx: list[int], label: str) -> dict:
         ctxs = mean_contexts([analyzed[i][1] for i in idx], 1)
-        tot = {k: sum(analyzed[i][2][k] for i in idx) / len(idx)
-               for k in ("heap", "heap_resident", "live", "unattributed", "empty_pages")}
-        tot["pinned"] = sum(c["pinned"] for c in ctxs.values())
-        tot["pinned_resident"] = sum(c["pinned_resident"] for c in ctxs.values())
-        gap = tot["heap"] - tot["live"]
-        tot["check"] = {"pinned_plus_unattributed": tot["pinned"] + tot["unattributed"],
-                        "heap_minus_live": gap,
-                        "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
+        tot = _totals([analyzed[i][0] for i in idx], ctxs)
         tot["top_saved_static"] = sum(analyzed[i][2]["top_saved_static"] for i in idx) / len(idx)
         tot["allocator"] = [analyzed[i][2]["allocator"] for i in idx]
         return {"label": label, "dumps": idx, "times_ns": [docs[i]["uptime_ns"] for i in idx],

@@ -220,25 +220,10 @@ void dump(uint64_t now, const char* trigger) REQUIRES(heap_lock) {
   }
   j.end_array();
   j.key("attribution");
-  j.begin_object();
-  j.kv("huge_pages", s.policy->live_huge_pages());
-  j.kv("live_bytes", live);
-  j.kv("objects", objects);
-  j.key("rows");
-  j.begin_array();
-  for (const auto& [k, c] : cells) {
-    j.begin_array();
-    j.value(k.first);
-    j.value(uint64_t(1));
-    j.value(uint64_t(k.second));
-    j.value(uint64_t(0));
-    j.value(c.objects);
-    j.value(c.bytes);
-    j.end_array();
-  }
-  j.end_array();
-  sim::write_subreleased(*policy, j);
-  j.end_object();
+  std::vector<sim::AttributionRow> rows;
+  rows.reserve(cells.size());
+  for (const auto& [k, c] : cells) rows.push_back({k.first, 1, k.second, 0, c.objects, c.bytes});
+  sim::write_attribution_object(*policy, live, objects, rows, j);
   j.key("heap");
   j.begin_object();
   j.kv("committed_bytes", s.backing.committed_bytes());

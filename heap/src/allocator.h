@@ -116,8 +116,12 @@ class HeapAllocator {
   void snapshot(JsonWriter& j) const;
 };
 
-// The attributions' "subreleased" member (simulator/src/attribution.h, the allocator's
-// dump): [[huge page id, bytes given back], ...], sorted.
-void write_subreleased(const HeapAllocator& heap, JsonWriter& j);
+// An attribution (simulator/src/attribution.h says what each field means; the allocator's
+// dump writes the same): the JSON object {"huge_pages", "live_bytes", "objects", "rows":
+// [[HP, NPAGES, STACK, CLASS, OBJECTS, BYTES], ...] (as given, sorted), "subreleased":
+// [[HP, bytes given back], ...] (sorted, from heap)}.
+struct AttributionRow { uint64_t hp, npages, stack, cls, objects, bytes; };
+void write_attribution_object(const HeapAllocator& heap, uint64_t live_bytes, uint64_t objects,
+                              const std::vector<AttributionRow>& rows, JsonWriter& j);
 
 }  // namespace sim

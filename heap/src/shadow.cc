@@ -39,7 +39,20 @@ void HeapAllocator::snapshot(JsonWriter& j) const {
   j.end_array();
 }
 
-void write_subreleased(const HeapAllocator& heap, JsonWriter& j) {
+void write_attribution_object(const HeapAllocator& heap, uint64_t live_bytes, uint64_t objects,
+                              const std::vector<AttributionRow>& rows, JsonWriter& j) {
+  j.begin_object();
+  j.kv("huge_pages", heap.live_huge_pages());
+  j.kv("live_bytes", live_bytes);
+  j.kv("objects", objects);
+  j.key("rows");
+  j.begin_array();
+  for (const AttributionRow& r : rows) {
+    j.begin_array();
+    for (uint64_t v : {r.hp, r.npages, r.stack, r.cls, r.objects, r.bytes}) j.value(v);
+    j.end_array();
+  }
+  j.end_array();
   std::vector<std::pair<uint64_t, uint64_t>> pages;
   heap.subreleased_by_page(pages);
   std::sort(pages.begin(), pages.end());
@@ -52,6 +65,7 @@ void write_subreleased(const HeapAllocator& heap, JsonWriter& j) {
     j.end_array();
   }
   j.end_array();
+  j.end_object();
 }
 
 }  // namespace sim

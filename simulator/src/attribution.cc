@@ -82,25 +82,11 @@ void write_attribution(const HeapAllocator& heap, const SlotOwners& owners,
       }
     }
   }
-  j.begin_object();
-  j.kv("huge_pages", heap.live_huge_pages());
-  j.kv("live_bytes", live);
-  j.kv("objects", objects);
-  j.key("rows");
-  j.begin_array();
-  for (const auto& [k, c] : cells) {
-    j.begin_array();
-    j.value(std::get<0>(k));
-    j.value(c.npages);
-    j.value(std::get<1>(k));
-    j.value(unsigned(std::get<2>(k)));
-    j.value(c.objects);
-    j.value(c.bytes);
-    j.end_array();
-  }
-  j.end_array();
-  write_subreleased(heap, j);
-  j.end_object();
+  std::vector<AttributionRow> rows;
+  rows.reserve(cells.size());
+  for (const auto& [k, c] : cells)
+    rows.push_back({std::get<0>(k), c.npages, std::get<1>(k), std::get<2>(k), c.objects, c.bytes});
+  write_attribution_object(heap, live, objects, rows, j);
 }
 
 uint64_t IsolatedHeap::alloc(const AllocRequest& r) {
