@@ -16,7 +16,7 @@ throughput, with the recording's cost) is allocator_rss.py's, in OUT/rss_<worklo
     nice .venv/bin/python benchmarks/attribution_live.py [--workloads phases mixed] \\
         [--load-seed 1] [--every 4] [--out out/attribution_live]
 
-Needs the traces (out/redis21/<phases-wrap|mixed>/load<S>/sim-seed0/trace.lttrace and
+Needs the traces (out/redis21/<phases-wrap|mixed>/load<S>/sim-*seed0/trace.lttrace and
 the dataset-train beside them; simulate_redis.py --keep-trace writes them).
 """
 
@@ -46,13 +46,14 @@ def log(msg: str) -> None:
 
 
 def run_live(workload: str, seed: int, every: int, out: pathlib.Path) -> pathlib.Path:
-    dumps = out / f"dumps_{workload}"
+    out = out.resolve()  # (the server runs in a directory of its own: the dumps' path is absolute)
+    dumps = out / f"dumps_{workload}" if seed == 1 else out / f"dumps_{workload}_load{seed}"
     if dumps.is_dir() and any(dumps.glob("attribution.*.json")):
         log(f"{workload}: dumps in {dumps} already (delete the folder to run again)")
         return dumps
     cmd = [sys.executable, str(ROOT / "benchmarks" / "allocator_rss.py"), "--workloads", workload,
            "--allocators", "llama-segregated-constant", "--load-seeds", str(seed),
-           "--out", str(out / f"rss_{workload}"),
+           "--out", str(out / (f"rss_{workload}" if seed == 1 else f"rss_{workload}_load{seed}")),
            "--llama-env", f"LIFETIME_ALLOC_ATTRIBUTE={dumps}",
            "--llama-env", f"LIFETIME_ALLOC_ATTRIBUTE_INTERVAL={every}"]
     log(f"{workload}: " + " ".join(cmd[1:]))
@@ -62,11 +63,12 @@ def run_live(workload: str, seed: int, every: int, out: pathlib.Path) -> pathlib
 
 def run_sim(workload: str, seed: int, out: pathlib.Path) -> tuple[dict, pathlib.Path]:
     base = ROOT / "out" / "redis21" / SIM_DIRS[workload] / f"load{seed}"
-    trace, train = base / "sim-seed0" / "trace.lttrace", base / "dataset-train"
+    kept = sorted(base.glob("sim-*seed0/trace.lttrace"))  # (any policy's run kept the trace)
+    trace, train = (kept[0] if kept else base / "sim-seed0" / "trace.lttrace"), base / "dataset-train"
     if not trace.exists():
         raise SystemExit(f"{trace}: no such trace (benchmarks/simulate_redis.py --workload "
                          f"{workload} --load-seeds {seed} --keep-trace writes it)")
-    dest = out / f"sim_{workload}"
+    dest = out / (f"sim_{workload}" if seed == 1 else f"sim_{workload}_load{seed}")
     if not (dest / "fragmentation.json").exists():
         log(f"{workload}: lifetime fragmentation {trace} (minutes)")
         subprocess.run([str(ROOT / ".venv" / "bin" / "lifetime"), "fragmentation", str(trace),
@@ -173,9 +175,10 @@ def main() -> int:
         r = compare(w, live_steady(dumps, train), sim)
         r["load_seed"] = args.load_seed
         results.append(r)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    tag = "" if args.load_seed == 1 else f"_load{args.load_seed}"
+    (out / f"results{tag}.json").write_text(json.dumps(results, indent=1) + "\n")
     md = markdown(results)
-    (out / "results.md").write_text(md + "\n")
+    (out / f"results{tag}.md").write_text(md + "\n")
     print(md)
     return 0
 
