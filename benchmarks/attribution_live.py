@@ -87,22 +87,19 @@ def live_steady(dumps: pathlib.Path, train: pathlib.Path) -> dict:
     mine = sorted(docs[pid], key=lambda d: d["uptime_ns"])
     end = mine[-1]["uptime_ns"]
     steady = [d for d in mine if d["trigger"] == "interval" and d["uptime_ns"] >= end / 2]
-    definition = dataset_context(str(train))
-    per_time, totals, checks = [], [], []
-    for d in steady:
-        ctx_of = fr.dump_contexts(d, definition, debug_dirs=symbolize.DEFAULT_DEBUG_DIRS)
-        _, ctxs, tot, _ = fr.analyze_dump(d, ctx_of, 10)
-        per_time.append(ctxs)
-        totals.append(tot)
-        checks.append(abs(tot["check"]["pinned_plus_unattributed"] - tot["check"]["heap_minus_live"]))
-    mean = fr.mean_contexts(per_time, 1)
-    n = len(steady)
-    return {"pid": pid, "dumps": n, "times_s": [d["uptime_ns"] / 1e9 for d in steady],
-            "contexts": mean,
-            "heap": sum(t["heap"] for t in totals) / n, "live": sum(t["live"] for t in totals) / n,
-            "unattributed": sum(t["unattributed"] for t in totals) / n,
-            "max_check_error_bytes": max(checks),
-            "recorded_vs_policy_live": [t["allocator"]["recorded_vs_policy_live"] for t in totals],
+    # Stack ids are the process's own: one symbolization serves every dump.
+    stacks = {int(st["id"]): st for d in steady for st in d["stacks"]}
+    ctx_of = fr.dump_contexts({**steady[-1], "stacks": list(stacks.values())},
+                              dataset_context(str(train)), debug_dirs=symbolize.DEFAULT_DEBUG_DIRS)
+    per_dump = [fr.analyze_dump(d, ctx_of, 10) for d in steady]
+    snaps = [snap for snap, _, _ in per_dump]
+    mean, tot = fr.mean_view(snaps, ctx_of, 1, 10)
+    checks = [abs(t["check"]["pinned_plus_unattributed"] - t["check"]["heap_minus_live"])
+              for _, _, t in per_dump]
+    return {"pid": pid, "dumps": len(steady), "times_s": [d["uptime_ns"] / 1e9 for d in steady],
+            "contexts": mean, "heap": tot["heap"], "live": tot["live"],
+            "unattributed": tot["unattributed"], "max_check_error_bytes": max(checks),
+            "recorded_vs_policy_live": [t["allocator"]["recorded_vs_policy_live"] for _, _, t in per_dump],
             "recording": steady[-1]["recording"]}
 
 

@@ -25,8 +25,6 @@ import pathlib
 import sys
 import time
 
-import numpy as np
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -35,8 +33,8 @@ import simulator  # noqa: E402
 from core.lifetimes import DEADLINE_K, UNDER_WEIGHT, cost_horizon, cost_rule  # noqa: E402
 from simulator import convert  # noqa: E402
 from simulator.report import _reduction  # noqa: E402
-from simulator.tables import (context_oracle_tables, symbolize_stacks,  # noqa: E402
-                              training_examples, write_class_table)
+from simulator.tables import (context_bytes, context_oracle_tables,  # noqa: E402
+                              symbolize_stacks, training_examples, write_class_table)
 
 POLICIES = ("paper", "segregated")
 
@@ -66,11 +64,7 @@ def one_trace(workload: str, seed: int, weights: list[float], out: pathlib.Path,
     context_of = symbolize_stacks(side, definition)
     tdir = out / workload / f"load{seed}"
     _, files, _, _ = context_oracle_tables(trace, side, context_of, scheme, str(tdir))
-    per_stack = {int(st["id"]): np.asarray(st["bytes"], np.float64) for st in side["stacks"]}
-    by_bytes: dict = {}
-    for sid, c in context_of.items():
-        if sid in per_stack:
-            by_bytes[c] = by_bytes.get(c, 0) + per_stack[sid]
+    by_bytes = context_bytes(side, context_of)
     horizon = cost_horizon(scheme.boundaries, DEADLINE_K)
     specs = ["oracle", f"context_t95=table:{files['context_t95']}"]
     for a in weights:

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import math
 import os
 import re
@@ -77,7 +76,8 @@ from core import options
 from core import symbolize
 from core.context import ContextDefinition
 from core.errors import LifetimeError
-from core.files import open_regular, refuse_irregular_output, writable_dir, write_json
+from core.files import (open_regular, read_json_object, refuse_irregular_output, writable_dir,
+                        write_json)
 from core.plots import pyplot
 from core.symbol_options import add_symbol_options, symbol_options
 from interop.pprof import ProfileBuilder
@@ -300,6 +300,17 @@ def _totals(snaps: list[dict], ctxs: dict) -> dict:
                     "heap_minus_live": gap,
                     "pinned_share_of_heap_minus_live": tot["pinned"] / gap if gap else None}
     return tot
+
+
+def mean_view(snaps: list[dict], context_of: dict, nclasses: int, top: int) -> tuple[dict, dict]:
+    """(per-context figures, totals) of some attributions together (`attribute`'s, a trace's
+    times or a process's dumps): the contexts' means, the totals, and the static
+    counterfactual of the top contexts all apart."""
+    ctxs = mean_contexts([by_context(s, context_of, nclasses) for s in snaps], nclasses)
+    tot = _totals(snaps, ctxs)
+    group = {r["context"] for r in _rows(ctxs, top)}
+    tot["top_saved_static"] = sum(group_saved_static(s, context_of, group) for s in snaps) / len(snaps)
+    return ctxs, tot
 
 
 def group_saved_static(snap: dict, context_of: dict, group: set) -> float:
@@ -622,12 +633,7 @@ def run(args: argparse.Namespace) -> int:
                                  f"{convert.stacks_path(args.trace)}")
 
     def at(ts: list[int], label: str) -> dict:
-        per_time = [by_context(snaps[t], context_of, nclasses) for t in ts]
-        ctxs = mean_contexts(per_time, nclasses)
-        tot = _totals([snaps[t] for t in ts], ctxs)
-        group = {r["context"] for r in _rows(ctxs, args.top)}
-        tot["top_saved_static"] = sum(group_saved_static(snaps[t], context_of, group)
-                                      for t in ts) / len(ts)
+        ctxs, tot = mean_view([snaps[t] for t in ts], context_of, nclasses, args.top)
         return {"label": label, "times_ns": ts, "contexts": ctxs, "totals": tot}
 
     views = [at(steady, "steady state")] + [at([t], f"{(t - t0) / 1e9:g} s") for t in at_ns]
@@ -765,17 +771,8 @@ def is_dump(path: str) -> bool:
 
 def load_dump(path: str) -> dict:
     """A dump, checked; one-line errors naming the file."""
-    try:
-        f, _ = open_regular(path)
-        with f:
-            doc = json.loads(f.read())
-    except FileNotFoundError:
-        raise FragmentationError(f"{path}: no such file") from None
-    except OSError as e:
-        raise FragmentationError(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise FragmentationError(f"{path}: not JSON ({e}); a dump is written whole, by rename: is this one?") from None
-    if not isinstance(doc, dict) or doc.get("format") != DUMP_FORMAT:
+    doc = read_json_object(path, FragmentationError, "no such file")
+    if doc.get("format") != DUMP_FORMAT:
         raise FragmentationError(f"{path}: not an allocator attribution dump ({DUMP_FORMAT})")
     for k in _DUMP_KEYS:
         if k not in doc:
@@ -803,22 +800,24 @@ def dump_contexts(doc: dict, definition, *, debug_dirs=None, sysroot=None) -> di
     return out
 
 
-def analyze_dump(doc: dict, context_of: dict, top: int) -> tuple[dict, dict, dict, list]:
-    """(per-stack attribution, per-context figures, totals, the top rows) of one dump,
-    by the simulator's definition (simulator/fragmentation.py)."""
+def analyze_dump(doc: dict, context_of: dict, top: int) -> tuple[dict, dict, dict]:
+    """(per-stack attribution, per-context figures, totals) of one dump, by the
+    simulator's definition; the totals' "allocator": the allocator's own live count
+    (its objects' usable bytes less the thread caches') beside the recorded one."""
     snap = attribute(doc["attribution"])
-    ctxs = by_context(snap, context_of, 1)
-    tot = _totals([snap], ctxs)
-    rows = _rows(ctxs, top)
-    tot["top_saved_static"] = group_saved_static(snap, context_of, {r["context"] for r in rows})
+    ctxs, tot = mean_view([snap], context_of, 1, top)
+    tot["allocator"] = _allocator_figures(doc, tot["live"])
+    return snap, ctxs, tot
+
+
+def _allocator_figures(doc: dict, recorded_live: float) -> dict:
     heap = doc["heap"]
     policy_live = heap["policy_usable_bytes"] - heap["thread_cache_bytes"]
-    tot["allocator"] = {"policy_usable_bytes": heap["policy_usable_bytes"],
-                        "thread_cache_bytes": heap["thread_cache_bytes"],
-                        "recorded_vs_policy_live": tot["live"] / policy_live if policy_live else None,
-                        "subreleased_bytes": heap["subreleased_bytes"],
-                        "committed_bytes": heap["committed_bytes"]}
-    return snap, ctxs, tot, rows
+    return {"policy_usable_bytes": heap["policy_usable_bytes"],
+            "thread_cache_bytes": heap["thread_cache_bytes"], "policy_live_bytes": policy_live,
+            "recorded_vs_policy_live": recorded_live / policy_live if policy_live else None,
+            "subreleased_bytes": heap["subreleased_bytes"],
+            "committed_bytes": heap["committed_bytes"]}
 
 
 def _dumps(path: str, pid: int | None) -> list[dict]:
@@ -871,13 +870,11 @@ def run_dump(args: argparse.Namespace) -> int:
          f"{'--train ' + args.train if args.train else 'built-in'})")
     context_of = dump_contexts(merged, definition, debug_dirs=symbols["debug_dirs"],
                                sysroot=symbols["sysroot"] or None)
-    analyzed = [analyze_dump(d, context_of, args.top) for d in docs]
+    snaps = [attribute(d["attribution"]) for d in docs]
 
     def view(idx: list[int], label: str) -> dict:
-        ctxs = mean_contexts([analyzed[i][1] for i in idx], 1)
-        tot = _totals([analyzed[i][0] for i in idx], ctxs)
-        tot["top_saved_static"] = sum(analyzed[i][2]["top_saved_static"] for i in idx) / len(idx)
-        tot["allocator"] = [analyzed[i][2]["allocator"] for i in idx]
+        ctxs, tot = mean_view([snaps[i] for i in idx], context_of, 1, args.top)
+        tot["allocator"] = [_allocator_figures(docs[i], snaps[i]["live"]) for i in idx]
         return {"label": label, "dumps": idx, "times_ns": [docs[i]["uptime_ns"] for i in idx],
                 "contexts": ctxs, "totals": tot}
 
@@ -903,12 +900,11 @@ def run_dump(args: argparse.Namespace) -> int:
     for v in views:
         v["rows"] = _rows(v["contexts"], args.top)
         t = text_table(f"{head}, {v['label']}", v["rows"], v["totals"], DUMP_CLASS_NAMES, rerun=False)
-        heaps = [docs[i]["heap"] for i in v["dumps"]]
-        n = len(heaps)
-        policy_live = sum(h["policy_usable_bytes"] - h["thread_cache_bytes"] for h in heaps) / n
+        figs = v["totals"]["allocator"]
         t += (f"\ncheck: recorded live {v['totals']['live'] / MIB:.2f} MiB vs the allocator's live "
-              f"{policy_live / MIB:.2f} MiB (its objects' usable bytes less the thread caches'); "
-              f"{sum(h['subreleased_bytes'] for h in heaps) / n / MIB:.1f} MiB of the heap's free "
+              f"{np.mean([f['policy_live_bytes'] for f in figs]) / MIB:.2f} MiB (its objects' usable "
+              f"bytes less the thread caches'); "
+              f"{np.mean([f['subreleased_bytes'] for f in figs]) / MIB:.1f} MiB of the heap's free "
               "pages given back to the kernel (subreleased)")
         texts.append(t)
     rec = last["recording"]
@@ -936,7 +932,6 @@ def run_dump(args: argparse.Namespace) -> int:
                                       for c in sorted(v["contexts"], key=lambda c: -v["contexts"][c]["pinned"])]}
                         for v in views]}
     sym = _write_text_and_json(out, result, text, last["mappings"], symbols)
-    snaps = {i: a[0] for i, a in enumerate(analyzed)}
     for k, v in enumerate(views):
         fname = "pinned.pb.gz" if k == 0 else f"pinned_at_{args.at[k - 1]:g}s.pb.gz"
         per_stack = _stack_means(snaps, v["dumps"], 1)

@@ -197,6 +197,17 @@ def context_t95_groups(end_ns: int, rec, group: np.ndarray, ngroups: int, scheme
     return out
 
 
+def context_bytes(side: dict, stack_context: dict) -> dict:
+    """context -> its objects' bytes per true class in the trace (the side file's per-stack
+    counts, summed over the context's stacks): what the cost rule weighs."""
+    per_stack = {int(st["id"]): st for st in side["stacks"]}
+    by_bytes: dict = {}
+    for sid, c in stack_context.items():
+        if sid in per_stack:
+            by_bytes[c] = by_bytes.get(c, 0) + np.asarray(per_stack[sid]["bytes"], np.float64)
+    return by_bytes
+
+
 def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, scheme, out_dir: str,
                           *, deadline_k: float | None = None) -> tuple[dict, dict, dict, dict]:
     """The two context oracles for the trace: ({name: {stack id: class}}, {name: table
@@ -208,11 +219,7 @@ def context_oracle_tables(trace_path: str, side: dict, stack_context: dict, sche
     k = DEADLINE_K if deadline_k is None else deadline_k
     labels = context_t95_classes(trace_path, stack_context, scheme)
     horizon = cost_horizon(scheme.boundaries, k)
-    per_stack = {int(st["id"]): st for st in side["stacks"]}
-    by_bytes: dict = {}
-    for sid, c in stack_context.items():
-        if sid in per_stack:
-            by_bytes[c] = by_bytes.get(c, 0) + np.asarray(per_stack[sid]["bytes"], np.float64)
+    by_bytes = context_bytes(side, stack_context)
     cost = {}
     for c, b in by_bytes.items():
         if b.sum() > 0:

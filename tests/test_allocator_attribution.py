@@ -139,6 +139,20 @@ def test_refusals_are_one_line(tmp_path, capfd):
     assert rc == 1 and len(err) == 1 and "not an allocator attribution dump" in err[0]
     by_pid = run_driver(tmp_path, signal_arg=False)
     path = next(iter(by_pid.values()))["exit"][0]
+    # A truncated dump, one missing a field, one whose rows name a stack it lacks.
+    good = json.loads(path.read_text())
+    cut = tmp_path / "cut.json"
+    cut.write_text(path.read_text()[:-40])
+    no_heap = tmp_path / "no_heap.json"
+    no_heap.write_text(json.dumps({k: v for k, v in good.items() if k != "heap"}))
+    lost = tmp_path / "lost_stack.json"
+    lost.write_text(json.dumps({**good, "stacks": []}))
+    for bad, why in ((cut, "not valid JSON"), (no_heap, "malformed dump (no 'heap')"),
+                     (lost, "has rows but is not among the dump's stacks"),
+                     (tmp_path / "absent.json", "no such file")):
+        rc = main(["fragmentation", str(bad), "--out", str(tmp_path / "o")])
+        err = capfd.readouterr().err.strip().splitlines()
+        assert rc == 1 and len(err) == 1 and str(bad) in err[0] and why in err[0], (bad, err)
     for opt in (["--at", "1"], ["--rerun", "2"], ["--predictor", "constant:1"], ["--policy", "paper"]):
         rc = main(["fragmentation", str(path), "--out", str(tmp_path / "o"), *opt])
         err = capfd.readouterr().err.strip().splitlines()

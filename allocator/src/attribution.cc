@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -52,7 +53,6 @@ constexpr uint32_t kSlots = uint32_t(1) << 16;
 constexpr uint32_t kMaxStacks = kSlots / 2;  // the table stays at most half full
 struct Slot {
   std::atomic<uint32_t> id;
-  uint32_t depth;
   uint64_t hash;
 };
 Slot* g_slots = nullptr;
@@ -204,9 +204,9 @@ void dump(uint64_t now, const char* trigger) REQUIRES(heap_lock) {
   j.key("stacks");
   j.begin_array();
   {
-    std::map<uint32_t, bool> ids;
-    for (const auto& [k, c] : cells) ids[k.second] = true;
-    for (const auto& [id, _] : ids) {
+    std::set<uint32_t> ids;
+    for (const auto& [k, c] : cells) ids.insert(k.second);
+    for (const uint32_t id : ids) {
       j.begin_object();
       j.kv("id", uint64_t(id));
       j.key("addresses");

@@ -347,7 +347,6 @@ void* allocate_zeroed(size_t size, uintptr_t ra) {
 void deallocate(void* p) {
   if (!p) return;
   if (reentry::owns(p)) return reentry::free(p);
-  if (!t_inside) attr::note_free(p);
   if (t_inside) {
     // The policy never frees a program's pointer: this is a signal handler's free that
     // interrupted this thread inside the allocator.  The arena's own blocks are freed now
@@ -358,6 +357,7 @@ void deallocate(void* p) {
     }
     return reentry::defer(p);
   }
+  attr::note_free(p);
   if (!tc::t_busy && tc::on() && tc::cached_free(p)) return;
   Inside in;
   free_locked(p);
