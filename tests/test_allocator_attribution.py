@@ -125,9 +125,15 @@ def test_refusals_are_one_line(tmp_path, capfd):
     env = preload_env(attribute_interval=2)
     r = subprocess.run([str(built(DRIVER))], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "without LIFETIME_ALLOC_ATTRIBUTE" in r.stderr
+    env = preload_env(attribute=tmp_path / "d", attribute_signal=99)
+    r = subprocess.run([str(built(DRIVER))], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[0] == "lifetime_alloc: LIFETIME_ALLOC_ATTRIBUTE_SIGNAL: out of range: '99'"
     # `lifetime run`: the options belong to llama and need --attribute.
     for args in (["--allocator", "glibc", "--attribute", str(tmp_path)],
-                 ["--allocator", "llama", "--attribute-every", "5"]):
+                 ["--allocator", "llama", "--attribute-every", "5"],
+                 ["--allocator", "llama", "--attribute", str(tmp_path), "--attribute-signal", "KILL"],
+                 ["--allocator", "llama", "--attribute", str(tmp_path), "--attribute-signal", "NOPE"]):
         assert main(["run", *args, "--", "true"]) != 0
         err = capfd.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--attribute" in err[0], err
@@ -183,6 +189,10 @@ def test_fragmentation_reads_a_directory_of_one_process(tmp_path, capsys):
     assert sum(c["objects"] for c in at0["contexts"]) == sig["attribution"]["objects"]
     assert (out / "pinned.pb.gz").exists() and (out / "pinned_at_0s.pb.gz").exists()
     assert "steady state" in text and "the dump nearest 0 s" in text
+    # A --pid with no dump there: one line.
+    rc = main(["fragmentation", str(d), "--pid", "1", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "--pid 1: no dump of that process" in err[0], err
     # --at on one dump: one line.
     rc = main(["fragmentation", str(by_pid[parent]["exit"][0]), "--at", "1",
                "--out", str(tmp_path / "o")])
