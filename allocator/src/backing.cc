@@ -62,7 +62,7 @@ bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
   // grows: taken()), then a bit per heap page and a count per chunk (read/write).
   const uint64_t pages = want / kHuge, chunks = (pages + kChunkPages - 1) / kChunkPages;
   const uint64_t table = table_ ? chunks * kHuge : 0, bits = (pages + 63) / 64 * 8;
-  const uint64_t len = table + kHuge + 3 * bits + chunks;
+  const uint64_t len = table + kHuge + 4 * bits + chunks;
   void* idx = mmap(nullptr, len, table_ ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (idx == MAP_FAILED) {
@@ -83,7 +83,8 @@ bool Backing::reserve(unsigned groups, uint64_t per_group_pages) {
   committed_ = reinterpret_cast<uint64_t*>(t + table);
   broken_ = reinterpret_cast<uint64_t*>(t + table + bits);
   advised_ = reinterpret_cast<uint64_t*>(t + table + 2 * bits);
-  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + 3 * bits);
+  queued_ = reinterpret_cast<uint64_t*>(t + table + 3 * bits);
+  chunk_pages_ = reinterpret_cast<uint8_t*>(t + table + 4 * bits);
   base_ = base;
   total_ = want;
   per_group_pages_ = per_group_pages;
@@ -211,6 +212,7 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
   uint64_t page;
   if (!touched_page(id, page)) return;
   if (huge_on_) break_huge(page);
+  set_bit(queued_, page, false);  // no longer dense: the policy says so again when it is
   madvise(page_at(page) + offset, bytes, MADV_DONTNEED);
   subreleased_ += bytes;
 }
@@ -219,19 +221,55 @@ void Backing::dense(uint64_t id) {
   uint64_t page;
   if (!huge_on_ || !touched_page(id, page)) return;
   const bool broken = bit_of(broken_, page);
-  // Fault mode: a page not broken is advised already.  Collapse: at most kMaxBroken
-  // advised at once too (each may split the mapping).
+  if (collapse_ && collapse_works_) {
+    // Queued only: advised (and unbroken) when collapse_some() finds it resident enough.
+    if (bit_of(advised_, page) || bit_of(queued_, page)) return;
+    if (nqueued_ == kQueue) {  // full: a page found too sparse before makes room
+      unsigned j = 0;
+      while (j < nqueued_ && !queue_[j].deferred) ++j;
+      if (j == nqueued_) return;
+      set_bit(queued_, queue_[j].page, false);
+      for (; j + 1 < nqueued_; ++j) queue_[j] = queue_[j + 1];
+      --nqueued_;
+    }
+    set_bit(queued_, page, true);
+    queue_[nqueued_++] = {page, now_};
+    return;
+  }
+  // Fault mode: a page not broken is advised already.  Collapse where the kernel lacks
+  // MADV_COLLAPSE: advised for khugepaged, at most kMaxBroken at once too (each may split
+  // the mapping).
   if (collapse_ ? bit_of(advised_, page) || (!broken && broken_count_ >= kMaxBroken) : !broken) return;
-  if (!unbreak_huge(page)) return;
+  advise(page);
+}
+
+bool Backing::advise(uint64_t page) {
+  const bool broken = bit_of(broken_, page);
+  if (!unbreak_huge(page)) return false;
   if (broken) ++rehugified_;
-  if (!collapse_) return;
-  set_bit(advised_, page, true);
-  if (collapse_works_ && nqueued_ < kQueue) queue_[nqueued_++] = {page, now_};
+  if (collapse_) set_bit(advised_, page, true);
+  return true;
+}
+
+unsigned Backing::missing_small_pages(uint64_t page) const {
+  unsigned char vec[kHuge / 4096];
+  if (mincore(page_at(page), kHuge, vec) != 0) return kHuge / 4096;
+  unsigned missing = 0;
+  for (unsigned char v : vec) missing += !(v & 1);
+  return missing;
 }
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
 #endif
+
+void Backing::set_collapse(bool on) {
+  collapse_ = on;
+  // Whether the kernel knows MADV_COLLAPSE: the advice is checked before the range, so an
+  // empty range answers 0 or EINVAL.  (A real call's EINVAL also means a range with no
+  // page table, e.g. never touched: a failure of that page, not of the method.)
+  collapse_works_ = on && madvise(reinterpret_cast<void*>(base_), 0, MADV_COLLAPSE) == 0;
+}
 
 void Backing::collapse_some() {
   next_collapse_ns_ = now_ + kCollapseEveryNs;
@@ -239,11 +277,22 @@ void Backing::collapse_some() {
     collapse_budget_ns_ = std::min<int64_t>(kCollapseBurstNs,
                                             collapse_budget_ns_ + int64_t((now_ - budget_at_) / kCollapseShareInv));
   budget_at_ = now_;
-  unsigned done = 0, i = 0;
-  for (; i < nqueued_ && done < kCollapsePerTick && collapse_budget_ns_ > 0 && queue_[i].at + kCollapseAfterNs <= now_;
+  unsigned done = 0, i = 0, nagain = 0;
+  Queued again[kCollapsePerTick * 4];
+  for (; i < nqueued_ && done < kCollapsePerTick && nagain < kCollapsePerTick * 4 && collapse_budget_ns_ > 0 &&
+         queue_[i].at + kCollapseAfterNs <= now_;
        ++i) {
     const uint64_t page = queue_[i].page;
-    if (!bit_of(advised_, page)) continue;  // released or broken since
+    if (!bit_of(queued_, page)) continue;  // released or subreleased since
+    // A collapse faults in every 4 KiB page of the range: only a page that is already
+    // (nearly) all resident is worth a huge page; a sparse one waits and is looked at again.
+    if (missing_small_pages(page) > kCollapseMaxMissing) {
+      ++collapse_deferred_;
+      again[nagain++] = {page, now_, queue_[i].deferred + 1};
+      continue;
+    }
+    set_bit(queued_, page, false);
+    if (!advise(page)) continue;
     ++done;
     const uint64_t t0 = monotonic_ns();
     const int rc = madvise(page_at(page), kHuge, MADV_COLLAPSE);
@@ -252,16 +301,13 @@ void Backing::collapse_some() {
     collapse_budget_ns_ -= int64_t(took);
     if (rc == 0) {
       ++collapsed_;
-    } else if (errno == EINVAL) {  // no MADV_COLLAPSE here: khugepaged does it
-      collapse_works_ = false;
-      nqueued_ = 0;
-      return;
     } else {
       ++collapse_failed_;
     }
   }
   for (unsigned j = i; j < nqueued_; ++j) queue_[j - i] = queue_[j];
   nqueued_ -= i;
+  for (unsigned j = 0; j < nagain; ++j) queue_[nqueued_++] = again[j];  // (i >= nagain: room)
 }
 
 void Backing::give_back(uint64_t first, uint64_t n) {
@@ -275,6 +321,7 @@ void Backing::give_back(uint64_t first, uint64_t n) {
   for (uint64_t p = local; p < end; ++p) {
     const uint64_t page = g * per_group_pages_ + p;
     decommit(page);
+    set_bit(queued_, page, false);
     if (collapse_) {
       // Empty: touched again, it is faulted in 4 KiB pages until dense() again.
       if (bit_of(advised_, page)) break_huge(page);

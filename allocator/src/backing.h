@@ -33,12 +33,13 @@ class Backing {
   // Huge pages by collapse (LIFETIME_ALLOC_HUGE_COLLAPSE, the default): taken ranges are
   // not advised, so the kernel backs them with 4 KiB pages as they are touched (a fault
   // zeroes 4 KiB, not 2 MiB, and a sparse huge page holds what is used); a huge page the
-  // policy says is dense (dense()) is made MADV_HUGEPAGE and queued, and every
+  // policy says is dense (dense()) is queued, and every
   // kCollapseEveryNs of the policy's clock up to kCollapsePerTick queued pages are
-  // collapsed (MADV_COLLAPSE, Linux 6.1+: one copy into a huge page; where the kernel
-  // lacks it, khugepaged collapses the advised pages at its own pace).  Off: taken ranges
+  // made MADV_HUGEPAGE and collapsed (MADV_COLLAPSE, Linux 6.1+: one copy into a huge
+  // page; where the kernel lacks it, probed at start, dense pages are advised at once and
+  // khugepaged collapses them at its own pace).  Off: taken ranges
   // are MADV_HUGEPAGE (past huge_from) and faulted as huge pages.
-  void set_collapse(bool on) { collapse_ = on; }
+  void set_collapse(bool on);
   bool collapse() const { return collapse_; }
   static constexpr uint64_t kCollapseEveryNs = 100000000;  // 100 ms
   static constexpr unsigned kCollapsePerTick = 4;           // at most 80 MiB/s copied
@@ -46,6 +47,11 @@ class Backing {
   // that churns through memory (a stress test, a GC cycle) frees most dense pages before
   // a copy would pay off.
   static constexpr uint64_t kCollapseAfterNs = 1000000000;  // 1 s
+  // ... and only once at most this many of its 512 small pages are not resident: a
+  // collapse faults in the rest, so it costs at most 1/64 of a huge page in RSS (a page
+  // the policy calls dense may hold spans whose objects were never written).
+  static constexpr unsigned kCollapseMaxMissing = 8;
+  uint64_t collapse_deferred() const { return collapse_deferred_; }
   // A collapse runs in whichever thread moves the clock (under the lock) and costs it
   // 2.5-5 ms on the development VM (the copy, and compaction to find a free huge page),
   // not the 0.2 ms of a bare 2 MiB copy: collapses spend at most 1 / kCollapseShareInv of
@@ -90,9 +96,9 @@ class Backing {
   // once it goes back whole (give_back), so it is faulted as a huge page when next used.
   // At most kMaxBroken at once (each may split the mapping: vm.max_map_count).
   void subreleased(uint64_t id, uint64_t offset, uint64_t bytes);
-  // The policy says a huge page is dense (sim::HugePageHooks::dense): a broken one is
-  // MADV_HUGEPAGE again; under collapse, any is advised and queued for collapse_some()
-  // (at most 1/16 of it free to fault in).
+  // The policy says a huge page is dense (sim::HugePageHooks::dense: at most 1/16 of it
+  // in free pages): a broken one is MADV_HUGEPAGE again; under collapse, any is queued
+  // for collapse_some().
   void dense(uint64_t id);
   uint64_t subreleased_bytes_total() const { return subreleased_; }
   uint64_t rehugified_pages() const { return rehugified_; }
@@ -167,15 +173,19 @@ class Backing {
   uint64_t* broken_ = nullptr;      // bit per heap page: MADV_NOHUGEPAGE (subreleased)
   uint64_t broken_count_ = 0, rehugified_ = 0;
   uint64_t* advised_ = nullptr;     // bit per heap page: MADV_HUGEPAGE by dense() (collapse)
+  uint64_t* queued_ = nullptr;      // bit per heap page: in queue_, not advised yet (collapse)
+  uint64_t collapse_deferred_ = 0;  // looks at a queued page found too sparse to collapse
   bool collapse_ = false, collapse_works_ = true;
   static constexpr unsigned kQueue = 256;
-  struct Queued { uint64_t page, at; };
+  struct Queued { uint64_t page, at; uint32_t deferred = 0; };  // deferred: times found too sparse
   Queued queue_[kQueue];            // global heap pages to collapse, oldest first
   unsigned nqueued_ = 0;
   uint64_t next_collapse_ns_ = 0, collapsed_ = 0, collapse_failed_ = 0, collapse_ns_ = 0;
   int64_t collapse_budget_ns_ = 0;  // may go below 0 by one collapse
   uint64_t budget_at_ = 0;          // the clock when the budget was last topped up
   void collapse_some();
+  bool advise(uint64_t page);  // MADV_HUGEPAGE, no longer broken (false: the kernel refused)
+  unsigned missing_small_pages(uint64_t page) const;  // 4 KiB pages of the huge page not resident (mincore)
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t table_chunks_ = 0;       // chunks with a committed heap page
   uint64_t total_ = 0, per_group_pages_ = 0;
