@@ -1,12 +1,14 @@
-"""What a back-off could buy (issue 33 item 6, analysis only: nothing here is served).
+"""The back-off threshold, chosen on selection data (issue 33 item 6; HParams.backoff_below).
 
 On the selection splits of `defaults_sweep.py --on selection` (its saved models and
 datasets: OUT/<family>/<config>-seed<N>/model-seed<N>), each test context gets the model's
 class, or, when the model's top probability is below a threshold, the class of a
 fallback: the training data's majority class, or the site table's (its own fallback the
-majority).  Weighted and unweighted exact, overall and on unseen contexts, per threshold,
-against the model alone and the best table.  A rule that wins here would still have to
-be chosen on selection data and served the same way in the export and the allocator.
+majority), or the served back-off's (`served`: model/backoff.py, the site keyed by the ids
+the model reads, as the export serves it).  Weighted and unweighted exact, overall and on
+unseen contexts, per threshold, against the model alone and the best table.  The choice:
+the largest threshold whose `served` rule is no lower than the model alone (0.05 points of
+rounding) in either weighting of any family, overall and unseen.
 
     .venv/bin/python benchmarks/backoff_selection.py [--sweep out/defaults_sweep_selection] \\
         [--config wp0.75] [--seeds 0 1 2]
@@ -28,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from core.native_log import native_notices_dropped  # noqa: E402
-from model import baselines, io  # noqa: E402
+from model import backoff, baselines, io  # noqa: E402
 from model.data import load_dataset  # noqa: E402
 from model.evaluate import training_data  # noqa: E402
 from model.train import encode  # noqa: E402
@@ -50,9 +52,14 @@ def one(model_dir: str, test_dir: str) -> dict:
     test = load_dataset(test_dir).all()
     with native_notices_dropped():
         probs = model.predict(encode(test, md.hparams), batch_size=2048, verbose=0)
-    top, cls = probs.max(axis=-1), probs.argmax(axis=-1)
+    top, cls = probs.max(axis=-1).astype(np.float32), probs.argmax(axis=-1)
     fitted = baselines.fit_baselines(train.frames, train.label, train.weight)
-    fallback = {"majority": fitted["majority"](test.frames), "site": fitted["site"](test.frames)}
+    x = encode(test, md.hparams)
+    served = backoff.fit(encode(train, md.hparams), train.label, train.weight, 1.0,
+                         baselines.majority_class(train.label, train.weight),
+                         2 if md.context.size_feature else 1, md.hparams.tokens_per_frame)
+    fallback = {"majority": fitted["majority"](test.frames), "site": fitted["site"](test.frames),
+                "served": served.site_classes(x)}
     unseen = ~baselines.seen_mask(train.frames, test.frames)
     out = {"tables": {}, "rules": {}}
     for name in ("majority", "exact", "site"):
@@ -61,7 +68,7 @@ def one(model_dir: str, test_dir: str) -> dict:
                                for s, m in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
     for fb, fpred in fallback.items():
         for t in THRESHOLDS:
-            pred = np.where(top < t, fpred, cls)
+            pred = np.where(top < np.float32(t), fpred, cls)
             out["rules"][f"{fb}<{t:g}"] = {s: exact(pred, test.label, test.weight, m)
                                            for s, m in (("overall", np.ones(len(test), bool)),
                                                         ("unseen", unseen))}
@@ -78,6 +85,7 @@ def main() -> int:
     lines = [f"# Back-off on selection data (config {args.config}, seeds {args.seeds})", "",
              "Weighted / unweighted exact (%), mean over seeds; a rule `F<t`: the fallback F's "
              "class where the model's top probability is below t (`F<0`: the model alone).", ""]
+    gains: dict[float, list[float]] = {t: [] for t in THRESHOLDS}
     for fam in sorted(os.listdir(args.sweep)):
         tests = sorted(glob.glob(os.path.join(args.sweep, fam, "datasets", "test-*")))
         if not tests:
@@ -103,6 +111,16 @@ def main() -> int:
             o, u = mean(lambda r: r["rules"][rule]["overall"]), mean(lambda r: r["rules"][rule]["unseen"])
             lines.append(f"| {rule} | {100 * o[0]:.1f} / {100 * o[1]:.1f} | {100 * u[0]:.1f} / {100 * u[1]:.1f} |")
         lines.append("")
+        alone = [mean(lambda r: r["rules"]["served<0"][sc]) for sc in ("overall", "unseen")]
+        for t in THRESHOLDS:
+            rule = [mean(lambda r: r["rules"][f"served<{t:g}"][sc]) for sc in ("overall", "unseen")]
+            gains[t] += [float(100 * (a - b)) for ru, al in zip(rule, alone) for a, b in zip(ru, al)]
+    ok = [t for t in THRESHOLDS if gains[t] and min(gains[t]) >= -0.05]
+    lines += ["## Choice", "", "| served threshold | worst change against the model alone, points "
+              "(any family, weighting, overall or unseen) |", "|---|---|"]
+    lines += [f"| {t:g} | {min(gains[t]):+.2f} |" for t in THRESHOLDS if gains[t]]
+    lines += ["", f"Chosen: **{max(ok):g}** (the largest threshold that lowers nothing)." if ok
+              else "No threshold lowers nothing.", ""]
     text = "\n".join(lines) + "\n"
     out = args.out or os.path.join(args.sweep, "backoff.md")
     pathlib.Path(out).write_text(text)

@@ -116,7 +116,7 @@ def per_object(out: str, seed: int, test: str) -> dict:
     _, train_ex = training_data(md.config, None)
     fitted = baselines.fit_baselines(train_ex.frames, train_ex.label, train_ex.weight)
     contexts = [tuple(f) for f in test_ds.frames]
-    predicted = {"model": predict_classes(md.load_keras(), test_ds, md.hparams)}
+    predicted = {"model": predict_classes(md.load_keras(), test_ds, md.hparams, md.backoff)}
     for name in ("site", "exact", "majority"):
         predicted[name] = fitted[name](test_ds.frames)
     index = {c: i for i, c in enumerate(contexts)}

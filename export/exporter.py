@@ -208,11 +208,11 @@ def build_library(md: ModelDir, aot: pathlib.Path, work: pathlib.Path, out: path
     hp = md.hparams
     (gen / "lifetime_model_data.h").write_text(codegen.data_header(
         hp.max_frames, hp.tokens_per_frame, len(md.class_names), len(md.vocab),
-        target_cpu == "x86-64-v3", md.context.size_feature))
+        target_cpu == "x86-64-v3", md.context.size_feature, md.backoff))
     (gen / "lifetime_model_data.cc").write_text(codegen.data_source(
         md.vocab.tokens, md.class_names, hp.max_frames, hp.tokens_per_frame, model_id, route,
         md.context.to_json()["version"], list(md.context.wrappers), target_cpu or "generic",
-        labels=label_scheme_of(md), size_frame=md.context.size_feature))
+        labels=label_scheme_of(md), size_frame=md.context.size_feature, backoff=md.backoff))
     tf_include = runtime_build.tensorflow_dir() / "include"
     build = work / "build"
     gen_args = ["-G", "Ninja"] if shutil.which("ninja") else []

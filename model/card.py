@@ -35,6 +35,13 @@ def model_card(config: dict, metrics: dict) -> str:
     size_note = ("; frame 0 is the object's size frame (`<size$FLOOR>`, the context keyed on "
                  "size: core/context.py `size_feature`)"
                  if (config.get("context") or {}).get("size_feature") else "")
+    backoff = config.get("backoff")
+    backoff_note = (f"Served class: the argmax, or where the top probability is below "
+                    f"{backoff['below']} the class of the allocation site in the training data "
+                    f"({backoff['sites']} sites; an unseen site: class {backoff['fallback']}, the "
+                    "training majority; model/backoff.py).  The eval metrics below are of the "
+                    "served class." if backoff else
+                    "Served class: the argmax (no back-off).")
     return f"""# Lifetime model card
 
 Predicts the lifetime class of an allocation from its symbolized stack (llama-paper
@@ -50,6 +57,8 @@ definition) x {hp['tokens_per_frame']} tokens, top of the stack first (model/fea
 tokenizer `{config['tokenizer_version']}`){size_note}.
 
 Hyperparameters: {', '.join(f'{k}={v}' for k, v in sorted(hp.items()))}.
+
+{backoff_note}
 
 ## Training data
 

@@ -43,6 +43,8 @@ _HP_FLAGS = {
     "seed": "random seed (training is deterministic)",
     "unk_dropout": "training-time probability of replacing a token by <unk>",
     "weight_power": "example weight = samples ** this (1: by samples, 0: by context)",
+    "backoff_below": "serve the site table's class where the model's top probability is "
+                     "below this (0: never)",
 }
 
 

@@ -68,7 +68,7 @@ def evaluate(model_dir: str, dataset_dirs: list[str], split: str = "auto",
     rule, rule_split = ((tcmalloc_rule.for_comparison(datasets, test, train_ex,
                                                       config["label_scheme"]))
                         if tcmalloc_rule_rows else (None, None))
-    result = compare(predict_classes(model, test, md.hparams), train_ex, test,
+    result = compare(predict_classes(model, test, md.hparams, md.backoff), train_ex, test,
                      md.class_names, split=rule_split)
     if rule is not None:
         result["tcmalloc_rule"] = tcmalloc_rule.with_model_ahead(rule, result)

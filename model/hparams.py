@@ -63,6 +63,13 @@ class HParams:
     # weighted exact, 91.83% against 0.5's 91.66%, no family a point behind its best);
     # 0.5 before, chosen on the test versions.
     weight_power: float = 0.75
+    # Back-off (model/backoff.py, issue 33 item 6): where the model's top probability is
+    # below this, the served class is its site's in the training data (the training
+    # majority for an unseen site); 0: never.  0.4 was chosen on selection data
+    # (benchmarks/backoff_selection.py on the selection sweep's models, Redis 6.2.9,
+    # PostgreSQL 15.5 run 2, CPython 3.11, clang 16): the largest threshold that lowers
+    # neither weighting of any family, overall or on unseen contexts.
+    backoff_below: float = 0.4
 
     def __post_init__(self):
         architectures.get(self.architecture)  # UsageError naming the known ones
@@ -108,7 +115,9 @@ class HParams:
     def from_json(cls, d: dict) -> "HParams":
         names = {f.name for f in dataclasses.fields(cls)}
         # A model trained before min_delta existed stopped on any decrease.
-        return cls(**{"min_delta": 0.0, **{k: v for k, v in d.items() if k in names}})
+        # One trained before the back-off existed serves the model alone.
+        return cls(**{"min_delta": 0.0, "backoff_below": 0.0,
+                      **{k: v for k, v in d.items() if k in names}})
 
 
 # The range of every numeric hyperparameter: checked by HParams (a config.json read
@@ -130,6 +139,7 @@ RANGES = {
     "seed": (0, 2**32 - 1),             # numpy's (keras.utils.set_random_seed)
     "unk_dropout": (0.0, 1.0),          # a probability; [0, 1): 1 would drop every token
     "weight_power": (0.0, 2.0),         # samples ** 2 still fits float32 for 1e9 samples
+    "backoff_below": (0.0, 1.0),        # a probability; 1: back off unless the model is sure
 }
 OPEN_BELOW = {"learning_rate"}
 OPEN_ABOVE = {"unk_dropout"}

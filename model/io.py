@@ -25,6 +25,7 @@ from core import files, tokenizer
 from core.context import ContextDefinition, ContextDefinitionError
 from core.errors import LifetimeError
 from core.tokenizer import Vocabulary
+from model.backoff import Backoff
 from model.hparams import HParams
 
 # Keras is imported inside load_keras: `lifetime --help` must not pay for TensorFlow.
@@ -67,6 +68,12 @@ class ModelDir:
     def class_names(self) -> list[str]:
         return [str(c) for c in self.config["class_names"]]
 
+    @property
+    def backoff(self):
+        """model.backoff.Backoff the model is served with, or None (backoff_below 0, or a
+        model trained before the back-off existed)."""
+        return backoff_of(self.config, self.hparams, os.path.join(self.path, CONFIG_FILE))
+
     def load_keras(self):
         path = os.path.join(self.path, MODEL_FILE)
         if not os.path.lexists(path):
@@ -83,6 +90,20 @@ class ModelDir:
             first = (str(e).splitlines() or [""])[0][:200]
             raise ModelDirError(f"{path}: cannot load the Keras model, corrupt or not a Keras "
                                 f"model file ({type(e).__name__}: {first})") from e
+
+
+def backoff_of(config: dict, hp, config_path: str):
+    d = config.get("backoff")
+    if d is None or hp.backoff_below <= 0:
+        return None
+    try:
+        b = Backoff.from_json(d)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelDirError(f"{config_path}: backoff: {e}") from None
+    if b.below != hp.backoff_below or b.tokens_per_frame != hp.tokens_per_frame:
+        raise ModelDirError(f"{config_path}: backoff: threshold or frame width differs from "
+                            "the hyperparameters'")
+    return b
 
 
 def load_config(path: str) -> dict:

@@ -31,7 +31,7 @@ from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.evaluate import select_split, training_data
 from model.html_page import markdown_page
 from model.metrics import headline
-from model.train import Fitter, predict_classes
+from model.train import Fitter, fit_backoff, predict_classes
 from core import tokenizer
 
 DEPTHS = (1, 2, 4, 8, 16, 32)
@@ -82,7 +82,7 @@ def thin(examples: Examples, fraction: float, rng: np.random.Generator) -> Examp
     return thinned
 
 
-def _fraction_run(fitter, hp, train_sets, test: Examples, fraction: float, class_names,
+def _fraction_run(fitter, hp, context, train_sets, test: Examples, fraction: float, class_names,
                   refit_epochs: int | None = None):
     """The model retrained (and the baselines refit) on `fraction` of the training
     samples, compared on `test`; None when no train or eval context is left.
@@ -105,7 +105,8 @@ def _fraction_run(fitter, hp, train_sets, test: Examples, fraction: float, class
             tr = Examples.concat([tr, ev])
             model, _, _ = fitter.fit(tr, None, hp.replace(epochs=best), None, verbose=0)
     return {"train_contexts": len(tr), "train_samples": float(tr.weight.sum()),
-            **compare(predict_classes(model, test, hp), tr, test, class_names)}
+            **compare(predict_classes(model, test, hp, fit_backoff(tr, hp, context)), tr, test,
+                      class_names)}
 
 
 def _by_version(ex: Examples) -> dict:
@@ -179,8 +180,8 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
     # 4. model vs baselines (and TCMalloc's rule) on the test versions
     rule, split = tcmalloc_rule.for_comparison(test_sets, test_ex, train_ex,
                                                config["label_scheme"])
-    rep["test"] = compare(predict_classes(model, test_ex, hp), train_ex, test_ex, class_names,
-                          split=split)
+    rep["test"] = compare(predict_classes(model, test_ex, hp, mdir.backoff), train_ex, test_ex,
+                          class_names, split=split)
     rep["tcmalloc_rule"] = tcmalloc_rule.with_model_ahead(rule, rep["test"])
     metrics = io.read_json(os.path.join(model_dir, io.METRICS_FILE), io.ModelDirError,
                            "missing (not a model directory written by `lifetime train`)")
@@ -196,7 +197,7 @@ def write_report(model_dir: str, train_dirs: list[str], test_dirs: list[str], ou
             run = {"train_contexts": len(train_ex), "train_samples": float(train_ex.weight.sum()),
                    **rep["test"]}
         else:
-            run = _fraction_run(fitter, hp, train_sets, test_ex, fr, class_names,
+            run = _fraction_run(fitter, hp, mdir.context, train_sets, test_ex, fr, class_names,
                                 metrics.get("best_epoch") if metrics.get("refit_on_eval") else None)
         rep["sampling"].append({"fraction": fr, **({"skipped": "no train or eval contexts left"}
                                                     if run is None else run)})

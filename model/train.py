@@ -19,7 +19,9 @@ import numpy as np
 from core import version_roles
 from core.files import write_json
 from core.native_log import native_notices_dropped
+from model import backoff as backoff_mod
 from model import io
+from model.baselines import majority_class
 from model.card import model_card
 from model.compare import compare
 from model.data import DatasetError, Examples, check_compatible, load_dataset
@@ -163,12 +165,27 @@ def fit(train: Examples, evl: Examples | None, hp: HParams, num_classes: int,
     return Fitter(num_classes).fit(train, evl, hp, checkpoint_dir, verbose)
 
 
-def predict_classes(model, examples: Examples, hp: HParams) -> np.ndarray:
+def predict_classes(model, examples: Examples, hp: HParams,
+                    backoff: backoff_mod.Backoff | None = None) -> np.ndarray:
+    """The served classes: the model's argmax, or BACKOFF's where the model is unsure
+    (model/backoff.py; None: the model alone)."""
     if not len(examples):
         return np.zeros(0, np.int32)
+    x = encode(examples, hp)
     with native_notices_dropped():
-        probs = model.predict(encode(examples, hp), batch_size=2048, verbose=0)
+        probs = model.predict(x, batch_size=2048, verbose=0)
+    if backoff is not None:
+        return backoff.apply(probs, x)
     return np.argmax(probs, axis=-1).astype(np.int32)
+
+
+def fit_backoff(examples: Examples, hp: HParams, context) -> backoff_mod.Backoff | None:
+    """The back-off table over the examples a model was fitted on (None: backoff_below 0)."""
+    if hp.backoff_below <= 0 or not len(examples):
+        return None
+    return backoff_mod.fit(encode(examples, hp), examples.label, examples.weight,
+                           hp.backoff_below, majority_class(examples.label, examples.weight),
+                           2 if context.size_feature else 1, hp.tokens_per_frame)
 
 
 def load_training_data(dataset_dirs: list[str]):
@@ -221,11 +238,13 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
     fitter = Fitter(len(class_names))
     model, history, best = fitter.fit(train_ex, eval_ex, hp, os.path.join(out_dir, "checkpoints"),
                                       verbose)
-    held_out = compare(predict_classes(model, eval_ex, hp), train_ex, eval_ex, class_names)
+    held_out = compare(predict_classes(model, eval_ex, hp, fit_backoff(train_ex, hp, context)),
+                       train_ex, eval_ex, class_names)
     if hp.refit:
         LOG.info("train: refit on train + eval splits for %d epochs", best)
         train_ex = Examples.concat([train_ex, eval_ex])
         model, _, _ = fitter.fit(train_ex, None, hp.replace(epochs=best), None, verbose)
+    backoff = fit_backoff(train_ex, hp, context)
     seconds = time.monotonic() - start
     model.save(os.path.join(out_dir, io.MODEL_FILE))
     shutil.copyfile(os.path.join(datasets[0].path, "vocab.txt"), os.path.join(out_dir, io.VOCAB_FILE))
@@ -243,9 +262,11 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
             "tokenizer_version": d.manifest.get("tokenizer_version")} for d in datasets],
         "roles": roles,
     }
+    if backoff is not None:
+        config["backoff"] = backoff.to_json()
     metrics = {"eval": held_out, "refit_on_eval": hp.refit,
                "train": {"model": classification_metrics(
-                   train_ex.label, predict_classes(model, train_ex, hp), train_ex.weight,
+                   train_ex.label, predict_classes(model, train_ex, hp, backoff), train_ex.weight,
                    class_names)},
                "epochs_run": len(history["loss"]), "best_epoch": best}
     write_json(os.path.join(out_dir, io.CONFIG_FILE), config)

@@ -231,7 +231,21 @@ struct Predictor::Impl {
       probs[c] = p[c];
       if (p[c] > p[best]) best = c;
     }
+    if (p[best] < generated::kBackoffBelow) return BackoffClass(fn.arg_feed_token_ids_data());
     return best;
+  }
+
+  // The model is unsure: its site's class in the training data (model/backoff.py).
+  static int BackoffClass(const int32_t* ids) {
+    const uint64_t key = HashBytes(reinterpret_cast<const char*>(ids),
+                                   sizeof(int32_t) * generated::kBackoffSlots * generated::kTokensPerFrame);
+    uint32_t lo = 0, hi = generated::kBackoffCount;
+    while (lo < hi) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      if (generated::kBackoffKeys[mid] < key) lo = mid + 1; else hi = mid;
+    }
+    return lo < generated::kBackoffCount && generated::kBackoffKeys[lo] == key
+               ? generated::kBackoffClasses[lo] : generated::kBackoffFallback;
   }
 };
 

@@ -19,7 +19,9 @@
 // whitespace nor one of  :()<>[]{},*&.;=+-~!%^|/\'"`?@#  ; unknown tokens get id 1.
 //
 // Output.  Probabilities over the lifetime classes (shortest first, "never freed"
-// last) and their argmax, the predicted class.
+// last) and the predicted class: their argmax, or, where the top probability is below
+// the model's back-off threshold, its site's class in the training data (the training
+// majority for a site it never saw; model/backoff.py, issue 33 item 6).
 //
 // Allocation.  Constructing a Predictor allocates its buffers (once).  After that,
 // nothing on the prediction path allocates: tokenizing frame strings, running the

@@ -1,0 +1,97 @@
+"""The model's back-off (issue 33 item 6): where the model is unsure, the site table.
+
+Where the model's top probability is below `below` (a hyperparameter, HParams.backoff_below,
+chosen on selection data), the served class is the class of the allocation site in the
+training data (its sample-weighted majority, ties to the smaller class), or the training
+data's majority class for a site training never saw.  A confident model is served as is.
+
+The site is what the model reads of it: the ids of the layout's site slots (slot 0, and
+slot 1 when frame 0 is the size frame: model/features.py), hashed as the exported library
+hashes bytes (core/byte_hash.py).  So one table serves the same way offline
+(model/train.py `predict_classes`), in the export (export/codegen.py writes it;
+export/cc/lifetime_model.cc applies it after the model runs) and so in every host of the
+export: the allocator, the sampler's online predictions and the simulator.  (model/
+baselines.py's site table keys on the frame's string; two frames whose first
+tokens_per_frame tokens agree share one entry here.)
+
+Fitted at training on the split the model was fitted on; stored in config.json `backoff`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from core import byte_hash
+
+
+@dataclasses.dataclass(frozen=True)
+class Backoff:
+    below: float            # back off where the top probability is < this (0: never)
+    fallback: int           # the class of a site not in the table
+    site_slots: int         # leading frame slots that make the key (1, or 2 with a size frame)
+    tokens_per_frame: int
+    keys: np.ndarray        # uint64, sorted
+    classes: np.ndarray     # int32, one per key
+
+    def site_keys(self, layouts: np.ndarray) -> np.ndarray:
+        return site_keys(layouts, self.site_slots, self.tokens_per_frame)
+
+    def site_classes(self, layouts: np.ndarray) -> np.ndarray:
+        """The table's class for each layout (the fallback for a site it lacks)."""
+        keys = self.site_keys(layouts)
+        at = np.searchsorted(self.keys, keys)
+        found = at < len(self.keys)
+        found[found] = self.keys[at[found]] == keys[found]
+        out = np.full(len(keys), self.fallback, np.int32)
+        out[found] = self.classes[at[found]]
+        return out
+
+    def apply(self, probs: np.ndarray, layouts: np.ndarray) -> np.ndarray:
+        """The served classes: argmax, or the site's class where max < below (float32
+        compare, as the C++ does)."""
+        probs = np.asarray(probs, np.float32)
+        cls = np.argmax(probs, axis=-1).astype(np.int32)
+        if self.below <= 0 or not len(cls):
+            return cls
+        unsure = probs.max(axis=-1) < np.float32(self.below)
+        if unsure.any():
+            cls[unsure] = self.site_classes(np.asarray(layouts)[unsure])
+        return cls
+
+    def to_json(self) -> dict:
+        return {"below": self.below, "fallback": self.fallback, "site_slots": self.site_slots,
+                "tokens_per_frame": self.tokens_per_frame, "key": "core/byte_hash.py of the "
+                "site slots' int32 ids, little-endian", "sites": len(self.keys),
+                "keys": [f"{int(k):016x}" for k in self.keys],
+                "classes": [int(c) for c in self.classes]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Backoff":
+        keys = np.array([int(k, 16) for k in d["keys"]], np.uint64)
+        classes = np.array(d["classes"], np.int32)
+        if len(keys) != len(classes) or (len(keys) > 1 and not np.all(keys[1:] > keys[:-1])):
+            raise ValueError("backoff: keys and classes differ in length, or keys unsorted")
+        return cls(float(d["below"]), int(d["fallback"]), int(d["site_slots"]),
+                   int(d["tokens_per_frame"]), keys, classes)
+
+
+def site_keys(layouts: np.ndarray, site_slots: int, tokens_per_frame: int) -> np.ndarray:
+    """uint64 key of each layout row: the hash of its first site_slots slots' ids."""
+    width = site_slots * tokens_per_frame
+    rows = np.ascontiguousarray(np.asarray(layouts, np.int32)[:, :width]).astype("<i4")
+    return np.array([byte_hash.hash_bytes(r.tobytes()) for r in rows], np.uint64)
+
+
+def fit(layouts: np.ndarray, labels, weights, below: float, fallback: int, site_slots: int,
+        tokens_per_frame: int) -> Backoff:
+    """The table over these training layouts: each site's sample-weighted majority class."""
+    votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    for k, y, w in zip(site_keys(layouts, site_slots, tokens_per_frame).tolist(), labels, weights):
+        votes[k][int(y)] += float(w)
+    keys = sorted(votes)
+    classes = [min(votes[k], key=lambda c: (-votes[k][c], c)) for k in keys]
+    return Backoff(float(below), int(fallback), site_slots, tokens_per_frame,
+                   np.array(keys, np.uint64), np.array(classes, np.int32))
