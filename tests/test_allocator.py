@@ -364,11 +364,13 @@ def test_dense_huge_pages(collapse, tmp_path):
         # the clock since the first page queued plus a burst of 20 ms, over by one collapse
         # at most.  At least 8, or fewer only because the budget ran out (each collapse
         # costs 2.5-5 ms here, ~10 ms with the test suite's other worker busy; 4 and 5 have
-        # fitted): the budget left at the last tick would not pay for another one.
+        # fitted): the budget left at the last tick would not pay for another one (only
+        # collapses spend it; the queue itself is empty at exit, the interpreter's last
+        # frees having released the pages).
         n = s["collapsed_huge_pages"] + s["collapse_failures"]
         most = s["uptime_ns"] / 100 + 20e6
         per = s["collapse_ns"] / max(1, n)
-        assert n >= 8 or (n >= 1 and s["collapse_budget_ns"] < per and s["collapse_queued"]), s
+        assert n >= 8 or (n >= 1 and s["collapse_budget_ns"] < per), s
         assert s["collapse_ns"] <= most + per, s
     if collapse == 0:
         assert int(proc.stdout.strip()) >= 8 * 2048  # KiB in huge pages

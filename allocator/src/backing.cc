@@ -212,7 +212,7 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
   uint64_t page;
   if (!touched_page(id, page)) return;
   if (huge_on_) break_huge(page);
-  set_bit(queued_, page, false);  // no longer dense: the policy says so again when it is
+  unqueue(page);  // no longer dense: the policy says so again when it is
   madvise(page_at(page) + offset, bytes, MADV_DONTNEED);
   subreleased_ += bytes;
 }
@@ -228,9 +228,7 @@ void Backing::dense(uint64_t id) {
       unsigned j = 0;
       while (j < nqueued_ && !queue_[j].deferred) ++j;
       if (j == nqueued_) return;
-      set_bit(queued_, queue_[j].page, false);
-      for (; j + 1 < nqueued_; ++j) queue_[j] = queue_[j + 1];
-      --nqueued_;
+      unqueue(queue_[j].page);
     }
     set_bit(queued_, page, true);
     queue_[nqueued_++] = {page, now_};
@@ -241,6 +239,17 @@ void Backing::dense(uint64_t id) {
   // the mapping).
   if (collapse_ ? bit_of(advised_, page) || (!broken && broken_count_ >= kMaxBroken) : !broken) return;
   advise(page);
+}
+
+void Backing::unqueue(uint64_t page) {
+  if (!bit_of(queued_, page)) return;
+  set_bit(queued_, page, false);
+  for (unsigned j = 0; j < nqueued_; ++j)
+    if (queue_[j].page == page) {
+      for (; j + 1 < nqueued_; ++j) queue_[j] = queue_[j + 1];
+      --nqueued_;
+      return;
+    }
 }
 
 bool Backing::advise(uint64_t page) {
@@ -283,7 +292,7 @@ void Backing::collapse_some() {
          queue_[i].at + kCollapseAfterNs <= now_;
        ++i) {
     const uint64_t page = queue_[i].page;
-    if (!bit_of(queued_, page)) continue;  // released or subreleased since
+    if (!bit_of(queued_, page)) continue;  // (unqueue() removes a released page's entry)
     // A collapse faults in every 4 KiB page of the range: only a page that is already
     // (nearly) all resident is worth a huge page; a sparse one waits and is looked at again.
     if (missing_small_pages(page) > kCollapseMaxMissing) {
@@ -321,7 +330,7 @@ void Backing::give_back(uint64_t first, uint64_t n) {
   for (uint64_t p = local; p < end; ++p) {
     const uint64_t page = g * per_group_pages_ + p;
     decommit(page);
-    set_bit(queued_, page, false);
+    unqueue(page);
     if (collapse_) {
       // Empty: touched again, it is faulted in 4 KiB pages until dense() again.
       if (bit_of(advised_, page)) break_huge(page);

@@ -185,6 +185,7 @@ class Backing {
   uint64_t budget_at_ = 0;          // the clock when the budget was last topped up
   void collapse_some();
   bool advise(uint64_t page);  // MADV_HUGEPAGE, no longer broken (false: the kernel refused)
+  void unqueue(uint64_t page);  // out of the collapse queue (released, subreleased, evicted)
   unsigned missing_small_pages(uint64_t page) const;  // 4 KiB pages of the huge page not resident (mincore)
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t table_chunks_ = 0;       // chunks with a committed heap page
