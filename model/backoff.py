@@ -3,7 +3,9 @@
 Where the model's top probability is below `below` (a hyperparameter, HParams.backoff_below,
 chosen on selection data), the served class is the class of the allocation site in the
 training data (its sample-weighted majority, ties to the smaller class), or the training
-data's majority class for a site training never saw.  A confident model is served as is.
+data's majority class for a site training never saw.  Where the table is confident, a site
+whose training weight is at least `pure` (HParams.backoff_pure; 0: never) in its class,
+its class is served whatever the model says.  Otherwise the model is served as is.
 
 The site is what the model reads of it: the ids of the layout's site slots (slot 0, and
 slot 1 when frame 0 is the size frame: model/features.py), hashed as the exported library
@@ -35,47 +37,61 @@ class Backoff:
     tokens_per_frame: int
     keys: np.ndarray        # uint64, sorted
     classes: np.ndarray     # int32, one per key
+    purity: np.ndarray      # float32, one per key: the share of the site's weight in its class
+    pure: float = 0.0       # a site at least this pure is served its class (0: never)
 
     def site_keys(self, layouts: np.ndarray) -> np.ndarray:
         return site_keys(layouts, self.site_slots, self.tokens_per_frame)
 
-    def site_classes(self, layouts: np.ndarray) -> np.ndarray:
-        """The table's class for each layout (the fallback for a site it lacks)."""
+    def lookup(self, layouts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(class, purity) of each layout's site; (fallback, 0) for a site not in the table."""
         keys = self.site_keys(layouts)
         at = np.searchsorted(self.keys, keys)
         found = at < len(self.keys)
         found[found] = self.keys[at[found]] == keys[found]
-        out = np.full(len(keys), self.fallback, np.int32)
-        out[found] = self.classes[at[found]]
-        return out
+        cls = np.full(len(keys), self.fallback, np.int32)
+        purity = np.zeros(len(keys), np.float32)
+        cls[found] = self.classes[at[found]]
+        purity[found] = self.purity[at[found]]
+        return cls, purity
+
+    def site_classes(self, layouts: np.ndarray) -> np.ndarray:
+        """The table's class for each layout (the fallback for a site it lacks)."""
+        return self.lookup(layouts)[0]
 
     def apply(self, probs: np.ndarray, layouts: np.ndarray) -> np.ndarray:
-        """The served classes: argmax, or the site's class where max < below (float32
-        compare, as the C++ does)."""
+        """The served classes: argmax, or the site's class where max < below or the site
+        is at least `pure` pure (float32 compares, as the C++ does)."""
         probs = np.asarray(probs, np.float32)
         cls = np.argmax(probs, axis=-1).astype(np.int32)
-        if self.below <= 0 or not len(cls):
+        if not len(cls) or (self.below <= 0 and self.pure <= 0):
             return cls
-        unsure = probs.max(axis=-1) < np.float32(self.below)
-        if unsure.any():
-            cls[unsure] = self.site_classes(np.asarray(layouts)[unsure])
+        site, purity = self.lookup(np.asarray(layouts))
+        use = probs.max(axis=-1) < np.float32(self.below)
+        if self.pure > 0:
+            use |= purity >= np.float32(self.pure)
+        cls[use] = site[use]
         return cls
 
     def to_json(self) -> dict:
-        return {"below": self.below, "fallback": self.fallback, "site_slots": self.site_slots,
+        return {"below": self.below, "pure": self.pure, "fallback": self.fallback,
+                "site_slots": self.site_slots,
                 "tokens_per_frame": self.tokens_per_frame, "key": "core/byte_hash.py of the "
                 "site slots' int32 ids, little-endian", "sites": len(self.keys),
                 "keys": [f"{int(k):016x}" for k in self.keys],
-                "classes": [int(c) for c in self.classes]}
+                "classes": [int(c) for c in self.classes],
+                "purity": [round(float(p), 6) for p in self.purity]}
 
     @classmethod
     def from_json(cls, d: dict) -> "Backoff":
         keys = np.array([int(k, 16) for k in d["keys"]], np.uint64)
         classes = np.array(d["classes"], np.int32)
-        if len(keys) != len(classes) or (len(keys) > 1 and not np.all(keys[1:] > keys[:-1])):
-            raise ValueError("backoff: keys and classes differ in length, or keys unsorted")
+        purity = np.array(d["purity"], np.float32)
+        if len(keys) != len(classes) or len(keys) != len(purity) or (
+                len(keys) > 1 and not np.all(keys[1:] > keys[:-1])):
+            raise ValueError("keys, classes and purity differ in length, or keys unsorted")
         return cls(float(d["below"]), int(d["fallback"]), int(d["site_slots"]),
-                   int(d["tokens_per_frame"]), keys, classes)
+                   int(d["tokens_per_frame"]), keys, classes, purity, float(d["pure"]))
 
 
 def site_keys(layouts: np.ndarray, site_slots: int, tokens_per_frame: int) -> np.ndarray:
@@ -86,12 +102,16 @@ def site_keys(layouts: np.ndarray, site_slots: int, tokens_per_frame: int) -> np
 
 
 def fit(layouts: np.ndarray, labels, weights, below: float, fallback: int, site_slots: int,
-        tokens_per_frame: int) -> Backoff:
-    """The table over these training layouts: each site's sample-weighted majority class."""
+        tokens_per_frame: int, pure: float = 0.0) -> Backoff:
+    """The table over these training layouts: each site's sample-weighted majority class
+    and the share of its weight in that class."""
     votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for k, y, w in zip(site_keys(layouts, site_slots, tokens_per_frame).tolist(), labels, weights):
         votes[k][int(y)] += float(w)
     keys = sorted(votes)
     classes = [min(votes[k], key=lambda c: (-votes[k][c], c)) for k in keys]
+    purity = [votes[k][c] / sum(votes[k].values()) if sum(votes[k].values()) > 0 else 0.0
+              for k, c in zip(keys, classes)]
     return Backoff(float(below), int(fallback), site_slots, tokens_per_frame,
-                   np.array(keys, np.uint64), np.array(classes, np.int32))
+                   np.array(keys, np.uint64), np.array(classes, np.int32),
+                   np.array(purity, np.float32), float(pure))

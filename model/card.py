@@ -36,12 +36,15 @@ def model_card(config: dict, metrics: dict) -> str:
                  "size: core/context.py `size_feature`)"
                  if (config.get("context") or {}).get("size_feature") else "")
     backoff = config.get("backoff")
-    backoff_note = (f"Served class: the argmax, or where the top probability is below "
-                    f"{backoff['below']} the class of the allocation site in the training data "
-                    f"({backoff['sites']} sites; an unseen site: class {backoff['fallback']}, the "
-                    "training majority; model/backoff.py).  The eval metrics below are of the "
-                    "served class." if backoff else
-                    "Served class: the argmax (no back-off).")
+    backoff_note = "Served class: the argmax (no back-off)."
+    if backoff:
+        pure = (f"; and wherever the site's training weight is at least {backoff['pure']} in "
+                "its class, that class" if backoff.get("pure") else "")
+        backoff_note = (f"Served class: the argmax, or where the top probability is below "
+                        f"{backoff['below']} the class of the allocation site in the training "
+                        f"data ({backoff['sites']} sites; an unseen site: class "
+                        f"{backoff['fallback']}, the training majority){pure} "
+                        "(model/backoff.py).  The eval metrics below are of the served class.")
     return f"""# Lifetime model card
 
 Predicts the lifetime class of an allocation from its symbolized stack (llama-paper

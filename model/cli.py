@@ -45,6 +45,8 @@ _HP_FLAGS = {
     "weight_power": "example weight = samples ** this (1: by samples, 0: by context)",
     "backoff_below": "serve the site table's class where the model's top probability is "
                      "below this (0: never)",
+    "backoff_pure": "serve the site table's class wherever the site's training weight is at "
+                    "least this share in its class (0: never)",
 }
 
 

@@ -94,14 +94,15 @@ class ModelDir:
 
 def backoff_of(config: dict, hp, config_path: str):
     d = config.get("backoff")
-    if d is None or hp.backoff_below <= 0:
+    if d is None or (hp.backoff_below <= 0 and hp.backoff_pure <= 0):
         return None
     try:
         b = Backoff.from_json(d)
     except (KeyError, TypeError, ValueError) as e:
         raise ModelDirError(f"{config_path}: backoff: {e}") from None
-    if b.below != hp.backoff_below or b.tokens_per_frame != hp.tokens_per_frame:
-        raise ModelDirError(f"{config_path}: backoff: threshold or frame width differs from "
+    if (b.below, b.pure, b.tokens_per_frame) != (hp.backoff_below, hp.backoff_pure,
+                                                 hp.tokens_per_frame):
+        raise ModelDirError(f"{config_path}: backoff: thresholds or frame width differ from "
                             "the hyperparameters'")
     return b
 

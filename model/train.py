@@ -180,12 +180,13 @@ def predict_classes(model, examples: Examples, hp: HParams,
 
 
 def fit_backoff(examples: Examples, hp: HParams, context) -> backoff_mod.Backoff | None:
-    """The back-off table over the examples a model was fitted on (None: backoff_below 0)."""
-    if hp.backoff_below <= 0 or not len(examples):
+    """The back-off table over the examples a model was fitted on (None: both rules off)."""
+    if (hp.backoff_below <= 0 and hp.backoff_pure <= 0) or not len(examples):
         return None
     return backoff_mod.fit(encode(examples, hp), examples.label, examples.weight,
                            hp.backoff_below, majority_class(examples.label, examples.weight),
-                           2 if context.size_feature else 1, hp.tokens_per_frame)
+                           2 if context.size_feature else 1, hp.tokens_per_frame,
+                           hp.backoff_pure)
 
 
 def load_training_data(dataset_dirs: list[str]):

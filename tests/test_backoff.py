@@ -37,8 +37,18 @@ def test_apply_backs_off_only_where_the_model_is_unsure():
                       [0.5, 0.5, 0, 0, 0, 0, 0]], np.float32)  # 0.5 is not below 0.5
     got = b.apply(probs, _layouts([10, 10, 99, 10]))
     assert got.tolist() == [0, 4, 6, 0]
-    off = B.Backoff(0.0, 6, 1, 4, b.keys, b.classes)
+    off = B.Backoff(0.0, 6, 1, 4, b.keys, b.classes, b.purity)
     assert off.apply(probs, _layouts([10, 10, 99, 10])).tolist() == [0, 0, 0, 0]
+
+
+def test_a_pure_site_is_served_its_class_even_where_the_model_is_sure():
+    layouts = _layouts([10, 10, 20, 20])
+    b = B.fit(layouts, [4, 4, 2, 3], [3.0, 1.0, 3.0, 1.0], below=0.4, fallback=6, site_slots=1,
+              tokens_per_frame=4, pure=0.9)
+    assert sorted(b.purity.tolist()) == [0.75, 1.0]  # site 10 all class 4; site 20 3/4 in class 2
+    sure = np.array([[0.9, 0.1, 0, 0, 0, 0, 0]] * 3, np.float32)
+    # site 10 is pure: its class; site 20 is not: the model's; an unseen site: the model's
+    assert b.apply(sure, _layouts([10, 20, 99])).tolist() == [4, 0, 0]
 
 
 def test_the_key_is_the_site_slots_ids_hashed_as_the_exported_library_hashes():
@@ -59,7 +69,8 @@ def test_json_round_trip_and_bad_tables():
     d = json.loads(json.dumps(b.to_json()))
     c = B.Backoff.from_json(d)
     assert c.keys.tolist() == b.keys.tolist() and c.classes.tolist() == b.classes.tolist()
-    assert (c.below, c.fallback, c.site_slots, c.tokens_per_frame) == (0.4, 1, 1, 4)
+    assert (c.below, c.fallback, c.site_slots, c.tokens_per_frame, c.pure) == (0.4, 1, 1, 4, 0.0)
+    assert c.purity.tolist() == b.purity.tolist()
     with pytest.raises(ValueError):
         B.Backoff.from_json({**d, "keys": d["keys"][::-1]})
     with pytest.raises(ValueError):
@@ -69,7 +80,8 @@ def test_json_round_trip_and_bad_tables():
 def test_the_default_threshold_and_older_models():
     assert HParams().backoff_below == 0.4
     # a config.json from before the back-off: the model alone
-    assert HParams.from_json({"weight_power": 0.5}).backoff_below == 0.0
+    old = HParams.from_json({"weight_power": 0.5})
+    assert (old.backoff_below, old.backoff_pure) == (0.0, 0.0)
 
 
 def test_generated_source_carries_the_table():
@@ -81,5 +93,6 @@ def test_generated_source_carries_the_table():
     assert "kBackoffCount = 2u" in src and "kBackoffFallback = 3" in src
     for k in b.keys:
         assert f"0x{int(k):016x}ull" in src
+    assert "kBackoffPure = 0.0f" in head and "kBackoffPurity[2]" in src
     none = codegen.data_header(3, 4, 8, 100)
     assert "kBackoffBelow = 0.0f" in none

@@ -401,8 +401,9 @@ def test_trained_network_with_other_shapes_exports_with_parity(exported_model, t
     shape = NETWORK_SHAPES["frames-5x3-e12-u20"]
     dataset = make_dataset(tmp_path / "dataset", max_frames=shape["max_frames"],
                            profiles=dataset_profiles(training_dataset(session_model)))
-    # (an unsure model and a high back-off threshold: the library's site table is used)
-    model_dir = train_model_dir(dataset, tmp_path / "model", backoff_below=0.9,
+    # (an unsure model, a high back-off threshold and the pure-site rule: the library's
+    # site table is used both ways)
+    model_dir = train_model_dir(dataset, tmp_path / "model", backoff_below=0.9, backoff_pure=0.8,
                                 **{**TRAIN_SCHEDULE, "epochs": 3, "min_epochs": 1, **shape})
     manifest = export_model(model_dir, tmp_path / "export")
     assert manifest["graph"] == "folded" and manifest["folded_max_abs_dp"] < 1e-5
@@ -412,10 +413,11 @@ def test_trained_network_with_other_shapes_exports_with_parity(exported_model, t
     stacks, ids, want = _parity_cases(model_dir)
     assert ids.shape[1] == 15
     served = served_classes(model_dir, ids, want)
-    unsure = np.max(want, -1) < 0.9
-    backed = unsure & (served != np.argmax(want, -1))
-    print(f"{unsure.sum()} of {len(stacks)} unsure, {backed.sum()} served another class")
-    assert backed.sum() >= 10  # the back-off changes classes, and the library agrees
+    unsure = np.max(want, -1) < np.float32(0.9)
+    backed = served != np.argmax(want, -1)
+    print(f"{unsure.sum()} of {len(stacks)} unsure, {(backed & unsure).sum()} of them and "
+          f"{(backed & ~unsure).sum()} sure ones (pure sites) served another class")
+    assert (backed & unsure).sum() >= 10  # the back-off changes classes, and the library agrees
     for route in ("predict-frames", "predict-ids"):
         (tmp_path / route).mkdir()
         _check_parity(build, stacks, ids, want, tmp_path / route, route, served)

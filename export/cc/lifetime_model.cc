@@ -231,12 +231,12 @@ struct Predictor::Impl {
       probs[c] = p[c];
       if (p[c] > p[best]) best = c;
     }
-    if (p[best] < generated::kBackoffBelow) return BackoffClass(fn.arg_feed_token_ids_data());
-    return best;
-  }
-
-  // The model is unsure: its site's class in the training data (model/backoff.py).
-  static int BackoffClass(const int32_t* ids) {
+    const bool unsure = p[best] < generated::kBackoffBelow;
+    if (!unsure && !(generated::kBackoffPure > 0.0f)) return best;
+    // The back-off (model/backoff.py): the site's class in the training data where the
+    // model is unsure (the training majority for a site it never saw), or where the site
+    // is pure enough there.
+    const int32_t* ids = fn.arg_feed_token_ids_data();
     const uint64_t key = HashBytes(reinterpret_cast<const char*>(ids),
                                    sizeof(int32_t) * generated::kBackoffSlots * generated::kTokensPerFrame);
     uint32_t lo = 0, hi = generated::kBackoffCount;
@@ -244,8 +244,11 @@ struct Predictor::Impl {
       const uint32_t mid = lo + (hi - lo) / 2;
       if (generated::kBackoffKeys[mid] < key) lo = mid + 1; else hi = mid;
     }
-    return lo < generated::kBackoffCount && generated::kBackoffKeys[lo] == key
-               ? generated::kBackoffClasses[lo] : generated::kBackoffFallback;
+    const bool found = lo < generated::kBackoffCount && generated::kBackoffKeys[lo] == key;
+    if (found && generated::kBackoffPure > 0.0f && generated::kBackoffPurity[lo] >= generated::kBackoffPure)
+      return generated::kBackoffClasses[lo];
+    if (!unsure) return best;
+    return found ? generated::kBackoffClasses[lo] : generated::kBackoffFallback;
   }
 };
 
