@@ -62,6 +62,8 @@ def one(model_dir: str, test_dir: str) -> dict:
     fallback = {"majority": fitted["majority"](test.frames), "site": fitted["site"](test.frames),
                 "served": served.site_classes(x)}
     _, purity = served.lookup(x)
+    found = purity > 0  # (a site in the table has purity > 0)
+    fallback["seen"] = np.where(found, fallback["served"], cls)  # an unseen site keeps the model's
     unseen = ~baselines.seen_mask(train.frames, test.frames)
     out = {"tables": {}, "rules": {}}
     for name in ("majority", "exact", "site"):
@@ -77,10 +79,11 @@ def one(model_dir: str, test_dir: str) -> dict:
     for t in THRESHOLDS:  # the served rule with the table's confidence too
         for q in PURE:
             use = (top < np.float32(t)) | (purity >= np.float32(q))
-            pred = np.where(use, fallback["served"], cls)
-            out["rules"][f"served<{t:g},pure>={q:g}"] = {
-                s: exact(pred, test.label, test.weight, m)
-                for s, m in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
+            for fb in ("served", "seen"):
+                pred = np.where(use, fallback[fb], cls)
+                out["rules"][f"{fb}<{t:g},pure>={q:g}"] = {
+                    s: exact(pred, test.label, test.weight, m)
+                    for s, m in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
     return out
 
 
@@ -94,11 +97,11 @@ def main() -> int:
     lines = [f"# Back-off on selection data (config {args.config}, seeds {args.seeds})", "",
              "Weighted / unweighted exact (%), mean over seeds; a rule `F<t`: the fallback F's "
              "class where the model's top probability is below t (`F<0`: the model alone).", ""]
-    rules = [(t, 0.0) for t in THRESHOLDS] + [(t, q) for t in THRESHOLDS for q in PURE]
+    rules = [(fb, t, q) for fb in ("served", "seen") for t in THRESHOLDS for q in (0.0, *PURE)]
     gains: dict[tuple, list[float]] = {r: [] for r in rules}
 
     def rule_name(r):
-        return f"served<{r[0]:g}" + (f",pure>={r[1]:g}" if r[1] else "")
+        return f"{r[0]}<{r[1]:g}" + (f",pure>={r[2]:g}" if r[2] else "")
     for fam in sorted(os.listdir(args.sweep)):
         tests = sorted(glob.glob(os.path.join(args.sweep, fam, "datasets", "test-*")))
         if not tests:
@@ -131,7 +134,7 @@ def main() -> int:
     # Lowers nothing (0.05 points of rounding) in any family, weighting, overall or unseen;
     # of those the most gained in all, then the lowest threshold and the purest sites.
     ok = [rl for rl in rules if gains[rl] and min(gains[rl]) >= -0.05]
-    best = max(ok, key=lambda rl: (round(sum(gains[rl]), 2), -rl[0], rl[1] or 2)) if ok else None
+    best = max(ok, key=lambda rl: (round(sum(gains[rl]), 2), -rl[1], rl[2] or 2)) if ok else None
     lines += ["## Choice", "", "| served rule | worst change against the model alone, points "
               "(any family, weighting, overall or unseen) | sum of changes |", "|---|---|---|"]
     lines += [f"| {rule_name(rl)} | {min(gains[rl]):+.2f} | {sum(gains[rl]):+.2f} |" for rl in rules
