@@ -109,3 +109,27 @@ def test_real_redis_profile(tmp_path):
     assert len(profile.samples) > 100
     assert 0 < censored < len(profile.samples)
     assert len(profile.stacks) > 20
+
+
+def test_dense_regions_counts_what_a_huge_page_would_not_add():
+    """machine.dense_regions_kib: 2 MiB regions with at most 8 small pages not resident;
+    a region fully written counts, one written at 1 of 16 pages does not."""
+    import mmap
+
+    from benchmarks.servers import machine
+
+    me = os.getpid()
+    m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        before = machine.dense_regions_kib(me)
+        for off in range(0, 8 << 20, 4096):  # the whole mapping: at least 3 aligned regions
+            m[off] = 1
+        full = machine.dense_regions_kib(me)
+        m.madvise(mmap.MADV_DONTNEED)
+        for off in range(0, 8 << 20, 16 * 4096):  # 32 of every 512 pages
+            m[off] = 1
+        sparse = machine.dense_regions_kib(me)
+    finally:
+        m.close()
+    assert full - before >= 3 * 2048
+    assert sparse <= before + 2048  # (another mapping of the test process may change a little)

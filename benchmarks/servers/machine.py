@@ -164,6 +164,42 @@ def llama_stats_path(pid: int) -> pathlib.Path | None:
     return None
 
 
+HUGE = 2 << 20
+DENSE_MAX_MISSING = 8  # as the allocator's collapse rule (allocator/src/backing.h)
+
+
+def dense_regions_kib(pid: int, max_missing: int = DENSE_MAX_MISSING) -> int | None:
+    """KiB in the process's 2 MiB-aligned anonymous regions with at most MAX_MISSING of
+    their 512 small pages not resident (/proc/PID/pagemap's present bits): where a huge
+    page costs no RSS, so the denominator of "huge pages where they cost nothing" (issue
+    32).  None when the process is gone or its pagemap cannot be read."""
+    try:
+        ranges = []
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split()
+                if parts[1].startswith("rw") and parts[4] == "0" and len(parts) == 5:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    if ranges and ranges[-1][1] == lo:  # adjacent mappings (split by madvise)
+                        ranges[-1][1] = hi
+                    else:
+                        ranges.append([lo, hi])
+        dense = 0
+        with open(f"/proc/{pid}/pagemap", "rb") as pm:
+            for lo, hi in ranges:
+                a = (lo + HUGE - 1) & ~(HUGE - 1)
+                while a + HUGE <= hi:
+                    pm.seek((a >> 12) * 8)
+                    data = pm.read(512 * 8)
+                    if len(data) == 512 * 8:
+                        present = sum(b >> 7 for b in data[7::8])  # bit 63 of each entry
+                        dense += 512 - present <= max_missing
+                    a += HUGE
+        return dense * (HUGE >> 10)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Sampler:
     """/proc/PID/smaps_rollup (kB fields) and utime+stime every INTERVAL s, in a thread;
     with LLAMA_STATS, also the allocator's stats file whenever it was rewritten (the
@@ -172,8 +208,10 @@ class Sampler:
 
     FIELDS = ("Rss", "Anonymous", "AnonHugePages")
 
-    def __init__(self, pid: int, t0: float, interval: float, llama_stats: bool = False):
+    def __init__(self, pid: int, t0: float, interval: float, llama_stats: bool = False,
+                 dense_regions: bool = False):
         self.pid, self.t0, self.interval = pid, t0, interval
+        self.dense_regions = dense_regions  # also DenseRegions (kB): dense_regions_kib
         self.samples: list[dict] = []
         self.stats_samples: list[dict] = []
         self._llama_stats = llama_stats
@@ -212,6 +250,10 @@ class Sampler:
             if name in self.FIELDS:
                 s[name] = int(rest.split()[0])
         s["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+        if self.dense_regions:
+            dense = dense_regions_kib(self.pid)
+            if dense is not None:
+                s["DenseRegions"] = dense
         self.samples.append(s)
         if self._llama_stats:
             self._read_llama_stats(s["t"])
