@@ -17,6 +17,7 @@ rounding) in either weighting of any family, overall and unseen.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -46,44 +47,44 @@ def exact(pred, label, weight, mask) -> tuple[float, float]:
             float(ok.mean()) if mask.any() else float("nan"))
 
 
+def rule_name(fallback: str, below: float, pure: float) -> str:
+    return f"{fallback}<{below:g}" + (f",pure>={pure:g}" if pure else "")
+
+
 def one(model_dir: str, test_dir: str) -> dict:
     md = io.read_model_dir(model_dir)
     model = md.load_keras()
     _, train = training_data(md.config, None)
     test = load_dataset(test_dir).all()
+    x = encode(test, md.hparams)
     with native_notices_dropped():
-        probs = model.predict(encode(test, md.hparams), batch_size=2048, verbose=0)
+        probs = model.predict(x, batch_size=2048, verbose=0)
     top, cls = probs.max(axis=-1).astype(np.float32), probs.argmax(axis=-1)
     fitted = baselines.fit_baselines(train.frames, train.label, train.weight)
-    x = encode(test, md.hparams)
-    served = backoff.fit(encode(train, md.hparams), train.label, train.weight, 1.0,
+    # The served back-off's table (model/train.py fit_backoff's); each rule below is it with
+    # other thresholds, applied by the code that serves it.
+    served = backoff.fit(encode(train, md.hparams), train.label, train.weight, 0.0,
                          baselines.majority_class(train.label, train.weight),
                          2 if md.context.size_feature else 1, md.hparams.tokens_per_frame)
-    fallback = {"majority": fitted["majority"](test.frames), "site": fitted["site"](test.frames),
-                "served": served.site_classes(x)}
-    _, purity = served.lookup(x)
-    found = purity > 0  # (a site in the table has purity > 0)
-    fallback["seen"] = np.where(found, fallback["served"], cls)  # an unseen site keeps the model's
+    found = served.lookup(x)[1] > 0  # (a site in the table has purity > 0)
     unseen = ~baselines.seen_mask(train.frames, test.frames)
-    out = {"tables": {}, "rules": {}}
-    for name in ("majority", "exact", "site"):
-        pred = fitted[name](test.frames)
-        out["tables"][name] = {s: exact(pred, test.label, test.weight, m)
-                               for s, m in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
-    for fb, fpred in fallback.items():
+    scopes = (("overall", np.ones(len(test), bool)), ("unseen", unseen))
+
+    def score(pred):
+        return {s: exact(pred, test.label, test.weight, m) for s, m in scopes}
+
+    out = {"tables": {name: score(fitted[name](test.frames)) for name in ("majority", "exact", "site")},
+           "rules": {}}
+    for fb in ("majority", "site"):  # analysis: the tables' classes where the model is unsure
+        table = fitted[fb](test.frames)
         for t in THRESHOLDS:
-            pred = np.where(top < np.float32(t), fpred, cls)
-            out["rules"][f"{fb}<{t:g}"] = {s: exact(pred, test.label, test.weight, m)
-                                           for s, m in (("overall", np.ones(len(test), bool)),
-                                                        ("unseen", unseen))}
-    for t in THRESHOLDS:  # the served rule with the table's confidence too
-        for q in PURE:
-            use = (top < np.float32(t)) | (purity >= np.float32(q))
-            for fb in ("served", "seen"):
-                pred = np.where(use, fallback[fb], cls)
-                out["rules"][f"{fb}<{t:g},pure>={q:g}"] = {
-                    s: exact(pred, test.label, test.weight, m)
-                    for s, m in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
+            out["rules"][rule_name(fb, t, 0.0)] = score(np.where(top < np.float32(t), table, cls))
+    for t in THRESHOLDS:
+        for q in (0.0, *PURE):
+            pred = dataclasses.replace(served, below=t, pure=q).apply(probs, x)
+            out["rules"][rule_name("served", t, q)] = score(pred)
+            # `seen`: the same, but a site training never saw keeps the model's class
+            out["rules"][rule_name("seen", t, q)] = score(np.where(found, pred, cls))
     return out
 
 
@@ -99,9 +100,6 @@ def main() -> int:
              "class where the model's top probability is below t (`F<0`: the model alone).", ""]
     rules = [(fb, t, q) for fb in ("served", "seen") for t in THRESHOLDS for q in (0.0, *PURE)]
     gains: dict[tuple, list[float]] = {r: [] for r in rules}
-
-    def rule_name(r):
-        return f"{r[0]}<{r[1]:g}" + (f",pure>={r[2]:g}" if r[2] else "")
     for fam in sorted(os.listdir(args.sweep)):
         tests = sorted(glob.glob(os.path.join(args.sweep, fam, "datasets", "test-*")))
         if not tests:
@@ -129,7 +127,7 @@ def main() -> int:
         lines.append("")
         alone = [mean(lambda r: r["rules"]["served<0"][sc]) for sc in ("overall", "unseen")]
         for rl in rules:
-            got = [mean(lambda r: r["rules"][rule_name(rl)][sc]) for sc in ("overall", "unseen")]
+            got = [mean(lambda r: r["rules"][rule_name(*rl)][sc]) for sc in ("overall", "unseen")]
             gains[rl] += [float(100 * (a - b)) for ru, al in zip(got, alone) for a, b in zip(ru, al)]
     # Lowers nothing (0.05 points of rounding) in any family, weighting, overall or unseen;
     # of those the most gained in all, then the lowest threshold and the purest sites.
@@ -137,9 +135,9 @@ def main() -> int:
     best = max(ok, key=lambda rl: (round(sum(gains[rl]), 2), -rl[1], rl[2] or 2)) if ok else None
     lines += ["## Choice", "", "| served rule | worst change against the model alone, points "
               "(any family, weighting, overall or unseen) | sum of changes |", "|---|---|---|"]
-    lines += [f"| {rule_name(rl)} | {min(gains[rl]):+.2f} | {sum(gains[rl]):+.2f} |" for rl in rules
+    lines += [f"| {rule_name(*rl)} | {min(gains[rl]):+.2f} | {sum(gains[rl]):+.2f} |" for rl in rules
               if gains[rl]]
-    lines += ["", f"Chosen: **{rule_name(best)}** (lowers nothing, gains the most)." if best
+    lines += ["", f"Chosen: **{rule_name(*best)}** (lowers nothing, gains the most)." if best
               else "No rule lowers nothing.", ""]
     text = "\n".join(lines) + "\n"
     out = args.out or os.path.join(args.sweep, "backoff.md")

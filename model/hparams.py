@@ -90,6 +90,11 @@ class HParams:
                                  f"{range_text(name)}")
 
     @property
+    def backs_off(self) -> bool:
+        """Either back-off rule is on (model/backoff.py)."""
+        return self.backoff_below > 0 or self.backoff_pure > 0
+
+    @property
     def max_tokens(self) -> int:
         if self.max_frames is None:
             raise UsageError("max_frames is not known yet: it comes from the training "

@@ -63,16 +63,13 @@ class ModelDir:
     vocab: Vocabulary
     hparams: object            # model.hparams.HParams
     context: object            # core.context.ContextDefinition
+    # model.backoff.Backoff the model is served with; None: both rules off, or a model
+    # trained before the back-off existed
+    backoff: Backoff | None = None
 
     @property
     def class_names(self) -> list[str]:
         return [str(c) for c in self.config["class_names"]]
-
-    @property
-    def backoff(self):
-        """model.backoff.Backoff the model is served with, or None (backoff_below 0, or a
-        model trained before the back-off existed)."""
-        return backoff_of(self.config, self.hparams, os.path.join(self.path, CONFIG_FILE))
 
     def load_keras(self):
         path = os.path.join(self.path, MODEL_FILE)
@@ -92,9 +89,11 @@ class ModelDir:
                                 f"model file ({type(e).__name__}: {first})") from e
 
 
-def backoff_of(config: dict, hp, config_path: str):
+def backoff_of(config: dict, hp, config_path: str) -> Backoff | None:
+    """config.json's back-off table, checked against the hyperparameters; ModelDirError
+    naming the file if it is malformed or disagrees with them."""
     d = config.get("backoff")
-    if d is None or (hp.backoff_below <= 0 and hp.backoff_pure <= 0):
+    if d is None or not hp.backs_off:
         return None
     try:
         b = Backoff.from_json(d)
@@ -150,7 +149,7 @@ def read_model_dir(path: str) -> ModelDir:
     if context.max_frames != hp.max_frames:
         raise ModelDirError(f"{config_path}: the model reads {hp.max_frames} frames but its "
                             f"contexts hold {context.max_frames}")
-    return ModelDir(path, config, vocab, hp, context)
+    return ModelDir(path, config, vocab, hp, context, backoff_of(config, hp, config_path))
 
 
 def load_model_dir(path: str):

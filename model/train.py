@@ -181,7 +181,7 @@ def predict_classes(model, examples: Examples, hp: HParams,
 
 def fit_backoff(examples: Examples, hp: HParams, context) -> backoff_mod.Backoff | None:
     """The back-off table over the examples a model was fitted on (None: both rules off)."""
-    if (hp.backoff_below <= 0 and hp.backoff_pure <= 0) or not len(examples):
+    if not hp.backs_off or not len(examples):
         return None
     return backoff_mod.fit(encode(examples, hp), examples.label, examples.weight,
                            hp.backoff_below, majority_class(examples.label, examples.weight),
@@ -239,13 +239,13 @@ def train(dataset_dirs: list[str], out_dir: str, hp: HParams = HParams(), verbos
     fitter = Fitter(len(class_names))
     model, history, best = fitter.fit(train_ex, eval_ex, hp, os.path.join(out_dir, "checkpoints"),
                                       verbose)
-    held_out = compare(predict_classes(model, eval_ex, hp, fit_backoff(train_ex, hp, context)),
-                       train_ex, eval_ex, class_names)
+    backoff = fit_backoff(train_ex, hp, context)
+    held_out = compare(predict_classes(model, eval_ex, hp, backoff), train_ex, eval_ex, class_names)
     if hp.refit:
         LOG.info("train: refit on train + eval splits for %d epochs", best)
         train_ex = Examples.concat([train_ex, eval_ex])
         model, _, _ = fitter.fit(train_ex, None, hp.replace(epochs=best), None, verbose)
-    backoff = fit_backoff(train_ex, hp, context)
+        backoff = fit_backoff(train_ex, hp, context)  # over what the saved model was fit on
     seconds = time.monotonic() - start
     model.save(os.path.join(out_dir, io.MODEL_FILE))
     shutil.copyfile(os.path.join(datasets[0].path, "vocab.txt"), os.path.join(out_dir, io.VOCAB_FILE))

@@ -96,3 +96,23 @@ def test_generated_source_carries_the_table():
     assert "kBackoffPure = 0.0f" in head and "kBackoffPurity[2]" in src
     none = codegen.data_header(3, 4, 8, 100)
     assert "kBackoffBelow = 0.0f" in none
+
+
+def test_a_model_directorys_bad_back_off_is_one_line_naming_its_config():
+    """model/io.py backoff_of (read_model_dir checks it with the rest of config.json)."""
+    from model.io import ModelDirError, backoff_of
+
+    b = B.fit(_layouts([1, 2, 3]), [0, 1, 2], [1, 1, 1], 0.4, 1, 1, 4, pure=1.0)
+    hp = HParams(tokens_per_frame=4, backoff_below=0.4, backoff_pure=1.0)
+    good = b.to_json()
+    assert backoff_of({"backoff": good}, hp, "m/config.json").keys.tolist() == b.keys.tolist()
+    assert backoff_of({}, hp, "m/config.json") is None  # trained before the back-off
+    bad = {"truncated": {k: v for k, v in good.items() if k != "purity"},
+           "unsorted": {**good, "keys": good["keys"][::-1]},
+           "not hex": {**good, "keys": ["zz"] * len(good["keys"])},
+           "other threshold": {**good, "below": 0.5}}
+    for why, d in bad.items():
+        with pytest.raises(ModelDirError) as e:
+            backoff_of({"backoff": d}, hp, "m/config.json")
+        msg = str(e.value)
+        assert msg.startswith("m/config.json: backoff") and "\n" not in msg, (why, msg)

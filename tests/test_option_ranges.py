@@ -50,6 +50,8 @@ BAD = [
     (["train", "--dataset", "d", "--unk-dropout", "1"], "[0, 1)"),
     (["train", "--dataset", "d", "--weight-power=-inf"], "finite"),
     (["train", "--dataset", "d", "--weight-power", "3"], "[0, 2]"),
+    (["train", "--dataset", "d", "--backoff-below", "1.5"], "[0, 1]"),
+    (["train", "--dataset", "d", "--backoff-pure=-0.1"], "[0, 1]"),
     (["train", "--dataset", "d", "--architecture", "nope"], "invalid choice"),
     # simulate (its ranges: simulator/cli.py, the same types)
     (["simulate", "t.lttrace", "--train", "d", "--deadline-k", "0"], "1..100"),

@@ -220,7 +220,6 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
 void Backing::dense(uint64_t id) {
   uint64_t page;
   if (!huge_on_ || !touched_page(id, page)) return;
-  const bool broken = bit_of(broken_, page);
   if (collapse_ && collapse_works_) {
     // Queued only: advised (and unbroken) when collapse_some() finds it resident enough.
     if (bit_of(advised_, page) || bit_of(queued_, page)) return;
@@ -237,6 +236,7 @@ void Backing::dense(uint64_t id) {
   // Fault mode: a page not broken is advised already.  Collapse where the kernel lacks
   // MADV_COLLAPSE: advised for khugepaged, at most kMaxBroken at once too (each may split
   // the mapping).
+  const bool broken = bit_of(broken_, page);
   if (collapse_ ? bit_of(advised_, page) || (!broken && broken_count_ >= kMaxBroken) : !broken) return;
   advise(page);
 }

@@ -19,9 +19,10 @@
 // whitespace nor one of  :()<>[]{},*&.;=+-~!%^|/\'"`?@#  ; unknown tokens get id 1.
 //
 // Output.  Probabilities over the lifetime classes (shortest first, "never freed"
-// last) and the predicted class: their argmax, or, where the top probability is below
-// the model's back-off threshold, its site's class in the training data (the training
-// majority for a site it never saw; model/backoff.py, issue 33 item 6).
+// last) and the predicted class: their argmax, or the back-off's (model/backoff.py, issue
+// 33 item 6): where the top probability is below the model's threshold, its site's class
+// in the training data (the training majority for a site it never saw), and wherever the
+// site is pure enough there (the model's backoff_pure), that class.
 //
 // Allocation.  Constructing a Predictor allocates its buffers (once).  After that,
 // nothing on the prediction path allocates: tokenizing frame strings, running the
