@@ -8,36 +8,55 @@
 namespace sim {
 
 namespace {
-// TCMalloc's classic size classes for 8 KiB pages, up to 256 KiB.
+// TCMalloc's classic size classes for 8 KiB pages, up to 256 KiB, and one class just
+// above each power of two from 4 KiB to 64 KiB (2^k + 2^k/32: 4224 ... 67584, "fit
+// classes"), for the buffers programs ask for as 2^k plus a header (z3's 8200 bytes,
+// Ghostscript's 65584), which the classic table rounds up by 12-16% (8200 -> 9472).
 constexpr uint32_t kClassSizes[] = {
     8,      16,     32,     48,     64,     80,     96,     112,    128,    144,    160,    176,
     192,    208,    224,    240,    256,    272,    288,    304,    320,    336,    352,    368,
     384,    400,    416,    448,    480,    512,    576,    640,    704,    768,    896,    1024,
     1152,   1280,   1408,   1536,   1792,   2048,   2304,   2688,   2816,   3200,   3456,   3584,
-    4096,   4736,   5376,   6144,   6528,   7168,   8192,   9472,   10240,  12288,  13568,  14336,
-    16384,  20480,  24576,  28672,  32768,  40960,  49152,  57344,  65536,  73728,  81920,  90112,
+    4096,   4224,   4736,   5376,   6144,   6528,   7168,   8192,   8448,   9472,   10240,  12288,
+    13568,  14336,  16384,  16896,  20480,  24576,  28672,  32768,  33792,  40960,  49152,  57344,
+    65536,  67584,  73728,  81920,  90112,
     98304,  106496, 114688, 131072, 139264, 147456, 155648, 163840, 172032, 180224, 188416, 196608,
     204800, 212992, 221184, 229376, 237568, 245760, 253952, 262144};
 
 int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
 
-// (size+7)/8 -> the smallest class that fits, made by the compiler: one read-only table
-// (32 KiB, its pages shared and touched as used) for every heap of every process, where
-// each heap built its own (two heaps, 64 KiB of every small process's memory).
-struct ClassBy8 {
-  uint8_t c[TcmallocBaseline::kMaxSmall / 8 + 1] = {};
+// A fit class: 33/32 of a power of two.
+bool fit_class(uint32_t size) { return size % 33 == 0 && __builtin_popcount(size / 33) == 1; }
+
+// A request's size -> the smallest class that fits, in one read-only table made by the
+// compiler (shared by every heap of every process), indexed as TCMalloc does: by 8 bytes
+// up to 1 KiB, by 128 above (every class above 1 KiB is a multiple of 128: checked
+// below).  2.2 KB, where a table by 8 bytes to 256 KiB took 32 KiB of every process's
+// resident file pages (the kernel maps them 64 KiB around each read).
+constexpr uint32_t kFineMax = 1024;
+constexpr uint32_t class_index(uint64_t size) {
+  return size <= kFineMax ? uint32_t((size + 7) >> 3) : uint32_t((size + 127 + (120 << 7)) >> 7);
+}
+struct ClassIndex {
+  uint8_t c[class_index(TcmallocBaseline::kMaxSmall) + 1] = {};
 };
-constexpr ClassBy8 make_class_by_8() {
-  ClassBy8 t;
-  uint32_t c = 0;  // index into kClassSizes; class c + 1
+constexpr ClassIndex make_class_index() {
+  ClassIndex t;
   const uint32_t n = uint32_t(sizeof kClassSizes / sizeof kClassSizes[0]);
-  for (uint32_t i = 0; i <= TcmallocBaseline::kMaxSmall / 8; ++i) {
-    while (c < n && kClassSizes[c] < i * 8) ++c;
-    t.c[i] = uint8_t(c + 1);
+  uint32_t c = 0;  // index into kClassSizes; class c + 1
+  for (uint32_t size = 0; size <= TcmallocBaseline::kMaxSmall; size += size < kFineMax ? 8 : 128) {
+    while (c < n && kClassSizes[c] < size) ++c;
+    t.c[class_index(size)] = uint8_t(c + 1);
   }
   return t;
 }
-constexpr ClassBy8 kClassBy8 = make_class_by_8();
+constexpr bool classes_index_exactly() {
+  for (uint32_t size : kClassSizes)
+    if (size % (size <= kFineMax ? 8 : 128) != 0) return false;
+  return true;
+}
+static_assert(classes_index_exactly(), "a class above 1 KiB not a multiple of 128 (or below, of 8)");
+constexpr ClassIndex kClassIndex = make_class_index();
 }  // namespace
 
 TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
@@ -172,16 +191,18 @@ void TcmallocBaseline::subrelease() {
 void TcmallocBaseline::build_size_classes() {
   classes_.push_back({0, 0, 0});
   for (uint32_t size : kClassSizes) {
-    // The fewest pages whose tail waste is at most 1/8 of the span (TCMalloc's rule).
+    // The fewest pages whose tail waste is at most 1/8 of the span (TCMalloc's rule); a
+    // fit class at most 1/64 (32 pages at most), or a 1/8 tail would undo its fit.
+    const uint32_t tail = fit_class(size) ? 64 : 8;
     uint32_t pages = uint32_t((size + kPageBytes - 1) / kPageBytes);
-    while ((pages * kPageBytes) % size > (pages * kPageBytes) / 8) ++pages;
+    while ((pages * kPageBytes) % size > (pages * kPageBytes) / tail && pages < 32) ++pages;
     classes_.push_back({size, pages, uint32_t(pages * kPageBytes / size), ((uint64_t(1) << 42) + size - 1) / size});
   }
 }
 
 uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {
   if (size > kMaxSmall || align > kPageBytes) return 0;
-  uint32_t c = kClassBy8.c[(size + 7) / 8];
+  uint32_t c = kClassIndex.c[class_index(size)];
   if (align > 8)
     while (c < classes_.size() && classes_[c].size % align != 0) ++c;
   return c < classes_.size() ? c : 0;

@@ -1,0 +1,167 @@
+"""Lists the allocator's code that programs run, as link sections, for gold's
+--section-ordering-file: allocator/src/hot_text.order (allocator/CMakeLists.txt says why).
+
+Each command runs under valgrind's callgrind with LD_PRELOAD=the built library; every
+function of the library that executed is named by its section from the link map the
+build writes (build/allocator/liblifetime_alloc.map), the most executed first.  The
+default commands are programs no figure reports (the peer suite, Redis and PostgreSQL are
+measured with the order, not used to make it): an idle one, coreutils' sort, g++ on a
+small file (C++: operator new/delete), xz on two threads (thread caches).
+
+    python allocator/tools/hot_text.py [--build build] [--out allocator/src/hot_text.order]
+
+Needs valgrind (apt-get install valgrind); run it again when the allocator's code moves
+much (an entry no longer in the map is ignored by the linker, a new function is placed
+after the ordered ones: tests/test_allocator_layout.py says when too little is ordered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LIB = "liblifetime_alloc.so"
+
+SECTION = re.compile(r"^ (\.text\S*)(?:\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+\S+)?$")
+EXTENT = re.compile(r"^\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+\S+")
+# Sections that hold more than one function (objects built without -ffunction-sections:
+# the static libstdc++'s).
+SHARED = {".text", ".text.startup", ".text.unlikely", ".text.hot", ".text.exit"}
+COST = re.compile(r"^\s*([0-9,]+) .*?\?\?\?:(\S+) \[(.*)\]$")
+
+
+def map_sections(map_path: pathlib.Path) -> list[tuple[int, int, str]]:
+    """(address, size, name) of every non-empty .text* input section a gold link map lays
+    out (its "Memory map"; the ones it discarded are listed before)."""
+    lines = map_path.read_text().splitlines()
+    start = lines.index("Memory map") if "Memory map" in lines else 0
+    out = []
+    for i, line in enumerate(lines[start:], start):
+        m = SECTION.match(line)
+        if not m:
+            continue
+        if m.group(2):
+            addr, size = int(m.group(2), 16), int(m.group(3), 16)
+        else:  # a long name: the extent is on the next line
+            e = EXTENT.match(lines[i + 1]) if i + 1 < len(lines) else None
+            if not e:
+                continue
+            addr, size = int(e.group(1), 16), int(e.group(2), 16)
+        if size:
+            out.append((addr, size, m.group(1)))
+    return sorted(out)
+
+
+def symbol_addresses(lib: pathlib.Path) -> dict[str, int]:
+    """Mangled function name -> address, from the library's symbol table."""
+    nm = subprocess.run(["nm", "--defined-only", str(lib)], check=True, capture_output=True, text=True)
+    out: dict[str, int] = {}
+    for line in nm.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "tTwWiI":
+            out.setdefault(parts[2], int(parts[0], 16))
+    return out
+
+
+def exported(lib: pathlib.Path) -> set[str]:
+    """The library's exported functions (allocator/src/exports.map)."""
+    nm = subprocess.run(["nm", "--defined-only", "--extern-only", "-D", str(lib)], check=True,
+                        capture_output=True, text=True)
+    return {p[2].split("@")[0] for p in (line.split() for line in nm.stdout.splitlines())
+            if len(p) == 3 and p[1] in "TWi"}
+
+
+def executed(cmd: list[str], lib: pathlib.Path, tmp: pathlib.Path) -> collections.Counter:
+    """Instructions per function of the library over one command (and its children)."""
+    prefix = tmp / "cg"
+    subprocess.run(["valgrind", "--tool=callgrind", "--demangle=no", "--trace-children=yes",
+                    f"--callgrind-out-file={prefix}.%p", "env", f"LD_PRELOAD={lib}", *cmd],
+                   check=True, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cost: collections.Counter = collections.Counter()
+    for out in tmp.glob("cg.*"):
+        ann = subprocess.run(["callgrind_annotate", "--threshold=100", str(out)],
+                             check=True, capture_output=True, text=True)
+        for line in ann.stdout.splitlines():
+            m = COST.match(line)
+            if m and m.group(3).endswith(LIB):
+                cost[m.group(2).split("'")[0]] += int(m.group(1).replace(",", ""))
+        out.unlink()
+    return cost
+
+
+def default_commands(tmp: pathlib.Path) -> list[list[str]]:
+    lines = tmp / "lines.txt"
+    lines.write_text("".join(f"{(i * 7919) % 100003} line {i}\n" for i in range(200000)))
+    src = tmp / "small.cc"
+    src.write_text("#include <map>\n#include <string>\n#include <vector>\n"
+                   "int main() { std::map<std::string, std::vector<int>> m; m[\"a\"].push_back(1);"
+                   " return int(m.size()); }\n")
+    return [["sleep", "0.1"], ["sort", str(lines), "-o", str(tmp / "sorted.txt")],
+            ["g++", "-fsyntax-only", str(src)],
+            ["xz", "-T2", "-k", "-f", "-3", str(lines)]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=str(ROOT / "build"), help="the CMake build directory")
+    ap.add_argument("--out", default=str(ROOT / "allocator" / "src" / "hot_text.order"))
+    ap.add_argument("cmd", nargs="*", help="-- CMD ARGS: one command instead of the defaults")
+    args = ap.parse_args(argv)
+    lib = pathlib.Path(args.build) / "allocator" / LIB
+    link_map = lib.with_suffix(".map")
+    for need, what in ((lib, "the library"), (link_map, "its link map (a GCC + gold build)")):
+        if not need.exists():
+            print(f"hot_text: {need}: no {what}; build the lifetime_alloc target first", file=sys.stderr)
+            return 2
+    if not shutil.which("valgrind"):
+        print("hot_text: valgrind not found (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    sections = map_sections(link_map)
+    starts = [s[0] for s in sections]
+    addresses = symbol_addresses(lib)
+    cost: collections.Counter = collections.Counter()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = pathlib.Path(d)
+        for cmd in [args.cmd] if args.cmd else default_commands(tmp):
+            print(f"hot_text: {' '.join(cmd)}", file=sys.stderr, flush=True)
+            cost.update(executed(cmd, lib, tmp))
+    order: dict[str, int] = {}
+    unplaced = []
+    for name, n in cost.items():
+        a = addresses.get(name)
+        k = bisect.bisect_right(starts, a) - 1 if a is not None else -1
+        if k < 0 or a >= sections[k][0] + sections[k][1]:
+            unplaced.append(name)  # (a PLT stub, or a symbol of no section of its own)
+            continue
+        if sections[k][2] in SHARED:
+            unplaced.append(name)  # (an object's whole .text: ordering it would drag the rest in)
+            continue
+        order[sections[k][2]] = order.get(sections[k][2], 0) + n
+    ranked = sorted(order, key=lambda s: (-order[s], s))
+    # Every entry point a program may call (the malloc API, operator new and delete in all
+    # their forms), after the ones that ran: one a run missed costs a window of its own.
+    for name in sorted(exported(lib)):
+        k = bisect.bisect_right(starts, addresses[name]) - 1
+        if k >= 0 and addresses[name] < sections[k][0] + sections[k][1] and sections[k][2] not in SHARED \
+                and sections[k][2] not in order:
+            order[sections[k][2]] = 0
+            ranked.append(sections[k][2])
+    pathlib.Path(args.out).write_text(
+        "# Written by allocator/tools/hot_text.py: the allocator's sections that run, for gold's\n"
+        "# --section-ordering-file (allocator/CMakeLists.txt).\n" + "".join(s + "\n" for s in ranked))
+    size = sum(sec[1] for sec in sections if sec[2] in order)
+    print(f"hot_text: {len(ranked)} sections, {size} bytes of code, to {args.out}"
+          f" ({len(unplaced)} functions without a section of their own left where they are)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
