@@ -37,7 +37,7 @@
 namespace lalloc {
 namespace tc {
 
-constexpr unsigned kClasses = 128;  // the baseline's 96 classes (+ [0]) fit
+constexpr unsigned kClasses = 128;  // the baseline's 97 classes (+ [0]) fit
 constexpr uint64_t kMaxSize = sim::TcmallocBaseline::kMaxSmall;
 constexpr uint64_t kPageShift = 13;  // the baseline's 8 KiB pages
 static_assert((uint64_t(1) << kPageShift) == sim::TcmallocBaseline::kPageBytes);
