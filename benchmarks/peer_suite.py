@@ -59,6 +59,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.servers.machine import dense_regions_kib  # noqa: E402
+
 LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
 STRESS = ROOT / "build" / "workloads" / "stress"
 INPUTS = ROOT / "benchmarks" / "peer_inputs"
@@ -105,6 +107,19 @@ def steady_rss(samples: list[tuple[float, float]], end: float, marker: float | N
     if not win:
         return samples[-1][1], basis + " (last sample)"
     return statistics.fmean(win), basis
+
+
+def huge_pages(mem: list[tuple[float, float, float, float]], end: float, marker: float | None) -> dict:
+    """Over steady_rss's window: huge pages as a share of the anonymous memory, and as a
+    share of the dense 2 MiB regions (where they cost no RSS: issue 32's "huge pages
+    where they do not cost RSS"; None when no region was dense)."""
+    def mean(i):
+        win, _ = steady_rss([(m[0], m[i]) for m in mem], end, marker)
+        return win
+    anon, huge, dense = mean(1), mean(2), mean(3)
+    return {"steady_anon_mib": anon, "steady_huge_mib": huge, "steady_dense_mib": dense,
+            "huge_share_of_anon": huge / anon if anon else None,
+            "huge_share_of_dense": huge / dense if dense else None}
 
 
 def result_key(program: str, stdout: str) -> str:
@@ -255,8 +270,39 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def program_rss_kib(root: int) -> int | None:
-    """VmRSS summed over the processes under lifetime run's launcher (None: not started)."""
+def _rollup_kib(pid: int) -> tuple[int, int]:
+    """(Anonymous, AnonHugePages) of /proc/PID/smaps_rollup in KiB ((0, 0): gone)."""
+    anon = huge = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    anon = int(line.split()[1])
+                elif line.startswith("AnonHugePages:"):
+                    huge = int(line.split()[1])
+    except OSError:
+        pass
+    return anon, huge
+
+
+def program_memory_kib(root: int) -> dict | None:
+    """Summed over the processes under lifetime run's launcher: anonymous memory, what of
+    it is in huge pages, and the 2 MiB regions dense enough that a huge page there costs
+    no RSS (servers/machine.py dense_regions_kib); None: not started."""
+    pids = _program_pids(root)
+    if pids is None:
+        return None
+    out = {"anon": 0, "huge": 0, "dense": 0}
+    for pid in pids:
+        anon, huge = _rollup_kib(pid)
+        out["anon"] += anon
+        out["huge"] += huge
+        out["dense"] += dense_regions_kib(pid) or 0
+    return out
+
+
+def _program_pids(root: int) -> list[int] | None:
+    """The processes under lifetime run's launcher (None: the launcher has not started)."""
     stack, launcher = [root], None
     while stack and launcher is None:
         pid = stack.pop()
@@ -265,13 +311,18 @@ def program_rss_kib(root: int) -> int | None:
         stack += _children(pid)
     if launcher is None:
         return None
-    total, stack, seen = 0, _children(launcher), 0
+    pids, stack = [], _children(launcher)
     while stack:
         pid = stack.pop()
-        total += _rss_kib(pid)
-        seen += 1
+        pids.append(pid)
         stack += _children(pid)
-    return total if seen else None
+    return pids
+
+
+def program_rss_kib(root: int) -> int | None:
+    """VmRSS summed over the processes under lifetime run's launcher (None: not started)."""
+    pids = _program_pids(root)
+    return sum(_rss_kib(pid) for pid in pids) if pids else None
 
 
 def run_once(program: str, allocator: str, argv: list[str], timeout: float,
@@ -289,13 +340,18 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd, env=env)
     samples: list[tuple[float, float]] = []
+    mem: list[tuple[float, float, float, float]] = []  # (t, anonymous, huge, dense) MiB
     done = threading.Event()
 
     def sample():
         while not done.is_set():
             kib = program_rss_kib(proc.pid)
+            t = time.monotonic() - start
             if kib is not None:
-                samples.append((time.monotonic() - start, kib / 1024))
+                samples.append((t, kib / 1024))
+                m = program_memory_kib(proc.pid)
+                if m is not None:
+                    mem.append((t, m["anon"] / 1024, m["huge"] / 1024, m["dense"] / 1024))
             done.wait(SAMPLE_S)
 
     err_chunks: list[str] = []
@@ -324,6 +380,8 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
            "error": None, "marker_s": marker, "end_s": round(end, 3),
            "samples": [[round(t, 2), round(r, 1)] for t, r in samples]}
     steady, basis = steady_rss(samples, end, marker)
+    rec.update(huge_pages(mem, end, marker))
+    rec["mem_samples"] = [[round(x, 2) for x in m] for m in mem]
     rec.update(steady_rss_mib=steady, steady_basis=basis,
                sampled_peak_mib=max((r for _, r in samples), default=None),
                result=result_key(program, stdout), stdout_tail=stdout[-400:])
@@ -384,9 +442,21 @@ def aggregate(records: list[dict]) -> dict:
                         steady_basis=ok[0]["steady_basis"])
             st = [r["steady_rss_mib"] for r in ok if r["steady_rss_mib"] is not None]
             cell["steady_rss_median"] = statistics.median(st) if st else None
+            for key in ("huge_share_of_anon", "huge_share_of_dense"):
+                vals = [r[key] for r in ok if r.get(key) is not None]
+                cell[key + "_median"] = statistics.median(vals) if vals else None
+                cell[key + "_worst"] = min(vals) if vals else None
             cell["results"] = sorted({r["result"] for r in ok})
         agg[(prog, alloc)] = cell
     return agg
+
+
+def share(cell: dict, key: str) -> str:
+    """A huge-page share cell: "median (worst)" in percent, – where none was measured."""
+    med, worst = cell.get(key + "_median"), cell.get(key + "_worst")
+    if med is None:
+        return "–"
+    return f"{100 * med:.0f}" + (f" ({100 * worst:.0f})" if worst is not None and worst < med else "")
 
 
 def render(agg: dict, programs: list[str], allocators: list[str], notes: list[str], meta: dict) -> str:
@@ -396,10 +466,13 @@ def render(agg: dict, programs: list[str], allocators: list[str], notes: list[st
          "time (median, worst); peak RSS: wait4 (median); steady RSS: mean VmRSS sampled every "
          "0.1 s after the program's STEADY line (basis marker) or over the last third of the "
          "run (median over runs).  ×best: against the best of the non-LLAMA allocators on "
-         "that program (1.00 = best).", ""]
+         "that program (1.00 = best).  Huge pages over the same window: their share of the "
+         "anonymous memory, and of the 2 MiB regions dense enough (at most 8 of 512 small pages "
+         "not resident) that a huge page there costs no RSS (median, worst run; – where no "
+         "region was dense).", ""]
     L += ["| program | allocator | elapsed s (med / worst) | ×best | peak RSS MiB | ×best | "
-          "steady RSS MiB | ×best | steady basis | result |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "steady RSS MiB | ×best | huge / anon % | huge / dense regions % | steady basis | result |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     mism = []
     for prog in programs:
         peers = [agg[(prog, a)] for a in allocators if a not in LLAMA_POLICY and (prog, a) in agg
@@ -415,7 +488,7 @@ def render(agg: dict, programs: list[str], allocators: list[str], notes: list[st
             if c is None:
                 continue
             if not c.get("ok"):
-                L.append(f"| {prog} | {a} | failed: {'; '.join(c['errors'])[:120]} | | | | | | | |")
+                L.append(f"| {prog} | {a} | failed: {'; '.join(c['errors'])[:120]} | | | | | | | | | |")
                 continue
             results.update(c["results"])
 
@@ -425,7 +498,8 @@ def render(agg: dict, programs: list[str], allocators: list[str], notes: list[st
             L.append(f"| {prog} | {a} | {c['elapsed_median']:.2f} / {c['elapsed_worst']:.2f} | "
                      f"{ratio(c['elapsed_median'], b_el)} | {c['peak_rss_median']:.1f} | "
                      f"{ratio(c['peak_rss_median'], b_pk)} | "
-                     f"{'–' if st is None else f'{st:.1f}'} | {ratio(st, b_st)} | {c['steady_basis']} | "
+                     f"{'–' if st is None else f'{st:.1f}'} | {ratio(st, b_st)} | "
+                     f"{share(c, 'huge_share_of_anon')} | {share(c, 'huge_share_of_dense')} | {c['steady_basis']} | "
                      f"{', '.join(c['results'])[:24]} |")
         if len(results) > 1:
             mism.append(f"{prog}: results differ across allocators: {sorted(results)}")

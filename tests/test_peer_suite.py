@@ -110,6 +110,23 @@ def test_result_key_and_report():
     assert "results differ" in md and "a note" in md
 
 
+def test_huge_page_shares_over_the_steady_window():
+    # (t, anonymous, huge, dense) MiB: 40 MiB anonymous, then 20 of it in huge pages in
+    # 25 MiB of dense regions from t = 5
+    mem = [(t / 10, 40.0, 0.0 if t < 50 else 20.0, 0.0 if t < 50 else 25.0) for t in range(100)]
+    got = peer_suite.huge_pages(mem, 10.0, None)
+    assert got["huge_share_of_anon"] == pytest.approx(0.5) and got["huge_share_of_dense"] == pytest.approx(0.8)
+    quiet = peer_suite.huge_pages([(t / 10, 40.0, 0.0, 0.0) for t in range(10)], 1.0, None)
+    assert quiet["huge_share_of_anon"] == 0.0 and quiet["huge_share_of_dense"] is None
+    rec = {"program": "z3", "allocator": "llama", "error": None, "elapsed_s": 1.0, "peak_rss_mib": 10.0,
+           "steady_rss_mib": 5.0, "steady_basis": "last third", "result": "r", **got}
+    agg = peer_suite.aggregate([rec, dict(rec, huge_share_of_dense=0.6), dict(rec, huge_share_of_dense=None)])
+    assert agg[("z3", "llama")]["huge_share_of_dense_median"] == pytest.approx(0.7)
+    md = peer_suite.render(agg, ["z3"], ["llama"], [], {"runs": 3, "machine": "x", "threads": 2, "scale": 1.0})
+    assert "| 50 | 70 (60) |" in md  # huge / anon; huge / dense: median (worst)
+
+
 def test_program_rss_of_a_tree():
     # the sampler finds the program under lifetime run's launcher: here, no launcher
     assert peer_suite.program_rss_kib(os.getpid()) is None
+    assert peer_suite.program_memory_kib(os.getpid()) is None
