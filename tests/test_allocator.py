@@ -343,6 +343,58 @@ def test_collapse_only_resident_huge_pages(tmp_path):
     assert huge_kib <= (s["collapsed_huge_pages"] + 1) * 2048, (huge_kib, s)
 
 
+BIG_ARRAY = """
+import ctypes, re, sys, time
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+n = 8 << 20                                         # past a huge page: its own mapping
+p = libc.malloc(n)
+if sys.argv[1] == "full":
+    ctypes.memset(p, 1, n)
+else:                                               # one byte per 64 KiB
+    for off in range(0, n, 65536):
+        ctypes.memset(p + off, 1, 1)
+start = time.time()
+while time.time() - start < 1.6:                    # allocation activity: the policy's clock moves
+    held = [libc.malloc(3000) for i in range(3000)]
+    for q in held:
+        libc.free(q)
+    time.sleep(0.01)
+for block in re.split(r"\\n(?=[0-9a-f]+-[0-9a-f]+ )", open("/proc/self/smaps").read()):
+    lo, hi = (int(x, 16) for x in block.split()[0].split("-"))
+    if lo <= p < hi:
+        print(p % (2 << 20), re.search(r"\\nRss:\\s+(\\d+)", block).group(1),
+              re.search(r"AnonHugePages:\\s+(\\d+)", block).group(1))
+"""
+
+
+@pytest.mark.parametrize("touched", ["full", "sparse"])
+def test_big_objects_get_huge_pages_once_filled(touched, tmp_path):
+    """An object past a huge page (its own mapping, on a huge-page boundary) is collapsed
+    into huge pages once the program has filled it, and not while it is sparse: RSS is
+    what was touched either way."""
+    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not thp.exists() or "[never]" in thp.read_text():
+        pytest.skip("transparent huge pages are off on this machine")
+    stats = tmp_path / "stats.json"
+    env = preload_env(stats=stats, predictor="constant:0")
+    env["PYTHONMALLOC"] = "malloc"
+    proc = subprocess.run([sys.executable, "-c", BIG_ARRAY, touched], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    offset, rss_kib, huge_kib = map(int, proc.stdout.split())
+    s = json.loads(stats.read_text())
+    assert offset == 0  # the object starts on a huge-page boundary
+    if touched == "full":
+        assert rss_kib == 8192 and huge_kib == 8192, (rss_kib, huge_kib, s)
+        assert s["collapsed_direct_huge_pages"] == 4, s
+    else:
+        assert rss_kib <= 1024 and huge_kib == 0, (rss_kib, huge_kib, s)
+        assert s["collapsed_direct_huge_pages"] == 0 and s["collapse_deferred"] >= 1, s
+
+
 @pytest.mark.parametrize("collapse", [1, 0])
 def test_dense_huge_pages(collapse, tmp_path):
     """Huge pages where the heap is dense: by collapse (the default: faulted in 4 KiB pages,

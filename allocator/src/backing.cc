@@ -260,9 +260,11 @@ bool Backing::advise(uint64_t page) {
   return true;
 }
 
-unsigned Backing::missing_small_pages(uint64_t page) const {
+unsigned Backing::missing_small_pages(uint64_t page) const { return missing_small_pages_at(page_at(page)); }
+
+unsigned Backing::missing_small_pages_at(const void* huge_page) {
   unsigned char vec[kHuge / 4096];
-  if (mincore(page_at(page), kHuge, vec) != 0) return kHuge / 4096;
+  if (mincore(const_cast<void*>(huge_page), kHuge, vec) != 0) return kHuge / 4096;
   unsigned missing = 0;
   for (unsigned char v : vec) missing += !(v & 1);
   return missing;
@@ -303,20 +305,68 @@ void Backing::collapse_some() {
     set_bit(queued_, page, false);
     if (!advise(page)) continue;
     ++done;
-    const uint64_t t0 = monotonic_ns();
-    const int rc = madvise(page_at(page), kHuge, MADV_COLLAPSE);
-    const uint64_t took = monotonic_ns() - t0;
-    collapse_ns_ += took;
-    collapse_budget_ns_ -= int64_t(took);
-    if (rc == 0) {
-      ++collapsed_;
-    } else {
-      ++collapse_failed_;
-    }
+    collapse_at(page_at(page));
   }
   for (unsigned j = i; j < nqueued_; ++j) queue_[j - i] = queue_[j];
   nqueued_ -= i;
   for (unsigned j = 0; j < nagain; ++j) queue_[nqueued_++] = again[j];  // (i >= nagain: room)
+  foreign_some(done);
+}
+
+bool Backing::collapse_at(void* addr) {
+  const uint64_t t0 = monotonic_ns();
+  const int rc = madvise(addr, kHuge, MADV_COLLAPSE);
+  const uint64_t took = monotonic_ns() - t0;
+  collapse_ns_ += took;
+  collapse_budget_ns_ -= int64_t(took);
+  if (rc == 0) {
+    ++collapsed_;
+    return true;
+  }
+  ++collapse_failed_;
+  return false;
+}
+
+void Backing::queue_foreign(uintptr_t start, uintptr_t end) {
+  if (!collapse_ || !collapse_works_) return;
+  const uintptr_t first = (start + kHuge - 1) & ~(kHuge - 1);
+  if (first + kHuge > end) return;  // no whole huge page in it
+  if (nforeign_ == kForeign) unqueue_foreign(foreign_[0].start);
+  foreign_[nforeign_++] = {start, end, first, now_};
+}
+
+void Backing::unqueue_foreign(uintptr_t start) {
+  for (unsigned j = 0; j < nforeign_; ++j)
+    if (foreign_[j].start == start) {
+      for (; j + 1 < nforeign_; ++j) foreign_[j] = foreign_[j + 1];
+      --nforeign_;
+      return;
+    }
+}
+
+void Backing::foreign_some(unsigned& done) {
+  unsigned j = 0;
+  while (j < nforeign_ && done < kCollapsePerTick && collapse_budget_ns_ > 0 &&
+         foreign_[j].at + kCollapseAfterNs <= now_) {
+    Foreign& f = foreign_[j];
+    // Its huge pages in order, each once it is resident enough; a sparse one waits (and
+    // so do those after it) until the next tick.
+    while (f.next + kHuge <= f.end && done < kCollapsePerTick && collapse_budget_ns_ > 0) {
+      void* hp = reinterpret_cast<void*>(f.next);
+      if (missing_small_pages_at(hp) > kCollapseMaxMissing) {
+        ++collapse_deferred_;
+        break;
+      }
+      ++done;
+      if (collapse_at(hp)) ++collapsed_foreign_;
+      f.next += kHuge;
+    }
+    if (f.next + kHuge > f.end) {
+      unqueue_foreign(f.start);  // all of it collapsed (or tried)
+    } else {
+      ++j;
+    }
+  }
 }
 
 void Backing::give_back(uint64_t first, uint64_t n) {

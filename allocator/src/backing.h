@@ -64,13 +64,22 @@ class Backing {
   // What the budget held at the last tick (<= 0: it ran out), and pages still queued.
   int64_t collapse_budget_ns() const { return collapse_budget_ns_; }
   unsigned collapse_queued() const { return nqueued_; }
+  // Whole huge pages of a mapping outside the heap (an object past a huge page, direct.cc):
+  // looked at as queued heap pages are (from kCollapseAfterNs after, every kCollapseEveryNs,
+  // within the same budget) and each collapsed once at most kCollapseMaxMissing of its
+  // small pages are not resident: a big array the program has filled gets huge pages, one
+  // it touches sparsely does not.  At most kForeign mappings at once (the oldest give way).
+  // Nothing under fault mode (such a mapping is never advised) or without MADV_COLLAPSE.
+  void queue_foreign(uintptr_t start, uintptr_t end);
+  void unqueue_foreign(uintptr_t start);  // its object freed, or moved (mremap)
+  uint64_t collapsed_foreign() const { return collapsed_foreign_; }
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
   void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }
   // Returns held pages whose delay is over (heap.cc, when the policy's clock moves).
   void set_now(uint64_t now) {
     now_ = now;
     if (nheld_ && held_[0].at + delay_ns_ <= now) expire();
-    if (nqueued_ && now >= next_collapse_ns_) collapse_some();
+    if ((nqueued_ || nforeign_) && now >= next_collapse_ns_) collapse_some();
   }
   // Returns every held page now, whatever its delay (malloc_trim).
   void release_held() {
@@ -187,6 +196,15 @@ class Backing {
   bool advise(uint64_t page);  // MADV_HUGEPAGE, no longer broken (false: the kernel refused)
   void unqueue(uint64_t page);  // out of the collapse queue (released, subreleased, evicted)
   unsigned missing_small_pages(uint64_t page) const;  // 4 KiB pages of the huge page not resident (mincore)
+  static unsigned missing_small_pages_at(const void* huge_page);
+  // Collapses the huge page at addr (MADV_COLLAPSE), within the budget: false if it failed.
+  bool collapse_at(void* addr);
+  static constexpr unsigned kForeign = 64;
+  struct Foreign { uintptr_t start, end, next; uint64_t at; };  // next: the first huge page not yet collapsed
+  Foreign foreign_[kForeign];  // oldest first
+  unsigned nforeign_ = 0;
+  uint64_t collapsed_foreign_ = 0;
+  void foreign_some(unsigned& done);
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t table_chunks_ = 0;       // chunks with a committed heap page
   uint64_t total_ = 0, per_group_pages_ = 0;

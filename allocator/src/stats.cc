@@ -74,6 +74,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("collapse_budget_ns", s.backing.collapse_budget_ns());
   j.kv("collapse_queued", s.backing.collapse_queued());
   j.kv("collapse_deferred", s.backing.collapse_deferred());
+  j.kv("collapsed_direct_huge_pages", s.backing.collapsed_foreign());  // objects past a huge page
   // released pages kept committed for the release delay, and those taken again meanwhile
   j.kv("held_free_pages", s.backing.held_pages());
   j.kv("huge_pages_reused_held", s.backing.pages_reused());
