@@ -311,6 +311,28 @@ void Backing::collapse_some() {
   nqueued_ -= i;
   for (unsigned j = 0; j < nagain; ++j) queue_[nqueued_++] = again[j];  // (i >= nagain: room)
   foreign_some(done);
+  scan_resident();
+}
+
+void Backing::scan_resident() {
+  if (!huge_on_ || !groups_) return;
+  const uint64_t all = uint64_t(groups_) * per_group_pages_;
+  unsigned looked = 0;
+  // At most a heap's worth of pages a tick, kScanPerTick of them committed and looked at.
+  for (uint64_t n = 0; n < per_group_pages_ && looked < kScanPerTick && nqueued_ < kQueue; ++n) {
+    const uint64_t page = scan_at_;
+    scan_at_ = scan_at_ + 1 < all ? scan_at_ + 1 : 0;
+    const uint64_t local = page % per_group_pages_;
+    if (local >= hw_[page / per_group_pages_]) {  // past its heap's high water: the next heap
+      scan_at_ = (page / per_group_pages_ + 1) * per_group_pages_ % all;
+      continue;
+    }
+    if (!bit_of(committed_, page) || bit_of(advised_, page) || bit_of(queued_, page)) continue;
+    ++looked;
+    if (missing_small_pages(page) > kCollapseMaxMissing) continue;
+    set_bit(queued_, page, true);
+    queue_[nqueued_++] = {page, now_};
+  }
 }
 
 bool Backing::collapse_at(void* addr) {

@@ -79,7 +79,7 @@ class Backing {
   void set_now(uint64_t now) {
     now_ = now;
     if (nheld_ && held_[0].at + delay_ns_ <= now) expire();
-    if ((nqueued_ || nforeign_) && now >= next_collapse_ns_) collapse_some();
+    if (now >= next_collapse_ns_ && collapse_ && collapse_works_) collapse_some();
   }
   // Returns every held page now, whatever its delay (malloc_trim).
   void release_held() {
@@ -205,6 +205,13 @@ class Backing {
   unsigned nforeign_ = 0;
   uint64_t collapsed_foreign_ = 0;
   void foreign_some(unsigned& done);
+  // Heap pages the policy has not called dense but that are all but resident (free pages
+  // subrelease has not given back, which a busy program reuses): a huge page there costs
+  // no RSS either, so they are queued too.  kScanPerTick committed pages looked at (mincore)
+  // a tick, round each heap from scan_at_.
+  static constexpr unsigned kScanPerTick = 8;
+  uint64_t scan_at_ = 0;  // global page
+  void scan_resident();
   uint8_t* chunk_pages_ = nullptr;  // committed heap pages per table chunk
   uint64_t table_chunks_ = 0;       // chunks with a committed heap page
   uint64_t total_ = 0, per_group_pages_ = 0;
