@@ -59,7 +59,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.servers.machine import dense_regions_kib  # noqa: E402
+from benchmarks.servers.machine import dense_regions_kib, smaps_rollup_kib  # noqa: E402
 
 LIFETIME = str(ROOT / ".venv" / "bin" / "lifetime")
 STRESS = ROOT / "build" / "workloads" / "stress"
@@ -270,33 +270,20 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def _rollup_kib(pid: int) -> tuple[int, int]:
-    """(Anonymous, AnonHugePages) of /proc/PID/smaps_rollup in KiB ((0, 0): gone)."""
-    anon = huge = 0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Anonymous:"):
-                    anon = int(line.split()[1])
-                elif line.startswith("AnonHugePages:"):
-                    huge = int(line.split()[1])
-    except OSError:
-        pass
-    return anon, huge
-
-
 def program_memory_kib(root: int) -> dict | None:
-    """Summed over the processes under lifetime run's launcher: anonymous memory, what of
-    it is in huge pages, and the 2 MiB regions dense enough that a huge page there costs
-    no RSS (servers/machine.py dense_regions_kib); None: not started."""
+    """Summed over the processes under lifetime run's launcher, one walk of them: VmRSS,
+    anonymous memory, what of it is in huge pages, and the 2 MiB regions dense enough that
+    a huge page there costs no RSS (servers/machine.py dense_regions_kib); None: not
+    started (no launcher, or nothing under it yet)."""
     pids = _program_pids(root)
-    if pids is None:
+    if not pids:
         return None
-    out = {"anon": 0, "huge": 0, "dense": 0}
+    out = {"rss": 0, "anon": 0, "huge": 0, "dense": 0}
     for pid in pids:
-        anon, huge = _rollup_kib(pid)
-        out["anon"] += anon
-        out["huge"] += huge
+        rollup = smaps_rollup_kib(pid, ("Anonymous", "AnonHugePages")) or {}
+        out["rss"] += _rss_kib(pid)
+        out["anon"] += rollup.get("Anonymous", 0)
+        out["huge"] += rollup.get("AnonHugePages", 0)
         out["dense"] += dense_regions_kib(pid) or 0
     return out
 
@@ -319,12 +306,6 @@ def _program_pids(root: int) -> list[int] | None:
     return pids
 
 
-def program_rss_kib(root: int) -> int | None:
-    """VmRSS summed over the processes under lifetime run's launcher (None: not started)."""
-    pids = _program_pids(root)
-    return sum(_rss_kib(pid) for pid in pids) if pids else None
-
-
 def run_once(program: str, allocator: str, argv: list[str], timeout: float,
              cwd: pathlib.Path) -> dict:
     cmd = ["nice", "-n", "10", LIFETIME, "run", "--allocator", allocator]
@@ -345,13 +326,11 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
 
     def sample():
         while not done.is_set():
-            kib = program_rss_kib(proc.pid)
-            t = time.monotonic() - start
-            if kib is not None:
-                samples.append((t, kib / 1024))
-                m = program_memory_kib(proc.pid)
-                if m is not None:
-                    mem.append((t, m["anon"] / 1024, m["huge"] / 1024, m["dense"] / 1024))
+            m = program_memory_kib(proc.pid)
+            if m is not None:
+                t = time.monotonic() - start
+                samples.append((t, m["rss"] / 1024))
+                mem.append((t, m["anon"] / 1024, m["huge"] / 1024, m["dense"] / 1024))
             done.wait(SAMPLE_S)
 
     err_chunks: list[str] = []

@@ -126,7 +126,6 @@ def test_huge_page_shares_over_the_steady_window():
     assert "| 50 | 70 (60) |" in md  # huge / anon; huge / dense: median (worst)
 
 
-def test_program_rss_of_a_tree():
+def test_program_memory_of_a_tree():
     # the sampler finds the program under lifetime run's launcher: here, no launcher
-    assert peer_suite.program_rss_kib(os.getpid()) is None
     assert peer_suite.program_memory_kib(os.getpid()) is None

@@ -164,6 +164,20 @@ def llama_stats_path(pid: int) -> pathlib.Path | None:
     return None
 
 
+def smaps_rollup_kib(pid: int, fields: tuple[str, ...]) -> dict | None:
+    """FIELDS of /proc/PID/smaps_rollup in KiB (a field it lacks: absent); None: gone."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        if name in fields:
+            out[name] = int(rest.split()[0])
+    return out
+
+
 HUGE = 2 << 20
 DENSE_MAX_MISSING = 8  # as the allocator's collapse rule (allocator/src/backing.h)
 
@@ -238,17 +252,15 @@ class Sampler:
         self.stats_samples.append({"t": t, **{k: data.get(k) for k in STATS_SAMPLED}})
 
     def sample(self) -> dict | None:
+        rollup = smaps_rollup_kib(self.pid, self.FIELDS)
         try:
-            text = pathlib.Path(f"/proc/{self.pid}/smaps_rollup").read_text()
             with open(f"/proc/{self.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             return None
-        s = {"t": round(time.monotonic() - self.t0, 3)}
-        for line in text.splitlines():
-            name, _, rest = line.partition(":")
-            if name in self.FIELDS:
-                s[name] = int(rest.split()[0])
+        if rollup is None:
+            return None
+        s = {"t": round(time.monotonic() - self.t0, 3), **rollup}
         s["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
         if self.dense_regions:
             dense = dense_regions_kib(self.pid)
