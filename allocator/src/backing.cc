@@ -366,6 +366,15 @@ void Backing::unqueue_foreign(uintptr_t start) {
     }
 }
 
+void Backing::trim_foreign(uintptr_t start, uintptr_t end) {
+  for (unsigned j = 0; j < nforeign_; ++j)
+    if (foreign_[j].start == start) {
+      foreign_[j].end = end;  // (what it collapsed so far stays so)
+      if (foreign_[j].next + kHuge > end) unqueue_foreign(start);
+      return;
+    }
+}
+
 void Backing::foreign_some(unsigned& done) {
   unsigned j = 0;
   while (j < nforeign_ && done < kCollapsePerTick && collapse_budget_ns_ > 0 &&

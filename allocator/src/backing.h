@@ -72,6 +72,7 @@ class Backing {
   // Nothing under fault mode (such a mapping is never advised) or without MADV_COLLAPSE.
   void queue_foreign(uintptr_t start, uintptr_t end);
   void unqueue_foreign(uintptr_t start);  // its object freed, or moved (mremap)
+  void trim_foreign(uintptr_t start, uintptr_t end);  // its mapping now ends at end (shrunk)
   uint64_t collapsed_foreign() const { return collapsed_foreign_; }
   // The release delay (keep 0 or delay 0: at once); now: the policy's clock, for it.
   void set_release_delay(uint64_t keep_pages, uint64_t delay_ns) { keep_ = keep_pages; delay_ns_ = delay_ns; }

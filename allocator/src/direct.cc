@@ -72,8 +72,7 @@ void shrink_direct(void* p, size_t size) EXCLUDES(heap_lock) {
   const uintptr_t end = d->second.map + d->second.len;
   if (keep_end >= end) return;
   munmap(reinterpret_cast<void*>(keep_end), end - keep_end);
-  g_state->backing.unqueue_foreign(d->second.map);  // (queued again with what is left)
-  g_state->backing.queue_foreign(d->second.map, keep_end);
+  g_state->backing.trim_foreign(d->second.map, keep_end);
   g_state->c.direct_bytes -= end - keep_end;
   d->second.len = keep_end - d->second.map;
   d->second.usable = keep_end - reinterpret_cast<uintptr_t>(p);
