@@ -133,27 +133,31 @@ def main(argv: list[str] | None = None) -> int:
         for cmd in [args.cmd] if args.cmd else default_commands(tmp):
             print(f"hot_text: {' '.join(cmd)}", file=sys.stderr, flush=True)
             cost.update(executed(cmd, lib, tmp))
+    def section_of(name: str) -> str | None:
+        """The function's own section (None: a PLT stub, a symbol of no section, or one in
+        an object's whole .text, which ordering would drag in with the rest)."""
+        a = addresses.get(name)
+        k = bisect.bisect_right(starts, a) - 1 if a is not None else -1
+        if k < 0 or a >= sections[k][0] + sections[k][1] or sections[k][2] in SHARED:
+            return None
+        return sections[k][2]
+
     order: dict[str, int] = {}
     unplaced = []
     for name, n in cost.items():
-        a = addresses.get(name)
-        k = bisect.bisect_right(starts, a) - 1 if a is not None else -1
-        if k < 0 or a >= sections[k][0] + sections[k][1]:
-            unplaced.append(name)  # (a PLT stub, or a symbol of no section of its own)
+        sec = section_of(name)
+        if sec is None:
+            unplaced.append(name)
             continue
-        if sections[k][2] in SHARED:
-            unplaced.append(name)  # (an object's whole .text: ordering it would drag the rest in)
-            continue
-        order[sections[k][2]] = order.get(sections[k][2], 0) + n
+        order[sec] = order.get(sec, 0) + n
     ranked = sorted(order, key=lambda s: (-order[s], s))
     # Every entry point a program may call (the malloc API, operator new and delete in all
     # their forms), after the ones that ran: one a run missed costs a window of its own.
     for name in sorted(exported(lib)):
-        k = bisect.bisect_right(starts, addresses[name]) - 1
-        if k >= 0 and addresses[name] < sections[k][0] + sections[k][1] and sections[k][2] not in SHARED \
-                and sections[k][2] not in order:
-            order[sections[k][2]] = 0
-            ranked.append(sections[k][2])
+        sec = section_of(name)
+        if sec is not None and sec not in order:
+            order[sec] = 0
+            ranked.append(sec)
     pathlib.Path(args.out).write_text(
         "# Written by allocator/tools/hot_text.py: the allocator's sections that run, for gold's\n"
         "# --section-ordering-file (allocator/CMakeLists.txt).\n" + "".join(s + "\n" for s in ranked))
