@@ -165,6 +165,17 @@ def summary(name: str, status: int, maxrss_kib: int, wall_s: float, stats: dict 
     return line
 
 
+def choose_predictor(env: dict, plugin: str | None, predictor: str | None) -> None:
+    """One predictor in ENV: a model's plugin, or a constant (an outer setting of the other
+    is dropped; with neither, the environment's stand)."""
+    if plugin is not None:
+        env.pop("LIFETIME_ALLOC_PREDICTOR", None)
+        env[serve.PLUGIN_ENV] = plugin
+    elif predictor is not None:
+        env.pop(serve.PLUGIN_ENV, None)
+        env["LIFETIME_ALLOC_PREDICTOR"] = predictor
+
+
 def run(args: argparse.Namespace) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
@@ -200,14 +211,7 @@ def run(args: argparse.Namespace) -> int:
                     env["LIFETIME_ALLOC_ATTRIBUTE_INTERVAL"] = str(args.attribute_every)
                 if args.attribute_signal:
                     env["LIFETIME_ALLOC_ATTRIBUTE_SIGNAL"] = str(args.attribute_signal)
-            # One predictor: --model's plugin, or --predictor's constant (an outer
-            # setting of the other is dropped; with neither, the environment's stand).
-            if plugin is not None:
-                env.pop("LIFETIME_ALLOC_PREDICTOR", None)
-                env[serve.PLUGIN_ENV] = plugin
-            elif args.predictor is not None:
-                env.pop(serve.PLUGIN_ENV, None)
-                env["LIFETIME_ALLOC_PREDICTOR"] = args.predictor
+            choose_predictor(env, plugin, args.predictor)
         measured = os.path.join(tmp, "measured")
         start = time.monotonic()
         proc = subprocess.Popen([launcher, measured, preload, *cmd], env=env)

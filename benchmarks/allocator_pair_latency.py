@@ -43,33 +43,35 @@ LINE = re.compile(r"p10 ([0-9.]+) ns p50 ([0-9.]+) ns p90 ([0-9.]+) ns")
 SIZE, BATCHES, PAIRS = 32, 2000, 1000
 
 
-def configs(model: pathlib.Path) -> dict[str, list[str]]:
-    """Label -> `lifetime run` options."""
-    return {"glibc": ["--allocator", "glibc"],
-            "llama constant:0": ["--allocator", "llama", "--predictor", "constant:0"],
-            "llama + model": ["--allocator", "llama", "--model", str(model)]}
+def configs(model: pathlib.Path) -> dict[str, dict]:
+    """Label -> (allocator, model, predictor): what `lifetime run` is given."""
+    return {"glibc": {"allocator": "glibc", "model": None, "predictor": None},
+            "llama constant:0": {"allocator": "llama", "model": None, "predictor": "constant:0"},
+            "llama + model": {"allocator": "llama", "model": str(model), "predictor": None}}
 
 
-def direct_env(options: list[str]) -> dict:
-    """The environment `lifetime run OPTIONS` gives its command (the preload, the predictor)."""
+def run_options(cfg: dict) -> list[str]:
+    return (["--allocator", cfg["allocator"]] + (["--model", cfg["model"]] if cfg["model"] else [])
+            + (["--predictor", cfg["predictor"]] if cfg["predictor"] else []))
+
+
+def direct_env(cfg: dict) -> dict:
+    """The preload and predictor `lifetime run` gives its command (allocator/run.py), with no
+    outer allocator setting."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LIFETIME_ALLOC_") and k not in ("LD_PRELOAD", serve.PLUGIN_ENV)}
-    name = options[options.index("--allocator") + 1]
-    lib = alloc_run.library(name)
+    lib = alloc_run.library(cfg["allocator"])
     if lib:
         env["LD_PRELOAD"] = lib
-    if "--model" in options:
-        env[serve.PLUGIN_ENV] = serve.model_plugin(options[options.index("--model") + 1])
-    elif "--predictor" in options:
-        env["LIFETIME_ALLOC_PREDICTOR"] = options[options.index("--predictor") + 1]
+    alloc_run.choose_predictor(env, serve.model_plugin(cfg["model"]) if cfg["model"] else None,
+                               cfg["predictor"])
     return env
 
 
-def run_once(options: list[str], cpu: int | None, direct: bool) -> dict:
+def run_once(cfg: dict, cpu: int | None, env: dict | None) -> dict:
+    """One run under `lifetime run`, or with ENV (direct_env) the driver itself."""
     driver = [str(DRIVER), str(SIZE), str(BATCHES), str(PAIRS)]
-    cmd, env = [str(LIFETIME), "run", *options, "--", *driver], None
-    if direct:
-        cmd, env = driver, direct_env(options)
+    cmd = driver if env is not None else [str(LIFETIME), "run", *run_options(cfg), "--", *driver]
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -124,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = configs(model)
     load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {label: [] for label in cfg}
+    envs = {label: direct_env(c) if args.direct else None for label, c in cfg.items()}  # (the plugin built once)
     for r in range(args.runs):
-        for label, options in cfg.items():
-            res = run_once(options, args.cpu, args.direct)
+        for label, c in cfg.items():
+            res = run_once(c, args.cpu, envs[label])
             runs[label].append(res)
             print(f"[allocator_pair_latency {time.strftime('%H:%M:%S')}] run {r + 1}/{args.runs} {label}:"
                   f" p50 {res['p50']:.2f} ns", file=sys.stderr, flush=True)
