@@ -299,6 +299,12 @@ def test_realloc_of_a_direct_mapping_grows_without_copy_and_shrinks_in_place(tmp
     assert s["direct_bytes"] == 0 and s["direct_objects"] == 0 and s["failed_allocs"] == 0
 
 
+def skip_without_thp() -> None:
+    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not thp.exists() or "[never]" in thp.read_text():
+        pytest.skip("transparent huge pages are off on this machine")
+
+
 DENSE = """
 import re, time
 keep = [bytearray(200) for i in range(400_000)]   # ~100 MiB of dense spans
@@ -327,9 +333,7 @@ print(re.search(r"Anonymous:\\s+(\\d+)", roll).group(1), re.search(r"AnonHugePag
 def test_collapse_only_resident_huge_pages(tmp_path):
     """A huge page the policy calls dense but whose objects were barely written is not
     collapsed (a collapse would fault in all 2 MiB of it): RSS stays what is touched."""
-    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    if not thp.exists() or "[never]" in thp.read_text():
-        pytest.skip("transparent huge pages are off on this machine")
+    skip_without_thp()
     stats = tmp_path / "stats.json"
     env = preload_env(stats=stats, huge_collapse=1, predictor="constant:0")
     env["PYTHONMALLOC"] = "malloc"
@@ -380,9 +384,7 @@ def test_big_objects_get_huge_pages_once_filled(touched, tmp_path):
     """An object past a huge page (its own mapping, on a huge-page boundary) is collapsed
     into huge pages once the program has filled it, and not while it is sparse: RSS is
     what was touched either way."""
-    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    if not thp.exists() or "[never]" in thp.read_text():
-        pytest.skip("transparent huge pages are off on this machine")
+    skip_without_thp()
     stats = tmp_path / "stats.json"
     env = preload_env(stats=stats, predictor="constant:0")
     env["PYTHONMALLOC"] = "malloc"
@@ -424,9 +426,7 @@ def test_resident_heap_pages_are_collapsed_without_a_dense_report(tmp_path):
     it dense: LLAMA's own heap (`paper`) never does (only the size-class heaps' filler
     reports), so under it every collapse comes from the allocator's own look at residency
     (Backing::scan_resident); before it, none."""
-    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    if not thp.exists() or "[never]" in thp.read_text():
-        pytest.skip("transparent huge pages are off on this machine")
+    skip_without_thp()
     stats = tmp_path / "stats.json"
     env = preload_env(stats=stats, policy="paper", predictor="constant:0")
     env["PYTHONMALLOC"] = "malloc"
@@ -443,9 +443,7 @@ def test_resident_heap_pages_are_collapsed_without_a_dense_report(tmp_path):
 def test_dense_huge_pages(collapse, tmp_path):
     """Huge pages where the heap is dense: by collapse (the default: faulted in 4 KiB pages,
     then MADV_COLLAPSE once the policy says a huge page is dense) or at fault time."""
-    thp = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    if not thp.exists() or "[never]" in thp.read_text():
-        pytest.skip("transparent huge pages are off on this machine")
+    skip_without_thp()
     stats = tmp_path / "stats.json"
     env = preload_env(stats=stats, huge_collapse=collapse, predictor="constant:0")
     env["PYTHONMALLOC"] = "malloc"
