@@ -12,6 +12,7 @@ import time
 import pytest
 
 from allocator.tools import hot_text
+from benchmarks.servers.machine import smaps_mappings
 from tests.test_allocator import LIB, built
 
 ORDER = pathlib.Path(hot_text.__file__).resolve().parents[1] / "src" / "hot_text.order"
@@ -54,14 +55,7 @@ def library_resident_kib(lib: pathlib.Path) -> int:
     proc = subprocess.Popen(["sleep", "2"], env={"LD_PRELOAD": str(lib), "PATH": "/usr/bin:/bin"})
     try:
         time.sleep(0.5)
-        kib, mine = 0, False
-        for line in pathlib.Path(f"/proc/{proc.pid}/smaps").read_text().splitlines():
-            fields = line.split()
-            if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header
-                mine = len(fields) >= 6 and fields[5] == str(lib)
-            elif mine and fields[0] == "Rss:":
-                kib += int(fields[1])
-        return kib
+        return sum(m["Rss"] for m in smaps_mappings(proc.pid) if m["name"] == str(lib))
     finally:
         proc.kill()
         proc.wait()
