@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from allocator import run as alloc_run  # noqa: E402
+from core.errors import LifetimeError  # noqa: E402
 from export import serve  # noqa: E402
 
 LIFETIME = ROOT / ".venv" / "bin" / "lifetime"
@@ -114,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     if not DRIVER.exists():
         print(f"allocator_pair_latency: {DRIVER}: not built (make native)", file=sys.stderr)
         return 2
-    if not (model / "export_manifest.json").exists():
-        print(f"allocator_pair_latency: {model}: not an exported model (lifetime export's output)",
-              file=sys.stderr)
+    try:
+        serve.check_export(str(model))  # (what lifetime run --model checks)
+    except LifetimeError as e:
+        print(f"allocator_pair_latency: {e}", file=sys.stderr)
         return 2
     if args.cpu is not None and not shutil.which("taskset"):
         print("allocator_pair_latency: --cpu needs taskset (util-linux)", file=sys.stderr)

@@ -69,3 +69,23 @@ def test_idle_program_keeps_little_of_the_library_resident():
     runs = [library_resident_kib(LIB) for _ in range(3)]
     assert min(runs) > 0, f"no resident page of {LIB} found: was it preloaded?"
     assert max(runs) <= 420, runs
+
+
+def test_hot_text_refuses_a_build_without_the_library(tmp_path, capsys):
+    out = tmp_path / "order"
+    assert hot_text.main(["--build", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nowhere/allocator/liblifetime_alloc.so: not found (the library)" in err[0]
+    assert not out.exists()
+
+
+def test_hot_text_refuses_a_map_that_lays_out_nothing(tmp_path, capsys):
+    lib_dir = tmp_path / "allocator"
+    lib_dir.mkdir()
+    (lib_dir / "liblifetime_alloc.so").write_bytes(b"")
+    (lib_dir / "liblifetime_alloc.map").write_text("Memory map\n truncated")
+    out = tmp_path / "order"
+    assert hot_text.main(["--build", str(tmp_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "liblifetime_alloc.map: no .text sections laid out" in err[0]
+    assert not out.exists()

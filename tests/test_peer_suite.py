@@ -14,6 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import allocator_pair_latency  # noqa: E402
 import peer_suite  # noqa: E402
 
 BUILD = ROOT / "build"
@@ -129,3 +130,15 @@ def test_huge_page_shares_over_the_steady_window():
 def test_program_memory_of_a_tree():
     # the sampler finds the program under lifetime run's launcher: here, no launcher
     assert peer_suite.program_memory_kib(os.getpid()) is None
+
+
+@pytest.mark.parametrize("manifest", [None, "{not json", '{"format": "lifetime-export"}'])
+def test_pair_latency_refuses_a_model_dir_that_is_not_an_export(manifest, tmp_path, capsys):
+    model = tmp_path / "export"
+    model.mkdir()
+    if manifest is not None:
+        (model / "export_manifest.json").write_text(manifest)
+    assert allocator_pair_latency.main(["--model", str(model), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("allocator_pair_latency: ") and str(model) in err[0], err
+    assert not (tmp_path / "out").exists()

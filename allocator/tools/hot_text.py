@@ -117,14 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     lib = pathlib.Path(args.build) / "allocator" / LIB
     link_map = lib.with_suffix(".map")
-    for need, what in ((lib, "the library"), (link_map, "its link map (a GCC + gold build)")):
+    for need, what in ((lib, "the library"), (link_map, "its link map, which a GCC + gold build writes")):
         if not need.exists():
-            print(f"hot_text: {need}: no {what}; build the lifetime_alloc target first", file=sys.stderr)
+            print(f"hot_text: {need}: not found ({what}); build the lifetime_alloc target first",
+                  file=sys.stderr)
             return 2
+    sections = map_sections(link_map)
+    if not sections:
+        print(f"hot_text: {link_map}: no .text sections laid out (not a gold link map?)", file=sys.stderr)
+        return 2
     if not shutil.which("valgrind"):
         print("hot_text: valgrind not found (apt-get install valgrind)", file=sys.stderr)
         return 2
-    sections = map_sections(link_map)
     starts = [s[0] for s in sections]
     addresses = symbol_addresses(lib)
     cost: collections.Counter = collections.Counter()
