@@ -472,3 +472,42 @@ def test_dense_huge_pages(collapse, tmp_path):
         # (the stats are written at exit: the interpreter's shutdown frees move the clock
         # past one more tick, up to 4 collapses (kCollapsePerTick) after the script's read)
         assert int(proc.stdout.strip()) >= max(1, min(8, s["collapsed_huge_pages"] - 4)) * 2048, s
+
+
+CACHE_HITS_ONLY = """
+import ctypes, json, re, sys, time
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+held = [libc.malloc(4000) for i in range(10000)]    # ~40 MiB, every byte written
+for p in held:
+    ctypes.memset(p, 1, 4000)
+malloc, free = libc.malloc, libc.free
+start = time.time()
+while time.time() - start < 3:                      # one object in and out: every malloc a hit
+    for i in range(1000):
+        free(malloc(3000))
+try:
+    uptime = json.load(open(sys.argv[1]))["uptime_ns"]
+except FileNotFoundError:                           # never written
+    uptime = 0
+print(uptime, re.search(r"AnonHugePages:\\s+(\\d+)", open("/proc/self/smaps_rollup").read()).group(1))
+"""
+
+
+def test_the_clock_moves_while_every_malloc_hits_the_thread_cache(tmp_path):
+    """A program whose mallocs all hit its thread cache (rocksdb's readrandom) still moves
+    the policy's clock (tc::periodic, every kTickHits hits): its stats are written on their
+    interval and its dense huge pages collapsed.  Before, the clock stood where the last
+    trip to the lock left it: neither, until the program's exit."""
+    skip_without_thp()
+    stats = tmp_path / "stats.json"
+    env = preload_env(stats=stats, stats_interval=1, predictor="constant:0")
+    env["PYTHONMALLOC"] = "malloc"
+    proc = subprocess.run([sys.executable, "-c", CACHE_HITS_ONLY, str(stats)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    uptime_ns, huge_kib = map(int, proc.stdout.split())
+    assert uptime_ns >= 2e9, (uptime_ns, huge_kib)   # written during the loop, not only at the fill
+    assert huge_kib >= 2048, (uptime_ns, huge_kib)    # collapsed during it

@@ -214,6 +214,14 @@ __attribute__((noinline)) void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(h
   scavenge(c, now);
 }
 
+__attribute__((noinline)) void periodic(Cache* c) EXCLUDES(heap_lock) {
+  const KeepErrno keep;
+  Inside in;
+  const uint64_t now = tick();
+  scavenge(c, now);
+  after_op(now);
+}
+
 namespace {
 // The pthread key's destructor (the thread exits): everything back to the policy.
 void thread_exit(void* v) {

@@ -53,6 +53,7 @@ constexpr uint64_t kRecentBytes = 4 << 10;    // frees a list keeps for reuse: t
 constexpr uint32_t kRecentObjects = 6;        // ... or objects, whichever is fewer (>= 1)
 constexpr uint64_t kHotNs = 1000000;          // a list back at the lock sooner: more reuse
 constexpr uint64_t kColdNs = 100000000;       // ... later than this: less
+constexpr uint64_t kTickHits = 4096;          // a thread's hits between visits to the clock (2^k)
 
 // A class's objects in one thread: `head`, what its mallocs pop (a refill's batch, and
 // frees while it holds fewer than its `depth`), and `freed`, the frees past that depth,
@@ -145,6 +146,10 @@ Cache* cache_locked() REQUIRES(heap_lock);
 void* refill(uint64_t usable, size_t size, uint32_t cls, const Prediction& pred, uintptr_t ra) EXCLUDES(heap_lock);
 // A list past its bound, or the thread's lists past theirs: some back to the policy.
 void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(heap_lock);
+// Every kTickHits hits: the policy's clock and this thread's scavenge, as a trip to the
+// lock would (a program whose mallocs all hit its caches would otherwise stop the clock:
+// no held page given back, no huge page collapsed, no stats written, no list scavenged).
+void periodic(Cache* c) EXCLUDES(heap_lock);
 
 // The lock-free paths, inline at their callers (heap.cc's malloc and free).
 inline void push(Cache* c, List& l, void* p, uint32_t cls) {
@@ -179,10 +184,17 @@ __attribute__((always_inline)) inline void* cached_alloc(State* s, size_t size, 
     t_busy = true;
     sig_fence();
     void* p = pop(c, l, cls);
-    if (p) bump(c->hits, 1);
+    uint64_t hits = 0;
+    if (p) {
+      hits = c->hits.load(std::memory_order_relaxed) + 1;
+      c->hits.store(hits, std::memory_order_relaxed);
+    }
     sig_fence();
     t_busy = false;
-    if (p) return p;
+    if (p) {
+      if (__builtin_expect((hits & (kTickHits - 1)) == 0, 0)) periodic(c);
+      return p;
+    }
   }
   return refill(usable, size, cls, pred, ra);
 }
