@@ -264,7 +264,11 @@ __attribute__((noinline)) void* refill(uint64_t usable, size_t size, uint32_t cl
   scavenge(c, now);
   void* more[kMaxBatch];
   const uint32_t n = alloc_batch_locked(usable, ra, pred, now, g_caches.batch[cls] - 1, more);
-  for (uint32_t i = 0; i < n; ++i) {
+  // Pushed last first, so that the list hands the batch out in the order the policy gave
+  // it (from a span: ascending addresses, as a program's consecutive mallocs get them from
+  // glibc; popped first-pushed-last they came out descending, 16 objects at a time, and
+  // CPython's GC walking a tee's chain of 20 M items took twice glibc's time).
+  for (uint32_t i = n; i-- > 0;) {
     unsigned g = 0;
     const uint32_t k = class_at(more[i], g);
     if (!k) {  // (cannot happen: the policy placed it in a span of its class)
