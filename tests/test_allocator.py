@@ -402,8 +402,8 @@ def test_big_objects_get_huge_pages_once_filled(touched, tmp_path):
         assert s["collapsed_direct_huge_pages"] == 0 and s["collapse_deferred"] >= 1, s
 
 
-RESIDENT = """
-import ctypes, re, time
+# A program's C heap through ctypes: ~40 MiB in 4000-byte objects, every byte written.
+FILLED_40_MIB = """
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -411,7 +411,10 @@ libc.free.argtypes = [ctypes.c_void_p]
 held = [libc.malloc(4000) for i in range(10000)]    # ~40 MiB, every byte written
 for p in held:
     ctypes.memset(p, 1, 4000)
-start = time.time()
+"""
+
+
+RESIDENT = "import ctypes, re, time" + FILLED_40_MIB + """start = time.time()
 while time.time() - start < 3:                      # allocation activity: the policy's clock moves
     junk = [libc.malloc(3000) for i in range(3000)]
     for q in junk:
@@ -474,16 +477,7 @@ def test_dense_huge_pages(collapse, tmp_path):
         assert int(proc.stdout.strip()) >= max(1, min(8, s["collapsed_huge_pages"] - 4)) * 2048, s
 
 
-CACHE_HITS_ONLY = """
-import ctypes, json, re, sys, time
-libc = ctypes.CDLL(None)
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-held = [libc.malloc(4000) for i in range(10000)]    # ~40 MiB, every byte written
-for p in held:
-    ctypes.memset(p, 1, 4000)
-malloc, free = libc.malloc, libc.free
+CACHE_HITS_ONLY = "import ctypes, json, re, sys, time" + FILLED_40_MIB + """malloc, free = libc.malloc, libc.free
 start = time.time()
 while time.time() - start < 3:                      # one object in and out: every malloc a hit
     for i in range(1000):
