@@ -1,5 +1,7 @@
 // Every replaceable operator new / delete form (C++17), on the same heap as malloc.
 // Throwing forms call the new_handler until it gives up, then throw std::bad_alloc.
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <new>
 
@@ -12,10 +14,21 @@ namespace {
 
 constexpr size_t kDefault = 16;
 
+// The program's new_handler.  std::set_new_handler sets it in the program's C++ runtime;
+// this library's own libstdc++ is a static, hidden copy (CMakeLists.txt), whose
+// std::get_new_handler never sees it (it answered null, so a program's handler was never
+// called).  So ask the program's runtime (looked up once, on the first failure only); a
+// program without a shared one (C, or libstdc++ linked statically) has none to give.
+std::new_handler program_new_handler() {
+  using Get = std::new_handler (*)();
+  static const Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+  return get ? get() : nullptr;
+}
+
 void* must(size_t size, size_t align, uintptr_t caller) {
   for (;;) {
     if (void* p = lalloc::allocate(size, align < kDefault ? kDefault : align, caller)) return p;
-    std::new_handler h = std::get_new_handler();
+    std::new_handler h = program_new_handler();
     if (!h) throw std::bad_alloc();
     h();
   }

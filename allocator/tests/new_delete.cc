@@ -1,5 +1,5 @@
 // Every operator new / delete form: plain, array, nothrow, aligned (up to 64 KiB),
-// sized delete; bad_alloc and nothrow failure; STL containers churned by 4 threads.
+// sized delete; bad_alloc and nothrow failure, the program's new_handler first; STL containers churned by 4 threads.
 #include <malloc.h>
 
 #include <cstdint>
@@ -15,6 +15,12 @@
 
 struct alignas(64) Line { char b[64]; };
 struct alignas(65536) Big { char b[100]; };
+
+static int g_handler_calls = 0;
+static void handler_once() {
+  ++g_handler_calls;
+  std::set_new_handler(nullptr);
+}
 
 template <class T> void aligned_ok(T* p) { if (reinterpret_cast<uintptr_t>(p) % alignof(T)) DIE("misaligned new"); }
 
@@ -60,6 +66,19 @@ int main() {
   }
   if (!threw) DIE("operator new(huge) did not throw");
   if (::operator new(SIZE_MAX / 2, std::nothrow)) DIE("nothrow new(huge) returned memory");
+  // The program's new_handler is called before bad_alloc, by the throwing and the nothrow
+  // forms alike (once each here: it takes itself out).
+  std::set_new_handler(handler_once);
+  threw = false;
+  try {
+    ::operator delete(::operator new(SIZE_MAX / 2));
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  if (!threw || g_handler_calls != 1) DIE("operator new(huge) did not call the new_handler once, then throw");
+  std::set_new_handler(handler_once);
+  if (::operator new(SIZE_MAX / 2, std::nothrow) || g_handler_calls != 2)
+    DIE("nothrow new(huge) did not call the new_handler once, then return null");
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([t] {
