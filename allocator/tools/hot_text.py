@@ -35,7 +35,10 @@ EXTENT = re.compile(r"^\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+\S+")
 # Sections that hold more than one function (objects built without -ffunction-sections:
 # the static libstdc++'s).
 SHARED = {".text", ".text.startup", ".text.unlikely", ".text.hot", ".text.exit"}
-COST = re.compile(r"^\s*([0-9,]+) .*?\?\?\?:(\S+) \[(.*)\]$")
+# callgrind_annotate's line per function: "N (P%)  FILE:NAME [OBJECT]", FILE "???" where the
+# object has no line table for it (the C++ here) and a source path where it has (inprocess/'s
+# C: missed before, when only "???" was matched, so none of it was ordered).
+COST = re.compile(r"^\s*([0-9,]+) \(\s*[\d.]+%\)\s+\S*:(\S+) \[(.*)\]$")
 
 
 def map_sections(map_path: pathlib.Path) -> list[tuple[int, int, str]]:
