@@ -27,8 +27,9 @@ Allocators (--allocators): glibc, jemalloc, mimalloc, tcmalloc-gperftools, tcmal
 (liblifetime_alloc.so, --predictor constant:0: no model): `llama` under lifetime run's
 default policy, `llama-paper` under the paper's.
 
-Per run: `nice lifetime run --allocator A -- CMD`; elapsed and peak RSS are lifetime run's
-(wait4) from its stderr line; a thread samples VmRSS of the program (the process tree
+Each run takes every program in turn and, for each, every allocator, their order rotated
+from run to run (round_order).  Per run: `nice lifetime run --allocator A -- CMD`; elapsed
+and peak RSS are lifetime run's (wait4) from its stderr line; a thread samples VmRSS of the program (the process tree
 under lifetime run's launcher) every 0.1 s.  Steady RSS: the mean of the samples after
 the program's "STEADY" line when it prints one (mstress, rptest, lua: basis "marker"),
 else over the last third of the run (basis "last third").  Each program's result line
@@ -376,16 +377,27 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
     return rec
 
 
+def round_order(allocators: list[str], run: int, runs: int) -> list[str]:
+    """The allocators' order in run RUN of RUNS: rotated by RUN x n / RUNS places, so each
+    takes a different place in each run.  Why: on the 2-CPU VM this suite was measured on,
+    a program's time drifts over a round of six allocators (z3: the last of the round took
+    26.3-26.5 s in runs where the first took 20.8-22.4, and 21.1-22.4 s when run first
+    itself), so a fixed order charged one allocator with the drift."""
+    shift = run * len(allocators) // max(1, runs)
+    return allocators[shift:] + allocators[:shift]
+
+
 def run_matrix(programs: list[str], allocators: list[str], cmds: dict, runs: int, timeout: float,
                tmp: pathlib.Path) -> list[dict]:
-    """Every run x program x allocator (run_once, each in a fresh scratch directory TMP),
-    a progress line each on stderr; the records, each with its run index."""
+    """Every run x program x allocator (run_once, each in a fresh scratch directory TMP;
+    the allocators in round_order), a progress line each on stderr; the records, each with
+    its run index."""
     records = []
     total = len(programs) * len(allocators) * runs
     i = 0
     for run in range(runs):
         for prog in programs:
-            for alloc in allocators:
+            for alloc in round_order(allocators, run, runs):
                 i += 1
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)

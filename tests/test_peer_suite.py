@@ -142,3 +142,13 @@ def test_pair_latency_refuses_a_model_dir_that_is_not_an_export(manifest, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("allocator_pair_latency: ") and str(model) in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_each_allocator_takes_a_different_place_each_run():
+    allocs = ["glibc", "jemalloc", "mimalloc", "tcmalloc-gperftools", "tcmalloc", "llama"]
+    orders = [peer_suite.round_order(allocs, r, 3) for r in range(3)]
+    assert orders[0] == allocs and all(sorted(o) == sorted(allocs) for o in orders)
+    places = {a: {o.index(a) for o in orders} for a in allocs}
+    assert all(len(p) == 3 for p in places.values()), places  # three runs, three places each
+    assert peer_suite.round_order(["glibc", "llama"], 1, 2) == ["llama", "glibc"]
+    assert peer_suite.round_order(["llama"], 0, 1) == ["llama"]
