@@ -29,8 +29,8 @@ default policy, `llama-paper` under the paper's.
 
 Each run takes every program in turn and, for each, every allocator, their order rotated
 from run to run (round_order).  Per run: `nice lifetime run --allocator A -- CMD`; elapsed
-and peak RSS are lifetime run's (wait4) from its stderr line; a thread samples VmRSS of the program (the process tree
-under lifetime run's launcher) every 0.1 s.  Steady RSS: the mean of the samples after
+and peak RSS are lifetime run's (wait4) from its stderr line; a thread samples VmRSS of
+the program (the process tree under lifetime run's launcher) every 0.1 s.  Steady RSS: the mean of the samples after
 the program's "STEADY" line when it prints one (mstress, rptest, lua: basis "marker"),
 else over the last third of the run (basis "last third").  Each program's result line
 (checksum, z3's answers, db_bench's found count) must agree across allocators; a

@@ -220,7 +220,7 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
 void Backing::dense(uint64_t id) {
   uint64_t page;
   if (!huge_on_ || !touched_page(id, page)) return;
-  if (collapse_ && collapse_works_) {
+  if (collapsing()) {
     // Queued only: advised (and unbroken) when collapse_some() finds it resident enough.
     if (bit_of(advised_, page) || bit_of(queued_, page)) return;
     if (nqueued_ == kQueue) {  // full: a page found too sparse before makes room
@@ -350,7 +350,7 @@ bool Backing::collapse_at(void* addr) {
 }
 
 void Backing::queue_foreign(uintptr_t start, uintptr_t end) {
-  if (!collapse_ || !collapse_works_) return;
+  if (!collapsing()) return;
   const uintptr_t first = (start + kHuge - 1) & ~(kHuge - 1);
   if (first + kHuge > end) return;  // no whole huge page in it
   if (nforeign_ == kForeign) unqueue_foreign(foreign_[0].start);

@@ -80,7 +80,7 @@ class Backing {
   void set_now(uint64_t now) {
     now_ = now;
     if (nheld_ && held_[0].at + delay_ns_ <= now) expire();
-    if (now >= next_collapse_ns_ && collapse_ && collapse_works_) collapse_some();
+    if (now >= next_collapse_ns_ && collapsing()) collapse_some();
   }
   // Returns every held page now, whatever its delay (malloc_trim).
   void release_held() {
@@ -186,6 +186,7 @@ class Backing {
   uint64_t* queued_ = nullptr;      // bit per heap page: in queue_, not advised yet (collapse)
   uint64_t collapse_deferred_ = 0;  // looks at a queued page found too sparse to collapse
   bool collapse_ = false, collapse_works_ = true;
+  bool collapsing() const { return collapse_ && collapse_works_; }  // by MADV_COLLAPSE, here
   static constexpr unsigned kQueue = 256;
   struct Queued { uint64_t page, at; uint32_t deferred = 0; };  // deferred: times found too sparse
   Queued queue_[kQueue];            // global heap pages to collapse, oldest first

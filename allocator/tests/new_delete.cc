@@ -1,5 +1,6 @@
 // Every operator new / delete form: plain, array, nothrow, aligned (up to 64 KiB),
-// sized delete; bad_alloc and nothrow failure, the program's new_handler first; STL containers churned by 4 threads.
+// sized delete; bad_alloc and nothrow failure, the program's new_handler first; STL
+// containers churned by 4 threads.
 #include <malloc.h>
 
 #include <cstdint>
