@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <new>
 
+#include "fatal.h"
 #include "heap.h"
 
 #define LALLOC_API __attribute__((visibility("default")))
@@ -14,32 +15,52 @@ namespace {
 
 constexpr size_t kDefault = 16;
 
-// The program's new_handler.  std::set_new_handler sets it in the program's C++ runtime;
-// this library's own libstdc++ is a static, hidden copy (CMakeLists.txt), whose
-// std::get_new_handler never sees it (it answered null, so a program's handler was never
-// called).  So ask the program's runtime (looked up once, on the first failure only); a
-// program without a shared one (C, or libstdc++ linked statically) has none to give.
+// The program's C++ runtime: this library's own libstdc++ is a static, hidden copy
+// (CMakeLists.txt), and its libgcc (the unwinder) is static too, so that a C program need
+// not map libgcc_s.  What crosses into the program goes through the program's runtime
+// instead, looked up on the first failure only:
+// - the new_handler: std::set_new_handler sets it there (our copy's answered null);
+// - std::bad_alloc: thrown by the runtime's std::__throw_bad_alloc, so the program's own
+//   unwinder and __cxa_* raise what its catch expects (ours would unwind with another copy);
+// - a nothrow form whose handler throws: the runtime's own nothrow form, which calls back
+//   the throwing one here inside its try and turns the throw into null.
+// A program without a shared C++ runtime (C, or libstdc++ linked statically) calls its own
+// operator new, not this one, and sets no handler here.
+template <typename F>
+F runtime(const char* name, void* scope = RTLD_DEFAULT) {
+  return reinterpret_cast<F>(dlsym(scope, name));
+}
+
 std::new_handler program_new_handler() {
-  using Get = std::new_handler (*)();
-  static const Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+  static const auto get = runtime<std::new_handler (*)()>("_ZSt15get_new_handlerv");
   return get ? get() : nullptr;
+}
+
+[[noreturn]] void throw_bad_alloc() {
+  static const auto raise = runtime<void (*)()>("_ZSt17__throw_bad_allocv");
+  if (raise) raise();
+  lalloc::fatal("operator new: out of memory, and no C++ runtime in the program to throw std::bad_alloc");
 }
 
 void* must(size_t size, size_t align, uintptr_t caller) {
   for (;;) {
     if (void* p = lalloc::allocate(size, align < kDefault ? kDefault : align, caller)) return p;
     std::new_handler h = program_new_handler();
-    if (!h) throw std::bad_alloc();
-    h();
+    if (!h) throw_bad_alloc();
+    h();  // may throw (through these frames: the program's unwinder; nothing here to clean up)
   }
 }
 
 void* may(size_t size, size_t align, uintptr_t caller) noexcept {
-  try {
-    return must(size, align, caller);
-  } catch (...) {
-    return nullptr;
-  }
+  if (void* p = lalloc::allocate(size, align < kDefault ? kDefault : align, caller)) return p;
+  if (!program_new_handler()) return nullptr;
+  // The handler may free memory, or throw: the runtime's nothrow form runs it in its try.
+  using Plain = void* (*)(size_t, const std::nothrow_t&) noexcept;
+  using Aligned = void* (*)(size_t, std::align_val_t, const std::nothrow_t&) noexcept;
+  static const auto plain = runtime<Plain>("_ZnwmRKSt9nothrow_t", RTLD_NEXT);
+  static const auto aligned = runtime<Aligned>("_ZnwmSt11align_val_tRKSt9nothrow_t", RTLD_NEXT);
+  if (align <= kDefault) return plain ? plain(size, std::nothrow) : nullptr;
+  return aligned ? aligned(size, std::align_val_t(align), std::nothrow) : nullptr;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Every operator new / delete form: plain, array, nothrow, aligned (up to 64 KiB),
-// sized delete; bad_alloc and nothrow failure, the program's new_handler first; STL
+// sized delete; bad_alloc and nothrow failure, the program's new_handler first (one that
+// returns, one that throws); STL
 // containers churned by 4 threads.
 #include <malloc.h>
 
@@ -21,6 +22,12 @@ static int g_handler_calls = 0;
 static void handler_once() {
   ++g_handler_calls;
   std::set_new_handler(nullptr);
+}
+// A handler may also throw bad_alloc itself: the throwing forms pass it on, the nothrow
+// forms return null.
+static void handler_throws() {
+  ++g_handler_calls;
+  throw std::bad_alloc();
 }
 
 template <class T> void aligned_ok(T* p) { if (reinterpret_cast<uintptr_t>(p) % alignof(T)) DIE("misaligned new"); }
@@ -80,6 +87,21 @@ int main() {
   std::set_new_handler(handler_once);
   if (::operator new(SIZE_MAX / 2, std::nothrow) || g_handler_calls != 2)
     DIE("nothrow new(huge) did not call the new_handler once, then return null");
+  std::set_new_handler(handler_throws);
+  threw = false;
+  try {
+    ::operator delete[](::operator new[](SIZE_MAX / 2, std::align_val_t(64)));
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  if (!threw || g_handler_calls != 3) DIE("a new_handler's bad_alloc did not reach the program's catch");
+  if (::operator new(SIZE_MAX / 2, std::nothrow) || g_handler_calls != 4)
+    DIE("nothrow new(huge) with a throwing new_handler did not return null");
+  if (::operator new[](SIZE_MAX / 2, std::align_val_t(4096), std::nothrow) || g_handler_calls != 5)
+    DIE("aligned nothrow new[](huge) with a throwing new_handler did not return null");
+  std::set_new_handler(nullptr);
+  if (::operator new(SIZE_MAX / 2, std::align_val_t(4096), std::nothrow))
+    DIE("aligned nothrow new(huge) returned memory");
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([t] {

@@ -26,7 +26,7 @@ constexpr uint32_t kClassSizes[] = {
 int bit_width(uint32_t v) { return v ? 32 - __builtin_clz(v) : 0; }
 
 // A fit class: 33/32 of a power of two.
-bool fit_class(uint32_t size) { return size % 33 == 0 && __builtin_popcount(size / 33) == 1; }
+bool fit_class(uint32_t size) { return size % 33 == 0 && popcount64(size / 33) == 1; }
 
 // A request's size -> the smallest class that fits, in one read-only table made by the
 // compiler (shared by every heap of every process), indexed as TCMalloc does: by 8 bytes
@@ -710,7 +710,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     SIM_CHECK(n == s.nlive && n > 0, where + "span live count disagrees with its objects");
     if (s.cls) {
       uint64_t set = 0;
-      for (uint64_t w : s.live_bits) set += uint64_t(__builtin_popcountll(w));
+      for (uint64_t w : s.live_bits) set += popcount64(w);
       const uint64_t tail = s.live_bits.size() * 64 - s.nobjs;
       bool hint_ok = true;
       for (uint32_t k = 0; k < s.hint && k < s.live_bits.size(); ++k) hint_ok &= s.live_bits[k] == ~uint64_t(0);

@@ -28,6 +28,17 @@ struct InvariantError : std::runtime_error {
     if (!(cond)) throw ::sim::InvariantError(std::string(msg) + " [" #cond "]"); \
   } while (0)
 
+// Bits set in a word, without libgcc: __builtin_popcountll is a call to libgcc's
+// __popcountdi2 on x86-64 before popcnt (-march=x86-64), which the allocator links
+// statically (allocator/CMakeLists.txt), away from its other code that runs: one call
+// at start-up put another 64 KiB of its text in every process.
+inline unsigned popcount64(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return unsigned((x * 0x0101010101010101ull) >> 56);
+}
+
 // Bit helpers for 256-bit block/page maps (4 x 64).
 struct Bits256 {
   uint64_t w[4] = {0, 0, 0, 0};
@@ -37,8 +48,7 @@ struct Bits256 {
   void set_range(unsigned b, unsigned n) { for (unsigned i = b; i < b + n; ++i) set(i); }
   void clear_range(unsigned b, unsigned n) { for (unsigned i = b; i < b + n; ++i) clear(i); }
   unsigned count() const {
-    return unsigned(__builtin_popcountll(w[0]) + __builtin_popcountll(w[1]) +
-                    __builtin_popcountll(w[2]) + __builtin_popcountll(w[3]));
+    return popcount64(w[0]) + popcount64(w[1]) + popcount64(w[2]) + popcount64(w[3]);
   }
   bool any() const { return (w[0] | w[1] | w[2] | w[3]) != 0; }
   bool operator==(const Bits256& o) const {
