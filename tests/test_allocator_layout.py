@@ -102,3 +102,20 @@ def test_hot_text_reads_functions_with_and_without_line_tables():
              "2 ( 0.00%)  const char *lt_online_plugin(void) {"]
     got = [m and m.group(1, 2) for m in map(hot_text.COST.match, lines)]
     assert got == [("594,448", "_ZNK3sim16TcmallocBaseline10size_classEmj"), ("16", "lt_online_plugin"), None]
+
+
+def test_library_needs_no_shared_libgcc():
+    # A program that maps the allocator maps nothing else it would not have mapped: libgcc
+    # is linked in (allocator/CMakeLists.txt; 100 KiB of libgcc_s in every process before).
+    dynamic = subprocess.run(["readelf", "-d", str(built(LIB))], capture_output=True, text=True,
+                             check=True).stdout
+    needed = sorted(line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line)
+    assert all(n.startswith(("libc.so", "ld-linux")) for n in needed), needed
+    proc = subprocess.Popen(["sleep", "2"], env={"LD_PRELOAD": str(built(LIB)), "PATH": "/usr/bin:/bin"})
+    try:
+        time.sleep(0.5)
+        names = {pathlib.Path(m["name"]).name for m in smaps_mappings(proc.pid)}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not any(n.startswith(("libgcc_s", "libstdc++")) for n in names), names

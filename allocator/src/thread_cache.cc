@@ -257,13 +257,23 @@ __attribute__((noinline)) void* refill(uint64_t usable, size_t size, uint32_t cl
   if (!first || !c || c == kDead) return first;
   bump(c->misses, 1);
   ++g_caches.refills;
+  // The batch follows the list's traffic as its reuse depth does (trip): a list that comes
+  // back within kHotNs takes the class's whole batch, one that does not, no more than its
+  // depth.  Every object of a batch is written (the list's link) and so made resident: a
+  // process that mallocs a few objects of many classes (an idle one: sleep) held 188 KiB of
+  // heap, as 16 KiB batches of each class it touched, where glibc's held 16 KiB.
+  uint32_t want = g_caches.batch[cls];
   {
     unsigned g = 0;
-    if (class_at(first, g)) trip(c->lists[g * kClasses + cls], cls, now);
+    if (class_at(first, g)) {
+      List& l = c->lists[g * kClasses + cls];
+      trip(l, cls, now);
+      want = std::min(want, l.depth);
+    }
   }
   scavenge(c, now);
   void* more[kMaxBatch];
-  const uint32_t n = alloc_batch_locked(usable, ra, pred, now, g_caches.batch[cls] - 1, more);
+  const uint32_t n = want > 1 ? alloc_batch_locked(usable, ra, pred, now, want - 1, more) : 0;
   // Pushed last first, so that the list hands the batch out in the order the policy gave
   // it (from a span: ascending addresses, as a program's consecutive mallocs get them from
   // glibc; popped first-pushed-last they came out descending, 16 objects at a time, and
