@@ -23,8 +23,7 @@ namespace {
 
 class ConstantPredictor final : public Predictor {
  public:
-  explicit ConstantPredictor(int cls) : cls_(cls) {}
-  Prediction predict(const AllocSite&) override { return {cls_, Source::kConstant}; }
+  explicit ConstantPredictor(int cls) : Predictor(cls), cls_(cls) {}
   std::string describe() const override { return "constant:" + std::to_string(cls_); }
 
  private:
@@ -107,7 +106,7 @@ __thread bool t_predicting __attribute__((tls_model("initial-exec"))) = false;
 class ModelPredictor final : public Predictor {
  public:
   ModelPredictor(std::string plugin, int num_classes, int64_t revalidate_every)
-      : plugin_(std::move(plugin)), num_classes_(num_classes), revalidate_every_(revalidate_every) {}
+      : Predictor(-1), plugin_(std::move(plugin)), num_classes_(num_classes), revalidate_every_(revalidate_every) {}
 
   void start() override {
     char why[1024];
@@ -128,7 +127,7 @@ class ModelPredictor final : public Predictor {
     ready_.store(true, std::memory_order_release);
   }
 
-  Prediction predict(const AllocSite& site) override {
+  Prediction predict(const AllocSite& site) {
     if (__builtin_expect(!ready_.load(std::memory_order_acquire), 0)) return {kFallback, Source::kEarly};
     if (__builtin_expect(t_predicting, 0)) return {kFallback, Source::kNested};
     t_predicting = true;
@@ -207,6 +206,10 @@ class ModelPredictor final : public Predictor {
 };
 
 }  // namespace
+
+Prediction Predictor::predict_model(const AllocSite& site) {
+  return static_cast<ModelPredictor*>(this)->predict(site);  // (constant_ < 0: the model's)
+}
 
 std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every) {
   // A model: the one variable that serves a model in a process (inprocess/src/online.h).

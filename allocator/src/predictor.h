@@ -46,8 +46,12 @@ class Predictor {
  public:
   virtual ~Predictor() = default;
   // A lifetime class in [0, num_classes).  Called outside the allocator's lock, from any
-  // thread.
-  virtual Prediction predict(const AllocSite& site) = 0;
+  // thread.  Not virtual: every malloc asks, so constant:C is answered inline and the
+  // model (the one other predictor) called directly.
+  Prediction predict(const AllocSite& site) {
+    if (constant_ >= 0) return {constant_, Source::kConstant};
+    return predict_model(site);
+  }
   // The library constructor (never inside an allocation): load what predict needs.
   // A predictor that cannot serve is fatal here (one line, abort).
   virtual void start() {}
@@ -56,6 +60,13 @@ class Predictor {
   virtual std::string describe() const = 0;
   // Predictor-specific stats (a JSON object's members).
   virtual void stats(sim::JsonWriter&) const {}
+
+ protected:
+  explicit Predictor(int constant) : constant_(constant) {}
+
+ private:
+  Prediction predict_model(const AllocSite& site);  // predictor.cc: the model's plugin
+  const int constant_;  // constant:C's class; -1: the model's predictor
 };
 
 // The model of LIFETIME_MODEL_PLUGIN when it is set (spec must then be empty), else

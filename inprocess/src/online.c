@@ -324,30 +324,29 @@ size_t lt_online_key_size(size_t size) {
   return size <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(size - 1));
 }
 
-int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
-                       struct lt_online_call *out) {
-  struct lt_thread *t = &lt_tls;
-  if (LT_UNLIKELY(!t->stack_known)) {
+/* A thread's first classify: its stack bounds and the plugin's cache of this thread
+ * (dynamic TLS: looked up once). */
+static __attribute__((noinline)) lifetime_cache *thread_setup(struct lt_thread *t) {
+  if (!t->stack_known) {
     if (!t->tid) t->tid = lt_gettid();
     lt_thread_stack_bounds(t);
   }
-  uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
-  out->ran = 0;
-  out->ns = 0;
-  out->frames = -1;
-  /* The thread's cache (the plugin's dynamic TLS: looked up once per thread). */
   lifetime_cache *cache = t->model_cache;
-  if (LT_UNLIKELY(!cache)) {
+  if (!cache) {
     cache = t->model_cache = api.cache_tl();
     if (revalidate_every >= 0) api.cache_set_revalidate_every(cache, (uint32_t)revalidate_every);
   }
-  /* A plain hit needs no predictor: no pool lock (it is shared by threads). */
-  if (LT_LIKELY(api.cache_lookup != NULL)) {
-    int cls = api.cache_lookup(cache, ra, height, size);
-    if (LT_LIKELY(cls >= 0)) return out->cls = cls;
-  }
-  /* A miss runs the model (symbolizing, maybe reading files): errno stays the caller's,
-   * for the allocator's hit path does not save it. */
+  return cache;
+}
+
+/* A miss or a due revalidation: the model runs (symbolizing, maybe reading files), under
+ * a predictor of the pool.  Out of line, with its frame (the frame arrays: 2 KiB), so
+ * that a hit sets up none of it. */
+static __attribute__((noinline)) int classify_model(struct lt_thread *t, lifetime_cache *cache,
+                                                    uintptr_t ra, uintptr_t height, size_t size,
+                                                    uintptr_t caller_ra,
+                                                    struct lt_online_call *out) {
+  /* errno stays the caller's, for the allocator's hit path does not save it. */
   const int saved_errno = errno;
   unsigned slot = pool_take(t->tid);
   struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
@@ -381,4 +380,21 @@ int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
   seen_revalidations = st.revalidations;
   out->ns = lt_mono_ns() - ctx.t0;
   return cls;
+}
+
+int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
+                       struct lt_online_call *out) {
+  struct lt_thread *t = &lt_tls;
+  lifetime_cache *cache = t->model_cache;
+  if (LT_UNLIKELY(!cache)) cache = thread_setup(t); /* (model_cache is set after the bounds) */
+  uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
+  out->ran = 0;
+  out->ns = 0;
+  out->frames = -1;
+  /* A plain hit needs no predictor: no pool lock (it is shared by threads). */
+  if (LT_LIKELY(api.cache_lookup != NULL)) {
+    int cls = api.cache_lookup(cache, ra, height, size);
+    if (LT_LIKELY(cls >= 0)) return out->cls = cls;
+  }
+  return classify_model(t, cache, ra, height, size, caller_ra, out);
 }
