@@ -13,6 +13,11 @@
 
 namespace lalloc {
 
+// The plugin's thread-local cache is dynamic TLS (a dlopen'ed library), allocated with
+// malloc at a thread's first use; pthread_getattr_np (a thread's stack bounds) mallocs
+// too; so may a miss's symbolization.
+__thread bool t_predicting __attribute__((tls_model("initial-exec"))) = false;
+
 const char* source_name(Source s) {
   static const char* const names[] = {"constant", "cache_hits", "misses", "revalidations",
                                       "nested", "before_load", "failures"};
@@ -98,10 +103,7 @@ void on_served(int cls, const char* const* frames, const size_t* lengths, int n,
   s.ready.store(true, std::memory_order_release);
 }
 
-// Recursion guard: the plugin's thread-local cache is dynamic TLS (a dlopen'ed
-// library), allocated with malloc at a thread's first use; pthread_getattr_np (a
-// thread's stack bounds) mallocs too.  Those nested allocations get the fallback class.
-__thread bool t_predicting __attribute__((tls_model("initial-exec"))) = false;
+
 
 class ModelPredictor final : public Predictor {
  public:
@@ -124,20 +126,21 @@ class ModelPredictor final : public Predictor {
     model_id_ = info->model_id ? info->model_id : "";
     max_frames_ = info->max_frames;
     lt_online_set_served(on_served);
-    ready_.store(true, std::memory_order_release);
+    model_ready_.store(true, std::memory_order_release);
   }
 
-  Prediction predict(const AllocSite& site) {
-    if (__builtin_expect(!ready_.load(std::memory_order_acquire), 0)) return {kFallback, Source::kEarly};
-    if (__builtin_expect(t_predicting, 0)) return {kFallback, Source::kNested};
+  // What Predictor::predict does not answer inline: before the model is loaded, inside a
+  // prediction, the thread's first prediction (its set-up: the plugin's dynamic TLS
+  // and pthread_getattr_np malloc), and a miss or revalidation (the model runs).
+  Prediction predict_slow(uint64_t size, uintptr_t ra, uintptr_t frame) {
+    if (!model_ready_.load(std::memory_order_acquire)) return {kFallback, Source::kEarly};
+    if (t_predicting) return {kFallback, Source::kNested};
     t_predicting = true;
-    // Keyed on the size as the sampler keys it (lt_online_key_size: a size class, or the
-    // size frame's bucket for a model that reads it).
+    if (!lt_online_tls.cache) lt_online_thread_start();
     lt_online_call call;
-    int cls = lt_online_classify(site.return_address, lt_online_key_size(site.size),
-                                 site.return_address, &call);
+    const int cls = lt_online_classify(ra, lt_online_tls.stack_hi - frame, lt_online_key_size_inline(size), ra, &call);
     t_predicting = false;
-    if (__builtin_expect(!call.ran, 1)) return {cls, Source::kHit};
+    if (!call.ran) return {cls, Source::kHit};  // (the thread's first: a hit of another's frame)
     times_.add(call.ns);
     if (cls < 0 || cls >= num_classes_) return {kFallback, Source::kFailed};
     return {cls, call.ran == 2 ? Source::kRevalidation : Source::kMiss};
@@ -201,14 +204,13 @@ class ModelPredictor final : public Predictor {
   std::string plugin_, model_id_;
   int num_classes_, max_frames_ = 0;
   int64_t revalidate_every_;
-  std::atomic<bool> ready_{false};
   RunTimes times_;
 };
 
 }  // namespace
 
-Prediction Predictor::predict_model(const AllocSite& site) {
-  return static_cast<ModelPredictor*>(this)->predict(site);  // (constant_ < 0: the model's)
+Prediction Predictor::predict_model(uint64_t size, uintptr_t ra, uintptr_t frame) {
+  return static_cast<ModelPredictor*>(this)->predict_slow(size, ra, frame);  // (constant_ < 0: the model's)
 }
 
 std::unique_ptr<Predictor> make_predictor(const std::string& spec, int num_classes, int64_t revalidate_every) {

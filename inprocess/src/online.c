@@ -90,6 +90,10 @@ static const lifetime_model_info *model_info;
  * LT_MAX_FRAMES frames, so a deeper model reads at most that many, offline too. */
 static int model_frames;
 static int size_frame_model; /* the model's frame 0 is the object's size frame */
+/* The hit path's state, read inline by the allocator (online.h). */
+int lt_online_size_frame_model;
+int (*lt_online_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t);
+__thread struct lt_online_thread lt_online_tls __attribute__((tls_model("initial-exec")));
 struct lt_online_stats lt_online;
 char lt_model_path[4096];
 char lt_model_id[128];
@@ -142,6 +146,8 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   if (size_frame_model && !api.size_frame)
     return refuse(why, why_cap, "the model reads a size frame its library cannot make", NULL,
                   NULL);
+  lt_online_size_frame_model = size_frame_model;
+  lt_online_lookup = api.cache_lookup;
   atomic_store_explicit(&enabled, 1, memory_order_release);
   return 1;
 }
@@ -315,18 +321,12 @@ static void refresh_due(uint64_t now) {
 
 void lt_online_set_served(lt_online_served_fn fn) { served_hook = fn; }
 
-size_t lt_online_key_size(size_t size) {
-  if (size_frame_model) {
-    if (size < 8) return size;
-    const int shift = 64 - __builtin_clzll(size) - 3; /* the leading 1 and 2 more bits */
-    return (size >> shift) << shift;
-  }
-  return size <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(size - 1));
-}
+size_t lt_online_key_size(size_t size) { return lt_online_key_size_inline(size); }
 
 /* A thread's first classify: its stack bounds and the plugin's cache of this thread
- * (dynamic TLS: looked up once). */
-static __attribute__((noinline)) lifetime_cache *thread_setup(struct lt_thread *t) {
+ * (dynamic TLS: looked up once), published to the inline hit path last. */
+lifetime_cache *lt_online_thread_start(void) {
+  struct lt_thread *t = &lt_tls;
   if (!t->stack_known) {
     if (!t->tid) t->tid = lt_gettid();
     lt_thread_stack_bounds(t);
@@ -336,6 +336,8 @@ static __attribute__((noinline)) lifetime_cache *thread_setup(struct lt_thread *
     cache = t->model_cache = api.cache_tl();
     if (revalidate_every >= 0) api.cache_set_revalidate_every(cache, (uint32_t)revalidate_every);
   }
+  lt_online_tls.stack_hi = t->stack_hi;
+  lt_online_tls.cache = cache;
   return cache;
 }
 
@@ -382,12 +384,11 @@ static __attribute__((noinline)) int classify_model(struct lt_thread *t, lifetim
   return cls;
 }
 
-int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
+int lt_online_classify(uintptr_t ra, uintptr_t height, size_t size, uintptr_t caller_ra,
                        struct lt_online_call *out) {
   struct lt_thread *t = &lt_tls;
   lifetime_cache *cache = t->model_cache;
-  if (LT_UNLIKELY(!cache)) cache = thread_setup(t); /* (model_cache is set after the bounds) */
-  uintptr_t height = t->stack_hi - (uintptr_t)__builtin_frame_address(0);
+  if (LT_UNLIKELY(!cache)) cache = lt_online_thread_start();
   out->ran = 0;
   out->ns = 0;
   out->frames = -1;

@@ -6,8 +6,9 @@
  * start-up, never inside an allocation: the executable's path, the builtin unwinder's
  * rule cache, the symbol indexes, the plugin's predictors and its context definition.
  * lt_online_classify is the allocation path: the plugin's thread-local §2.3 cache keyed
- * by (ra, stack height, size); on a miss the stack is captured from caller_ra, cut to
- * the model's context (context.c, the one definition) and the model runs.  It never
+ * by (ra, stack height, size) (a hit can be looked up inline: lt_online_lookup below);
+ * on a miss the stack is captured from caller_ra, cut to the model's context (context.c,
+ * the one definition) and the model runs.  It never
  * calls malloc itself; the plugin's thread-local cache may, once per thread (dynamic
  * TLS), so the caller needs a recursion guard.
  */
@@ -50,14 +51,42 @@ LT_ONLINE_VISIBILITY size_t lt_online_model_info_size(void);
  * next power of two (at least 16), so requests of variable length from one site hit. */
 LT_ONLINE_VISIBILITY size_t lt_online_key_size(size_t size);
 
+/* The allocation path's hit, for a caller that inlines it (the allocator: every malloc
+ * asks, and the calls into lt_online_classify cost more than the lookup itself): */
+/* the model reads a size frame (lt_online_key_size's first rule), set by lt_online_open; */
+LT_ONLINE_VISIBILITY extern int lt_online_size_frame_model;
+/* the plugin's lifetime_cache_lookup (NULL: none, or no model loaded); */
+LT_ONLINE_VISIBILITY extern int (*lt_online_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t);
+/* and this thread's cache and stack top, zero until lt_online_thread_start has set the
+ * thread up (lt_online_classify does too).  The cache key's stack height is
+ * stack_hi - the caller's frame address: the caller's own, passed on to
+ * lt_online_classify, so that a miss caches what the hit path will look up. */
+struct lt_online_thread {
+  lifetime_cache *cache;
+  uintptr_t stack_hi;
+};
+LT_ONLINE_VISIBILITY extern __thread struct lt_online_thread lt_online_tls
+    __attribute__((tls_model("initial-exec")));
+/* The thread's set-up (may malloc once: the plugin's dynamic TLS; pthread_getattr_np). */
+LT_ONLINE_VISIBILITY lifetime_cache *lt_online_thread_start(void);
+
+static inline size_t lt_online_key_size_inline(size_t size) {
+  if (lt_online_size_frame_model) {
+    if (size < 8) return size;
+    const int shift = 64 - __builtin_clzll(size) - 3; /* the leading 1 and 2 more bits */
+    return (size >> shift) << shift;
+  }
+  return size <= 16 ? 16 : (size_t)1 << (64 - __builtin_clzll(size - 1));
+}
+
 struct lt_online_call {
   int cls;       /* the class (-1: the model ran and failed) */
   int ran;       /* 0: a cache hit; 1: a miss; 2: a revalidation (the model ran) */
   int frames;    /* frames given to the model (ran only) */
   uint64_t ns;   /* ran: capture + symbolize + model, ns */
 };
-LT_ONLINE_VISIBILITY int lt_online_classify(uintptr_t ra, size_t size, uintptr_t caller_ra,
-                                            struct lt_online_call *out);
+LT_ONLINE_VISIBILITY int lt_online_classify(uintptr_t ra, uintptr_t height, size_t size,
+                                            uintptr_t caller_ra, struct lt_online_call *out);
 /* Called after each model run, under the predictor's lock: the class, the context's
  * frame strings as the model read them, and the captured stack's depth. */
 typedef void (*lt_online_served_fn)(int cls, const char *const *frames, const size_t *lengths,
