@@ -103,8 +103,6 @@ void on_served(int cls, const char* const* frames, const size_t* lengths, int n,
   s.ready.store(true, std::memory_order_release);
 }
 
-
-
 class ModelPredictor final : public Predictor {
  public:
   ModelPredictor(std::string plugin, int num_classes, int64_t revalidate_every)
@@ -140,7 +138,7 @@ class ModelPredictor final : public Predictor {
     lt_online_call call;
     const int cls = lt_online_classify(ra, lt_online_tls.stack_hi - frame, lt_online_key_size_inline(size), ra, &call);
     t_predicting = false;
-    if (!call.ran) return {cls, Source::kHit};  // (the thread's first: a hit of another's frame)
+    if (!call.ran) return {cls, Source::kHit};  // (the thread's first, or a plugin with no lookup)
     times_.add(call.ns);
     if (cls < 0 || cls >= num_classes_) return {kFallback, Source::kFailed};
     return {cls, call.ran == 2 ? Source::kRevalidation : Source::kMiss};

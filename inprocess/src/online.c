@@ -89,8 +89,8 @@ static const lifetime_model_info *model_info;
  * lifetime_model_info), exactly as the dataset cut it.  A stack holds at most
  * LT_MAX_FRAMES frames, so a deeper model reads at most that many, offline too. */
 static int model_frames;
-static int size_frame_model; /* the model's frame 0 is the object's size frame */
-/* The hit path's state, read inline by the allocator (online.h). */
+/* The hit path's state, read inline by the allocator (online.h); the first: the model's
+ * frame 0 is the object's size frame. */
 int lt_online_size_frame_model;
 int (*lt_online_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t);
 __thread struct lt_online_thread lt_online_tls __attribute__((tls_model("initial-exec")));
@@ -141,12 +141,11 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   lt_strlcpy(lt_model_path, path, sizeof lt_model_path);
   lt_strlcpy(lt_model_id, info->model_id ? info->model_id : "", sizeof lt_model_id);
   model_info = info;
-  size_frame_model = api.info_size && LIFETIME_MODEL_INFO_HAS(api.info_size(), size_frame) &&
+  lt_online_size_frame_model = api.info_size && LIFETIME_MODEL_INFO_HAS(api.info_size(), size_frame) &&
                      info->size_frame;
-  if (size_frame_model && !api.size_frame)
+  if (lt_online_size_frame_model && !api.size_frame)
     return refuse(why, why_cap, "the model reads a size frame its library cannot make", NULL,
                   NULL);
-  lt_online_size_frame_model = size_frame_model;
   lt_online_lookup = api.cache_lookup;
   atomic_store_explicit(&enabled, 1, memory_order_release);
   return 1;
@@ -354,7 +353,7 @@ static __attribute__((noinline)) int classify_model(struct lt_thread *t, lifetim
   struct frames_ctx ctx = {NULL, 0, 0, pool_names[slot], pool_lengths[slot], -1, caller_ra, 0, slot};
   int cls = api.cache_predict(cache, pool[slot], ra, height, size, get_frames, &ctx);
   if (LT_UNLIKELY(ctx.frames >= 0) && served_hook) {
-    if (size_frame_model) { /* what the model read: the library's size frame first */
+    if (lt_online_size_frame_model) { /* what the model read: the library's size frame first */
       const char *ptrs[LT_MAX_FRAMES + 1];
       size_t lens[LT_MAX_FRAMES + 1];
       char frame0[32];
