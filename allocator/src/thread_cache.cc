@@ -202,7 +202,7 @@ __attribute__((noinline)) void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(h
   Inside in;
   ++g_caches.flushes;
   const uint64_t now = tick();
-  if (l.nfreed >= g_caches.batch[cls]) {
+  if (l.nfreed >= flush_at(l, cls)) {
     trip(l, cls, now);
     give_back_freed(c, l, cls);
   }
@@ -257,8 +257,8 @@ __attribute__((noinline)) void* refill(uint64_t usable, size_t size, uint32_t cl
   if (!first || !c || c == kDead) return first;
   bump(c->misses, 1);
   ++g_caches.refills;
-  // The batch follows the list's traffic as its reuse depth does (trip): a list that comes
-  // back within kHotNs takes the class's whole batch, one that does not, no more than its
+  // The batch follows the list's traffic as its reuse depth does (trip, refill_at): a
+  // list that comes back within kHotNs takes more, one that does not, no more than its
   // depth.  Every object of a batch is written (the list's link) and so made resident: a
   // process that mallocs a few objects of many classes (an idle one: sleep) held 188 KiB of
   // heap, as 16 KiB batches of each class it touched, where glibc's held 16 KiB.
@@ -268,7 +268,7 @@ __attribute__((noinline)) void* refill(uint64_t usable, size_t size, uint32_t cl
     if (class_at(first, g)) {
       List& l = c->lists[g * kClasses + cls];
       trip(l, cls, now);
-      want = std::min(want, l.depth);
+      want = refill_at(l);
     }
   }
   scavenge(c, now);

@@ -199,6 +199,14 @@ __attribute__((always_inline)) inline void* cached_alloc(State* s, size_t size, 
   return refill(usable, size, cls, pred, ra);
 }
 
+// A list's batch: how many objects a refill takes and its free buffer gives back at a
+// time.  It follows the list's reuse depth (trip): at most the depth and 32 objects on a
+// refill (every object taken is written, its link: resident), and for the free buffer at
+// least the class's batch (16 KiB).  A list that cycles fast, whose depth has doubled up
+// to its 64 KiB bound, so moves up to 64 KiB per trip to the lock rather than 16.
+inline uint32_t refill_at(const List& l) { return std::min(kMaxBatch, l.depth); }
+inline uint32_t flush_at(const List& l, uint32_t cls) { return std::max(g_caches.batch[cls], refill_at(l)); }
+
 // true: p is in this thread's cache now.
 __attribute__((always_inline)) inline bool cached_free(void* p) EXCLUDES(heap_lock) {
   unsigned g = 0;
@@ -223,7 +231,7 @@ __attribute__((always_inline)) inline bool cached_free(void* p) EXCLUDES(heap_lo
     bump(c->objects, 1);
     bump(c->bytes, g_caches.size[cls]);
   }
-  const bool over = l.nfreed >= g_caches.batch[cls] ||
+  const bool over = l.nfreed >= flush_at(l, cls) ||
                     c->bytes.load(std::memory_order_relaxed) > g_caches.thread_bytes.load(std::memory_order_relaxed);
   sig_fence();
   t_busy = false;
