@@ -28,11 +28,8 @@ namespace {
 
 class ConstantPredictor final : public Predictor {
  public:
-  explicit ConstantPredictor(int cls) : Predictor(cls), cls_(cls) {}
-  std::string describe() const override { return "constant:" + std::to_string(cls_); }
-
- private:
-  int cls_;
+  explicit ConstantPredictor(int cls) : Predictor(cls) {}
+  std::string describe() const override { return "constant:" + std::to_string(constant()); }
 };
 
 // ---------------------------------------------------------------- the model

@@ -80,6 +80,7 @@ class Predictor {
 
  protected:
   explicit Predictor(int constant) : constant_(constant) {}
+  int constant() const { return constant_; }
   std::atomic<bool> model_ready_{false};  // the model's predictor: loaded (start)
 
  private:

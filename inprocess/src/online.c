@@ -330,9 +330,9 @@ lifetime_cache *lt_online_thread_start(void) {
     if (!t->tid) t->tid = lt_gettid();
     lt_thread_stack_bounds(t);
   }
-  lifetime_cache *cache = t->model_cache;
+  lifetime_cache *cache = lt_online_tls.cache;
   if (!cache) {
-    cache = t->model_cache = api.cache_tl();
+    cache = api.cache_tl();
     if (revalidate_every >= 0) api.cache_set_revalidate_every(cache, (uint32_t)revalidate_every);
   }
   lt_online_tls.stack_hi = t->stack_hi;
@@ -386,7 +386,7 @@ static __attribute__((noinline)) int classify_model(struct lt_thread *t, lifetim
 int lt_online_classify(uintptr_t ra, uintptr_t height, size_t size, uintptr_t caller_ra,
                        struct lt_online_call *out) {
   struct lt_thread *t = &lt_tls;
-  lifetime_cache *cache = t->model_cache;
+  lifetime_cache *cache = lt_online_tls.cache;
   if (LT_UNLIKELY(!cache)) cache = lt_online_thread_start();
   out->ran = 0;
   out->ns = 0;

@@ -74,7 +74,6 @@ struct lt_thread {
   uint8_t stack_known;
   uint8_t memo_tried;      /* unwind_memo was asked for (once per thread) */
   struct lt_unwind_memo *unwind_memo; /* the last walk (unwind.c); NULL: none kept */
-  void *model_cache;       /* the served model's cache of this thread (online.c); NULL: not yet */
   uint32_t stack_hint[16]; /* stack ids this thread interned lately (stacks.c) */
 };
 extern __thread struct lt_thread lt_tls __attribute__((tls_model("initial-exec")));
