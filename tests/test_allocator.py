@@ -459,7 +459,7 @@ def test_dense_huge_pages(collapse, tmp_path):
         # every dense huge page queued; a few per 100 ms of the policy's clock collapsed, once
         # dense for 1 s (the script runs ~2 s past its grow), within the time budget: 1% of
         # the clock since the first page queued plus a burst of 20 ms, over by one collapse
-        # at most.  At least 8, or fewer only because the budget ran out (each collapse
+        # at most (the longest: on a loaded CI machine one took 11 ms or more, the average 7).  At least 8, or fewer only because the budget ran out (each collapse
         # costs 2.5-5 ms here, ~10 ms with the test suite's other worker busy; 4 and 5 have
         # fitted): the budget left at the last tick would not pay for another one (only
         # collapses spend it; the queue itself is empty at exit, the interpreter's last
@@ -468,7 +468,8 @@ def test_dense_huge_pages(collapse, tmp_path):
         most = s["uptime_ns"] / 100 + 20e6
         per = s["collapse_ns"] / max(1, n)
         assert n >= 8 or (n >= 1 and s["collapse_budget_ns"] < per), s
-        assert s["collapse_ns"] <= most + per, s
+        assert s["collapse_max_ns"] >= per, s
+        assert s["collapse_ns"] <= most + s["collapse_max_ns"], s
     if collapse == 0:
         assert int(proc.stdout.strip()) >= 8 * 2048  # KiB in huge pages
     elif s["collapsed_huge_pages"]:

@@ -340,6 +340,7 @@ bool Backing::collapse_at(void* addr) {
   const int rc = madvise(addr, kHuge, MADV_COLLAPSE);
   const uint64_t took = monotonic_ns() - t0;
   collapse_ns_ += took;
+  collapse_max_ns_ = std::max(collapse_max_ns_, took);
   collapse_budget_ns_ -= int64_t(took);
   if (rc == 0) {
     ++collapsed_;

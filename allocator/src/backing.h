@@ -60,6 +60,7 @@ class Backing {
   static constexpr int64_t kCollapseBurstNs = 20000000;  // 20 ms
   uint64_t collapsed_pages() const { return collapsed_; }
   uint64_t collapse_ns() const { return collapse_ns_; }
+  uint64_t collapse_max_ns() const { return collapse_max_ns_; }  // the longest one (the budget's overrun, at most)
   uint64_t collapse_failures() const { return collapse_failed_; }
   // What the budget held at the last tick (<= 0: it ran out), and pages still queued.
   int64_t collapse_budget_ns() const { return collapse_budget_ns_; }
@@ -191,7 +192,7 @@ class Backing {
   struct Queued { uint64_t page, at; uint32_t deferred = 0; };  // deferred: times found too sparse
   Queued queue_[kQueue];            // global heap pages to collapse, oldest first
   unsigned nqueued_ = 0;
-  uint64_t next_collapse_ns_ = 0, collapsed_ = 0, collapse_failed_ = 0, collapse_ns_ = 0;
+  uint64_t next_collapse_ns_ = 0, collapsed_ = 0, collapse_failed_ = 0, collapse_ns_ = 0, collapse_max_ns_ = 0;
   int64_t collapse_budget_ns_ = 0;  // may go below 0 by one collapse
   uint64_t budget_at_ = 0;          // the clock when the budget was last topped up
   void collapse_some();

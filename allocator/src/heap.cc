@@ -131,6 +131,12 @@ void compact_slots() REQUIRES(heap_lock) {
 
 }  // namespace
 
+uint64_t policy_clock_res_ns() {
+  timespec ts;
+  if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) != 0) return 10000000;  // (HZ=100's tick)
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
 uint32_t slot_of(uintptr_t p) { return g_state->backing.slot_at(p); }
 
 void init() REQUIRES(heap_lock) {

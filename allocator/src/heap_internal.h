@@ -90,6 +90,8 @@ inline uint64_t asked(uint64_t size) { return (std::max<uint64_t>(size, 1) + kSm
 
 // Time for the policy (deadlines), under the lock.
 uint64_t tick() REQUIRES(heap_lock);
+// The policy's clock's resolution: the kernel's tick (1-10 ms).
+uint64_t policy_clock_res_ns();
 // The state, built if need be (takes the lock then).
 State* built() EXCLUDES(heap_lock);
 // Under the lock: one object from the policy (nullptr: past the reservation).

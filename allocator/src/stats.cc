@@ -71,6 +71,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("collapsed_huge_pages", s.backing.collapsed_pages());
   j.kv("collapse_failures", s.backing.collapse_failures());
   j.kv("collapse_ns", s.backing.collapse_ns());
+  j.kv("collapse_max_ns", s.backing.collapse_max_ns());
   j.kv("collapse_budget_ns", s.backing.collapse_budget_ns());
   j.kv("collapse_queued", s.backing.collapse_queued());
   j.kv("collapse_deferred", s.backing.collapse_deferred());

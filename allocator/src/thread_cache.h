@@ -42,7 +42,7 @@ constexpr uint64_t kMaxSize = sim::TcmallocBaseline::kMaxSmall;
 constexpr uint64_t kPageShift = 13;  // the baseline's 8 KiB pages
 static_assert((uint64_t(1) << kPageShift) == sim::TcmallocBaseline::kPageBytes);
 constexpr uint64_t kListBytes = 64 << 10;     // a list's bound: this many bytes ...
-constexpr uint32_t kMaxListObjects = 128;     // ... or objects, whichever is fewer (>= 1)
+constexpr uint32_t kMaxListObjects = 128;     // ... or objects, whichever is fewer (>= 1; List::depth is 16 bits)
 constexpr uint64_t kThreadBytes = 2 << 20;      // all of a thread's lists, at most
 constexpr uint64_t kMinThreadBytes = 256 << 10; // ... at least
 constexpr uint64_t kAllBytes = 16 << 20;        // all threads' lists (up to 64 threads)
@@ -62,18 +62,22 @@ constexpr uint64_t kTickHits = 4096;          // a thread's hits between visits 
 // (and one idle there holds its span), where the policy would place it in its fullest
 // span; on Redis 6.2.9 (selection) lists reused up to 128 deep held 5-9 MiB of RSS more
 // than lists of 6.  The free buffer keeps the lock to one trip per batch of frees.
-// The reuse bound adapts to the list's traffic: a list that goes to the lock again within
-// kHotNs (a batch per millisecond or faster: a thread recycling objects at a high rate, a
-// producer and consumer) doubles it, up to the class's cap, so its objects cycle without
-// the lock; one that waited longer than kColdNs halves it, down to `recent` again.
+// The reuse bound adapts to the list's traffic: a list that goes to the lock more often
+// than once per kHotNs (a batch per millisecond or faster: a thread recycling objects at a
+// high rate, a producer and consumer) doubles it, up to the class's cap, so its objects
+// cycle without the lock; one that waited longer than kColdNs halves it, down to `recent`
+// again.  The rate is counted over trips (trip()), not read off one interval: the policy's
+// clock is the kernel's coarse one, whose tick is 1-10 ms (4 ms where HZ=250), so two trips
+// in one tick read as 0 ns apart however far apart they were.
 struct List {
   void* head;
   uint32_t count;
   uint32_t low;     // the fewest objects head held since the last scavenge (went unused)
   void* freed;
   uint32_t nfreed;
-  uint32_t depth;   // frees kept in head while it holds fewer (recent .. max of the class)
-  uint64_t trip_ns; // the policy's clock at its last refill or flush
+  uint16_t depth;   // frees kept in head while it holds fewer (recent .. max of the class)
+  uint16_t trips;   // refills and flushes since trip_ns
+  uint64_t trip_ns; // the policy's clock when depth was last looked at (trip())
 };
 struct Cache {
   // Written by the owner thread only (load + store, no atomic read-modify-write), read by
@@ -101,6 +105,7 @@ struct Global {
   const unsigned* group_of;         // by predicted class (nullptr: the baseline, one heap)
   uint8_t class_by_16[kMaxSize / 16 + 1];  // the class of a request of 16 x i bytes (align 16)
   uint32_t size[kClasses], objs[kClasses], max[kClasses], batch[kClasses], recent[kClasses];
+  uint64_t clock_res_ns;  // the policy's clock's resolution (its tick)
   uint64_t magic[kClasses];  // (offset * magic) >> 36 == offset / size for a multiple
   std::atomic<uint32_t>* map;
   uintptr_t base;
@@ -204,7 +209,7 @@ __attribute__((always_inline)) inline void* cached_alloc(State* s, size_t size, 
 // refill (every object taken is written, its link: resident), and for the free buffer at
 // least the class's batch (16 KiB).  A list that cycles fast, whose depth has doubled up
 // to its 64 KiB bound, so moves up to 64 KiB per trip to the lock rather than 16.
-inline uint32_t refill_at(const List& l) { return std::min(kMaxBatch, l.depth); }
+inline uint32_t refill_at(const List& l) { return std::min<uint32_t>(kMaxBatch, l.depth); }
 inline uint32_t flush_at(const List& l, uint32_t cls) { return std::max(g_caches.batch[cls], refill_at(l)); }
 
 // true: p is in this thread's cache now.
