@@ -65,6 +65,7 @@ def test_model_on_the_allocation_path_serves_the_offline_contexts(served_model, 
     assert stats["predictor"] == f"model:{plugin}" and stats["checks"] > 0
     p = stats["prediction"]
     assert p["model_id"] == model_id and p["failures"] == 0
+    assert p["inline_lookup"] == 1  # hits looked up in malloc itself (LIFETIME_CACHE_LAYOUT)
     assert p["lookups"] == p["cache_hits"] + p["misses"] + p["revalidations"]
     assert p["model_runs"] == p["misses"] + p["revalidations"] > 0
     assert p["cache_hits"] > 0.9 * p["lookups"] and p["lookups"] > 40000

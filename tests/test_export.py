@@ -247,7 +247,7 @@ def test_predictors_cost_their_memo_only_once_they_predict(exported_model, eval_
 def test_prediction_cache(harness):
     proc = _run(harness, "cache")
     for name in ["hit_miss", "revalidation_max_on_disagree", "aliasing", "keys_spread",
-                 "c_api_thread_local"]:
+                 "c_api_thread_local", "inline_layout"]:
         assert f"PASS {name}" in proc.stdout, proc.stdout
     assert proc.stdout.rstrip().endswith("OK")
 

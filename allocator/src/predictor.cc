@@ -172,6 +172,7 @@ class ModelPredictor final : public Predictor {
     j.kv("max_frames", max_frames_);
     j.kv("fallback_class", kFallback);
     j.kv("revalidate_every", revalidate_every_ < 0 ? int64_t(1000) : revalidate_every_);
+    j.kv("inline_lookup", uint64_t(lt_online_cache_inline != 0));  // the plugin's cache has this build's layout
     j.kv("model_runs", times_.count());
     j.kv("model_ns_total", times_.total());
     j.kv_double("model_ns_p50", times_.percentile(0.5));

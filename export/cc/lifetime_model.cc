@@ -307,6 +307,8 @@ struct lifetime_predictor {
 struct lifetime_cache {
   lifetime_model::PredictionCache cache;
 };
+// LIFETIME_CACHE_LAYOUT's promise: a lifetime_cache* is a PredictionCache*.
+static_assert(std::is_standard_layout<lifetime_cache>::value && offsetof(lifetime_cache, cache) == 0);
 
 namespace {
 thread_local lifetime_cache tls_cache;
@@ -415,6 +417,8 @@ int lifetime_cache_lookup(lifetime_cache* c, uintptr_t return_address, uintptr_t
   if (!c) return -1;
   return c->cache.Peek(lifetime_model::CacheKey(return_address, stack_height, size));
 }
+
+uint32_t lifetime_cache_layout(void) { return LIFETIME_CACHE_LAYOUT; }
 
 void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out) {
   if (c && out) *out = c->cache.stats();

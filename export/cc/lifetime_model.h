@@ -161,6 +161,15 @@ int lifetime_cache_predict(lifetime_cache* c, lifetime_predictor* p,
 #define LIFETIME_CACHE_LOOKUP 1
 int lifetime_cache_lookup(lifetime_cache* c, uintptr_t return_address, uintptr_t stack_height,
                           size_t size);
+// The cache's memory layout, for a C++ caller that makes the lookup inline rather than
+// through a call (an allocator's hit path): a lifetime_cache is a
+// lifetime_model::PredictionCache (below) at offset 0.  When this returns the
+// LIFETIME_CACHE_LAYOUT the caller was compiled with, PredictionCache::Peek on
+// lifetime_cache_thread_local()'s pointer is lifetime_cache_lookup; otherwise (another
+// layout, or a library without this call) use lifetime_cache_lookup.  Bumped whenever
+// PredictionCache's members, Slot or CacheKey change.
+#define LIFETIME_CACHE_LAYOUT 1
+uint32_t lifetime_cache_layout(void);
 void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out);
 void lifetime_cache_set_revalidate_every(lifetime_cache* c, uint32_t n);  // 0: never
 void lifetime_cache_clear(lifetime_cache* c);  // entries and counters

@@ -10,6 +10,9 @@ __attribute__((used)) static const void *const lifetime_plugin_api[] = {
 #ifdef LIFETIME_CACHE_LOOKUP /* (exports made before it have no lookup: callers go without) */
     (const void *)lifetime_cache_lookup,
 #endif
+#ifdef LIFETIME_CACHE_LAYOUT
+    (const void *)lifetime_cache_layout,
+#endif
 #ifdef LIFETIME_SIZE_FRAME
     (const void *)lifetime_size_frame,
 #endif

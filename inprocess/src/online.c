@@ -40,6 +40,7 @@ static struct {
   void (*cache_stats)(const lifetime_cache *, lifetime_cache_stats *);
   void (*cache_set_revalidate_every)(lifetime_cache *, uint32_t); /* optional */
   int (*cache_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t); /* optional: newer exports */
+  uint32_t (*cache_layout)(void); /* optional: since LIFETIME_CACHE_LAYOUT */
   size_t (*info_size)(void); /* optional: absent in exports before the label scheme */
   size_t (*size_frame)(size_t, char *, size_t); /* optional: in exports since size_frame */
 } api;
@@ -92,6 +93,7 @@ static int model_frames;
 /* The hit path's state, read inline by the allocator (online.h); the first: the model's
  * frame 0 is the object's size frame. */
 int lt_online_size_frame_model;
+int lt_online_cache_inline;
 int (*lt_online_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t);
 __thread struct lt_online_thread lt_online_tls __attribute__((tls_model("initial-exec")));
 struct lt_online_stats lt_online;
@@ -125,6 +127,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
   *(void **)&api.info_size = dlsym(h, "lifetime_model_info_size");
   *(void **)&api.size_frame = dlsym(h, "lifetime_size_frame");
   *(void **)&api.cache_lookup = dlsym(h, "lifetime_cache_lookup");
+  *(void **)&api.cache_layout = dlsym(h, "lifetime_cache_layout");
   pool[0] = api.create(); /* the others when first needed: pool_take */
   if (!pool[0])
     return refuse(why, why_cap, "cannot create a predictor (out of memory, or this CPU lacks ",
@@ -147,6 +150,7 @@ int lt_online_load(const char *path, char *why, size_t why_cap) {
     return refuse(why, why_cap, "the model reads a size frame its library cannot make", NULL,
                   NULL);
   lt_online_lookup = api.cache_lookup;
+  lt_online_cache_inline = api.cache_lookup && api.cache_layout && api.cache_layout() == LIFETIME_CACHE_LAYOUT;
   atomic_store_explicit(&enabled, 1, memory_order_release);
   return 1;
 }

@@ -6,7 +6,7 @@
  * start-up, never inside an allocation: the executable's path, the builtin unwinder's
  * rule cache, the symbol indexes, the plugin's predictors and its context definition.
  * lt_online_classify is the allocation path: the plugin's thread-local §2.3 cache keyed
- * by (ra, stack height, size) (a hit can be looked up inline: lt_online_lookup below);
+ * by (ra, stack height, size) (a hit can be looked up inline: lt_online_cache_inline below);
  * on a miss the stack is captured from caller_ra, cut to the model's context (context.c,
  * the one definition) and the model runs.  It never
  * calls malloc itself; the plugin's thread-local cache may, once per thread (dynamic
@@ -55,7 +55,13 @@ LT_ONLINE_VISIBILITY size_t lt_online_key_size(size_t size);
  * asks, and the calls into lt_online_classify cost more than the lookup itself): */
 /* the model reads a size frame (lt_online_key_size's first rule), set by lt_online_open; */
 LT_ONLINE_VISIBILITY extern int lt_online_size_frame_model;
-/* the plugin's lifetime_cache_lookup (NULL: none, or no model loaded); */
+/* whether the plugin's cache has the layout of the lifetime_model.h this was built with
+ * (lifetime_cache_layout() == LIFETIME_CACHE_LAYOUT): a C++ caller may then make the
+ * lookup inline (lifetime_model::PredictionCache::Peek on the thread's cache); 0: none,
+ * no model loaded, or an export of another layout (lt_online_classify looks it up); */
+LT_ONLINE_VISIBILITY extern int lt_online_cache_inline;
+/* the plugin's lifetime_cache_lookup (NULL: none, or no model loaded): the call, for an
+ * export of another layout; */
 LT_ONLINE_VISIBILITY extern int (*lt_online_lookup)(lifetime_cache *, uintptr_t, uintptr_t, size_t);
 /* and this thread's cache and stack top, zero until lt_online_thread_start has set the
  * thread up (lt_online_classify does too).  The cache key's stack height is

@@ -433,12 +433,41 @@ void TestCApiThreadLocal() {
   printf("PASS c_api_thread_local\n");
 }
 
+// LIFETIME_CACHE_LAYOUT: the C API's cache is a PredictionCache, so an inline Peek (the
+// allocator's hit path) answers and counts as lifetime_cache_lookup does.
+void TestInlineLayout() {
+  CHECK(lifetime_cache_layout() == LIFETIME_CACHE_LAYOUT);
+  lifetime_cache* c = lifetime_cache_thread_local();
+  lifetime_cache_clear(c);
+  auto* inl = reinterpret_cast<PredictionCache*>(c);
+  lifetime_predictor* p = lifetime_predictor_create();
+  auto one_frame = [](void*, const char** frames, size_t* lengths, int max_frames) {
+    if (max_frames < 1) return 0;
+    frames[0] = "main";
+    lengths[0] = 4;
+    return 1;
+  };
+  CHECK(p != nullptr);
+  CHECK(inl->Peek(lifetime_model::CacheKey(0x404000, 512, 64)) == -1);
+  const int cls = lifetime_cache_predict(c, p, 0x404000, 512, 64, one_frame, nullptr);
+  CHECK(cls >= 0);
+  CHECK(inl->Peek(lifetime_model::CacheKey(0x404000, 512, 64)) == cls);
+  CHECK(lifetime_cache_lookup(c, 0x404000, 512, 64) == cls);
+  lifetime_cache_stats s;
+  lifetime_cache_get_stats(c, &s);
+  CHECK(s.hits == 2 && s.misses == 1);
+  lifetime_predictor_destroy(p);
+  lifetime_cache_clear(c);
+  printf("PASS inline_layout\n");
+}
+
 int Cache() {
   TestHitMiss();
   TestRevalidation();
   TestAliasing();
   TestKeysSpread();
   TestCApiThreadLocal();
+  TestInlineLayout();
   printf("%s\n", g_failures ? "FAILED" : "OK");
   return g_failures ? 1 : 0;
 }
