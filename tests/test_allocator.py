@@ -335,7 +335,7 @@ def test_collapse_only_resident_huge_pages(tmp_path):
     collapsed (a collapse would fault in all 2 MiB of it): RSS stays what is touched."""
     skip_without_thp()
     stats = tmp_path / "stats.json"
-    env = preload_env(stats=stats, huge_collapse=1, predictor="constant:0")
+    env = preload_env(stats=stats, huge_collapse=1, huge_growth_mib=8, predictor="constant:0")
     env["PYTHONMALLOC"] = "malloc"
     proc = subprocess.run([sys.executable, "-c", UNTOUCHED], env=env, capture_output=True,
                           text=True, timeout=120)
@@ -343,6 +343,7 @@ def test_collapse_only_resident_huge_pages(tmp_path):
     anon_kib, huge_kib = map(int, proc.stdout.split())
     s = json.loads(stats.read_text())
     assert s["collapse_deferred"] >= 1, s   # the untouched pages were looked at, and left
+    assert s["growth_advised_huge_pages"] == 0, s  # it grew fast, but its probe pages were sparse
     assert anon_kib < 64 * 1024, (anon_kib, s)  # 12 MiB touched, not 2 MiB per collapse of them
     assert huge_kib <= (s["collapsed_huge_pages"] + 1) * 2048, (huge_kib, s)
 
@@ -448,13 +449,14 @@ def test_dense_huge_pages(collapse, tmp_path):
     then MADV_COLLAPSE once the policy says a huge page is dense) or at fault time."""
     skip_without_thp()
     stats = tmp_path / "stats.json"
-    env = preload_env(stats=stats, huge_collapse=collapse, predictor="constant:0")
+    # (huge pages while the heap grows off: the collapse path alone; test_growth_huge_pages)
+    env = preload_env(stats=stats, huge_collapse=collapse, huge_growth_mib=0, predictor="constant:0")
     env["PYTHONMALLOC"] = "malloc"
     proc = subprocess.run([sys.executable, "-c", DENSE], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     s = json.loads(stats.read_text())
-    assert s["huge_collapse"] == collapse
+    assert s["huge_collapse"] == collapse and s["growth_advised_huge_pages"] == 0
     if collapse:
         # every dense huge page queued; a few per 100 ms of the policy's clock collapsed, once
         # dense for 1 s (the script runs ~2 s past its grow), within the time budget: 1% of
@@ -477,6 +479,29 @@ def test_dense_huge_pages(collapse, tmp_path):
         # past one more tick, up to 4 collapses (kCollapsePerTick) after the script's read)
         assert int(proc.stdout.strip()) >= max(1, min(8, s["collapsed_huge_pages"] - 4)) * 2048, s
 
+
+
+def test_growth_huge_pages(tmp_path):
+    """LIFETIME_ALLOC_HUGE_GROWTH_MIB=8 (off by default): while the heap grows to a new peak
+    by 8 MiB per 100 ms of the policy's clock, the empty pages it takes are faulted as huge
+    pages, no collapse needed, as long as its probe pages (every 4th, left to 4 KiB faults)
+    show the program writes what it allocates; the same script with it off has only what 1%
+    of the clock collapses.  (A heap whose probes are sparse advises none:
+    test_collapse_only_resident_huge_pages.)"""
+    skip_without_thp()
+    huge, advised = {}, {}
+    for growth in (8, 0):
+        stats = tmp_path / f"stats{growth}.json"
+        env = preload_env(stats=stats, huge_growth_mib=growth, predictor="constant:0")
+        env["PYTHONMALLOC"] = "malloc"
+        proc = subprocess.run([sys.executable, "-c", DENSE], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        huge[growth] = int(proc.stdout.strip())
+        advised[growth] = json.loads(stats.read_text())["growth_advised_huge_pages"]
+    # ~100 MiB grown at once (50 huge pages): two probes first, then 3 of every 4 pages
+    assert advised[0] == 0 and advised[8] >= 16, advised
+    assert huge[8] >= 16 * 2048 and huge[8] > huge[0], (huge, advised)
 
 CACHE_HITS_ONLY = "import ctypes, json, re, sys, time" + FILLED_40_MIB + """malloc, free = libc.malloc, libc.free
 start = time.time()

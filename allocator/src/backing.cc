@@ -125,7 +125,15 @@ void Backing::expire() {
 }
 
 void Backing::taken(uint64_t first, uint64_t n) {
+  if (now_ - growth_at_ >= kGrowthWindowNs) {  // a new window: growth counted from here
+    growth_at_ = now_;
+    growth_base_ = live_pages_;
+  }
   live_pages_ += n;
+  // Growth is a new peak, not churn: a heap that fills and drains each round (mstress)
+  // grows by tens of MiB in 100 ms over and over, and huge pages faulted whole there held
+  // 15% more RSS (its pages are never filled before the round's frees).
+  const bool new_peak = live_pages_ > peak_pages_;
   if (live_pages_ > peak_pages_) peak_pages_ = live_pages_;
   // Held pages among these: still committed (and their object table all zero): used as
   // they are.  Newest first: the policy reuses its ids LIFO.
@@ -142,31 +150,62 @@ void Backing::taken(uint64_t first, uint64_t n) {
     overflowed_ = true;
     return;
   }
-  for (uint64_t i = 0; i < n; ++i) commit(g * per_group_pages_ + local + i);
+  // Empty pages among these (not committed: never touched, or given back), to advise at
+  // once while the heap grows (set_growth).
+  const bool growing = growth_pages_ && collapse_ && new_peak && live_pages_ >= growth_base_ + growth_pages_;
+  uint64_t empty[8];
+  unsigned nempty = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t page = g * per_group_pages_ + local + i;
+    if (growing && nempty < 8 && !bit_of(committed_, page)) empty[nempty++] = page;
+    commit(page);
+  }
   if (!huge_on_ && live_pages_ >= huge_from_) {
     huge_on_ = true;
     for (unsigned k = 0; k < groups_ && !collapse_; ++k)
       if (hw_[k]) madvise(reinterpret_cast<void*>(base_ + k * per_group_pages_ * kHuge), hw_[k] * kHuge, MADV_HUGEPAGE);
   }
-  if (local + n <= hw_[g]) return;  // already read/write (released pages stay mapped)
+  if (local + n > hw_[g] && !extend(g, local + n)) return;
+  for (unsigned i = 0; i < nempty; ++i)
+    if (huge_on_ && growth_advises(g, empty[i]) && advise(empty[i])) ++growth_advised_;
+}
+
+// An empty page heap g takes while growing: a probe (left to 4 KiB faults), or advised
+// when the heap's last probe is as resident as a collapse requires (set_growth).
+// The probe before the last is read, not the last: the heap has filled a few pages since
+// that one was taken, where the last may still be filling.
+bool Backing::growth_advises(unsigned g, uint64_t page) {
+  if (fresh_[g]++ % kGrowthProbe == 0) {
+    probe_[g][0] = probe_[g][1];
+    probe_[g][1] = page + 1;
+    return false;
+  }
+  const uint64_t probe = probe_[g][0];
+  return probe && probe - 1 != page && bit_of(committed_, probe - 1) &&
+         missing_small_pages(probe - 1) <= kCollapseMaxMissing;
+}
+
+// Heap g read/write up to local id `to` (its new high-water mark); false: refused.
+bool Backing::extend(unsigned g, uint64_t to) {
   // Read/write up to the new high-water mark: one growing mapping per heap, no holes.
   uintptr_t lo = base_ + (g * per_group_pages_ + hw_[g]) * kHuge;
-  uint64_t len = (local + n - hw_[g]) * kHuge;
+  uint64_t len = (to - hw_[g]) * kHuge;
   if (mprotect(reinterpret_cast<void*>(lo), len, PROT_READ | PROT_WRITE) != 0) {
     overflowed_ = true;  // the kernel refused (map count, overcommit): this allocation fails
-    return;
+    return false;
   }
   if (huge_on_ && !collapse_) madvise(reinterpret_cast<void*>(lo), len, MADV_HUGEPAGE);
   if (table_) {
     // The object table's chunks over the new pages: read/write too (charged as they are).
     const uint64_t from = (g * per_group_pages_ + hw_[g]) / kChunkPages;
-    const uint64_t to = (g * per_group_pages_ + local + n + kChunkPages - 1) / kChunkPages;
-    if (mprotect(index_ + from * (kHuge / 4), (to - from) * kHuge, PROT_READ | PROT_WRITE) != 0) {
+    const uint64_t last = (g * per_group_pages_ + to + kChunkPages - 1) / kChunkPages;
+    if (mprotect(index_ + from * (kHuge / 4), (last - from) * kHuge, PROT_READ | PROT_WRITE) != 0) {
       overflowed_ = true;
-      return;
+      return false;
     }
   }
-  hw_[g] = local + n;
+  hw_[g] = to;
+  return true;
 }
 
 void Backing::released(uint64_t first, uint64_t n) {

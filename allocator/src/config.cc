@@ -64,6 +64,8 @@ Config read_config() {
     c.huge_from_bytes = parse_uint("LIFETIME_ALLOC_HUGE_FROM_MIB", v, 0, 1 << 20) << 20;
   if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_COLLAPSE"))
     c.huge_collapse = parse_uint("LIFETIME_ALLOC_HUGE_COLLAPSE", v, 0, 1) != 0;
+  if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_GROWTH_MIB"))
+    c.huge_growth_bytes = parse_uint("LIFETIME_ALLOC_HUGE_GROWTH_MIB", v, 0, 1 << 20) << 20;
   if (const char* v = std::getenv("LIFETIME_ALLOC_REVALIDATE"))
     c.revalidate_every = int64_t(parse_uint("LIFETIME_ALLOC_REVALIDATE", v, 0, UINT32_MAX));
   if (const char* v = std::getenv("LIFETIME_ALLOC_THREAD_CACHE"))

@@ -27,6 +27,11 @@ struct Config {
   // LIFETIME_ALLOC_HUGE_COLLAPSE (0 or 1): huge pages by collapse, once the policy says a
   // huge page is dense (Backing::set_collapse), rather than at fault time (0, as before).
   bool huge_collapse = true;
+  // LIFETIME_ALLOC_HUGE_GROWTH_MIB: under collapse, while the live heap grows to a new peak
+  // by at least this much per 100 ms of the policy's clock, empty pages it takes are advised
+  // at once and faulted as huge pages (Backing::set_growth; 0: off, the default: it cost
+  // mstress and cpython 3-6% of steady RSS for 4-5x their huge pages; allocator/README.md).
+  uint64_t huge_growth_bytes = 0;
   // Subrelease in the size-class heaps (sim::SubreleaseRule, heap/src/baseline.h: its
   // defaults): LIFETIME_ALLOC_SUBRELEASE_MS, the interval (0: off), and
   // LIFETIME_ALLOC_SUBRELEASE_WINDOWS and _MIN_WINDOWS, the longest and shortest horizon

@@ -174,6 +174,7 @@ void init() REQUIRES(heap_lock) {
   g_state->backing.set_release_delay(g_state->cfg.release_keep_pages, g_state->cfg.release_delay_ns);
   g_state->backing.set_huge_from((g_state->cfg.huge_from_bytes + Backing::kHuge - 1) / Backing::kHuge);
   g_state->backing.set_collapse(g_state->cfg.huge_collapse);
+  g_state->backing.set_growth((g_state->cfg.huge_growth_bytes + Backing::kHuge - 1) / Backing::kHuge);
   sim::huge_page_hooks = {on_taken, on_released, on_subreleased, on_dense};
   tc::setup(g_state->addr_mode);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();

@@ -68,6 +68,7 @@ void write_stats(const State& s, uint64_t now_ns) {
   j.kv("broken_huge_pages", s.backing.broken_pages());  // MADV_NOHUGEPAGE after a subrelease
   j.kv("rehugified_huge_pages", s.backing.rehugified_pages());  // dense again: MADV_HUGEPAGE
   j.kv("huge_collapse", uint64_t(s.backing.collapse()));  // LIFETIME_ALLOC_HUGE_COLLAPSE
+  j.kv("growth_advised_huge_pages", s.backing.growth_advised_pages());  // LIFETIME_ALLOC_HUGE_GROWTH_MIB
   j.kv("collapsed_huge_pages", s.backing.collapsed_pages());
   j.kv("collapse_failures", s.backing.collapse_failures());
   j.kv("collapse_ns", s.backing.collapse_ns());
