@@ -131,8 +131,7 @@ void Backing::taken(uint64_t first, uint64_t n) {
   }
   live_pages_ += n;
   // Growth is a new peak, not churn: a heap that fills and drains each round (mstress)
-  // grows by tens of MiB in 100 ms over and over, and huge pages faulted whole there held
-  // 15% more RSS (its pages are never filled before the round's frees).
+  // grows by tens of MiB in 100 ms over and over, on pages it had already.
   const bool new_peak = live_pages_ > peak_pages_;
   if (live_pages_ > peak_pages_) peak_pages_ = live_pages_;
   // Held pages among these: still committed (and their object table all zero): used as
@@ -171,9 +170,9 @@ void Backing::taken(uint64_t first, uint64_t n) {
 }
 
 // An empty page heap g takes while growing: a probe (left to 4 KiB faults), or advised
-// when the heap's last probe is as resident as a collapse requires (set_growth).
-// The probe before the last is read, not the last: the heap has filled a few pages since
-// that one was taken, where the last may still be filling.
+// when the heap's probe before the last is as resident as a collapse requires
+// (set_growth): the heap has filled a few pages since that one was taken, where the
+// last may still be filling.
 bool Backing::growth_advises(unsigned g, uint64_t page) {
   if (fresh_[g]++ % kGrowthProbe == 0) {
     probe_[g][0] = probe_[g][1];

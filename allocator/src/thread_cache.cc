@@ -158,7 +158,8 @@ static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap
 // its last tick): more of them than that span holds kHotNs is a rate known to be above one
 // per kHotNs, however coarse the clock.  On a 4 ms tick, a single-interval test (dt <
 // kHotNs) read trips 1.2 ms apart as 0 apart and doubled the depth of a list used 5000
-// times a second (alloc_cache_reuse slow kept 70 objects rather than 37).
+// times a second (alloc_cache_reuse slow kept 70 objects of 64 B on CI, 24-54 here; 12
+// with this rule).
 static void trip(List& l, uint32_t cls, uint64_t now) {
   const uint64_t dt = now - l.trip_ns;
   ++l.trips;
