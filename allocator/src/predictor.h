@@ -61,7 +61,9 @@ class Predictor {
     if (constant_ >= 0) return {constant_, Source::kConstant};
     const uintptr_t frame = uintptr_t(__builtin_frame_address(0));
     const lt_online_thread& t = lt_online_tls;
-    if (__builtin_expect(model_ready_.load(std::memory_order_acquire) && !t_predicting && t.cache, 1)) {
+    // (t.cache is set only by predict_model, once it has seen model_ready_: no need to
+    // read model_ready_ here.)
+    if (__builtin_expect(!t_predicting && t.cache, 1)) {
       const uintptr_t height = t.stack_hi - frame;
       const size_t key_size = lt_online_key_size_inline(site.size);
       // The plugin's lifetime_cache_lookup made here when its cache has this build's
