@@ -499,9 +499,11 @@ def test_growth_huge_pages(tmp_path):
         assert proc.returncode == 0, proc.stderr
         huge[growth] = int(proc.stdout.strip())
         advised[growth] = json.loads(stats.read_text())["growth_advised_huge_pages"]
-    # ~100 MiB grown at once (50 huge pages): two probes first, then 3 of every 4 pages
-    assert advised[0] == 0 and advised[8] >= 16, advised
-    assert huge[8] >= 16 * 2048 and huge[8] > huge[0], (huge, advised)
+    # ~100 MiB grown at once (50 huge pages): none before the 16 MiB switch, none in each
+    # 100 ms until it has grown 8 MiB, two probes first and then every 4th page a probe:
+    # 31 advised here, fewer on a slower machine (more windows), so at least 8 asked
+    assert advised[0] == 0 and advised[8] >= 8, advised
+    assert huge[8] >= 8 * 2048, (huge, advised)  # KiB: what was advised was faulted whole
 
 CACHE_HITS_ONLY = "import ctypes, json, re, sys, time" + FILLED_40_MIB + """malloc, free = libc.malloc, libc.free
 start = time.time()
