@@ -194,6 +194,8 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("subrelease_min_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS: out of range: '0'"),
     ("huge_from_mib", "", "LIFETIME_ALLOC_HUGE_FROM_MIB: not a number: ''"),
     ("huge_collapse", "2", "LIFETIME_ALLOC_HUGE_COLLAPSE: out of range: '2'"),
+    ("huge_growth_mib", "8M", "LIFETIME_ALLOC_HUGE_GROWTH_MIB: not a number: '8M'"),
+    ("huge_growth_mib", "2000000", "LIFETIME_ALLOC_HUGE_GROWTH_MIB: out of range: '2000000'"),
 ])
 def test_bad_settings_abort_with_one_line(var, value, says):
     proc = subprocess.run(["/bin/echo", "hi"], env=preload_env(**{var: value}), capture_output=True,
@@ -461,8 +463,9 @@ def test_dense_huge_pages(collapse, tmp_path):
         # every dense huge page queued; a few per 100 ms of the policy's clock collapsed, once
         # dense for 1 s (the script runs ~2 s past its grow), within the time budget: 1% of
         # the clock since the first page queued plus a burst of 20 ms, over by one collapse
-        # at most (the longest: on a loaded CI machine one took 11 ms or more, the average 7).  At least 8, or fewer only because the budget ran out (each collapse
-        # costs 2.5-5 ms here, ~10 ms with the test suite's other worker busy; 4 and 5 have
+        # at most (the longest: on a loaded CI machine one took 11 ms or more, the average
+        # 7).  At least 8, or fewer only because the budget ran out (each collapse costs
+        # 2.5-5 ms here, ~10 ms with the test suite's other worker busy; 4 and 5 have
         # fitted): the budget left at the last tick would not pay for another one (only
         # collapses spend it; the queue itself is empty at exit, the interpreter's last
         # frees having released the pages).
@@ -480,14 +483,12 @@ def test_dense_huge_pages(collapse, tmp_path):
         assert int(proc.stdout.strip()) >= max(1, min(8, s["collapsed_huge_pages"] - 4)) * 2048, s
 
 
-
 def test_growth_huge_pages(tmp_path):
     """LIFETIME_ALLOC_HUGE_GROWTH_MIB=8 (off by default): while the heap grows to a new peak
     by 8 MiB per 100 ms of the policy's clock, the empty pages it takes are faulted as huge
     pages, no collapse needed, as long as its probe pages (every 4th, left to 4 KiB faults)
-    show the program writes what it allocates; the same script with it off has only what 1%
-    of the clock collapses.  (A heap whose probes are sparse advises none:
-    test_collapse_only_resident_huge_pages.)"""
+    show the program writes what it allocates; with it off, none is.  (A heap whose probes
+    are sparse advises none: test_collapse_only_resident_huge_pages.)"""
     skip_without_thp()
     huge, advised = {}, {}
     for growth in (8, 0):
@@ -504,6 +505,7 @@ def test_growth_huge_pages(tmp_path):
     # 31 advised here, fewer on a slower machine (more windows), so at least 8 asked
     assert advised[0] == 0 and advised[8] >= 8, advised
     assert huge[8] >= 8 * 2048, (huge, advised)  # KiB: what was advised was faulted whole
+
 
 CACHE_HITS_ONLY = "import ctypes, json, re, sys, time" + FILLED_40_MIB + """malloc, free = libc.malloc, libc.free
 start = time.time()

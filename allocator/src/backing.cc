@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "address_space.h"
@@ -150,13 +151,14 @@ void Backing::taken(uint64_t first, uint64_t n) {
     return;
   }
   // Empty pages among these (not committed: never touched, or given back), to advise at
-  // once while the heap grows (set_growth).
+  // once while the heap grows (set_growth), after extend() has made them read/write (the
+  // policy takes a few at a time; past 8 of one take, the rest are left to collapse).
   const bool growing = growth_pages_ && collapse_ && new_peak && live_pages_ >= growth_base_ + growth_pages_;
   uint64_t empty[8];
   unsigned nempty = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t page = g * per_group_pages_ + local + i;
-    if (growing && nempty < 8 && !bit_of(committed_, page)) empty[nempty++] = page;
+    if (growing && nempty < std::size(empty) && !bit_of(committed_, page)) empty[nempty++] = page;
     commit(page);
   }
   if (!huge_on_ && live_pages_ >= huge_from_) {

@@ -272,8 +272,8 @@ __attribute__((noinline)) void* refill(uint64_t usable, size_t size, uint32_t cl
   bump(c->misses, 1);
   ++g_caches.refills;
   // The batch follows the list's traffic as its reuse depth does (trip, refill_at): a
-  // list that comes back within kHotNs takes more, one that does not, no more than its
-  // depth.  Every object of a batch is written (the list's link) and so made resident: a
+  // list that goes to the lock more often than once per kHotNs takes more, one that does
+  // not, no more than its depth.  Every object of a batch is written (the list's link) and so made resident: a
   // process that mallocs a few objects of many classes (an idle one: sleep) held 188 KiB of
   // heap, as 16 KiB batches of each class it touched, where glibc's held 16 KiB.
   uint32_t want = g_caches.batch[cls];
