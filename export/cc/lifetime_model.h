@@ -168,7 +168,7 @@ int lifetime_cache_lookup(lifetime_cache* c, uintptr_t return_address, uintptr_t
 // lifetime_cache_thread_local()'s pointer is lifetime_cache_lookup; otherwise (another
 // layout, or a library without this call) use lifetime_cache_lookup.  Bumped whenever
 // PredictionCache's members, Slot or CacheKey change.
-#define LIFETIME_CACHE_LAYOUT 1
+#define LIFETIME_CACHE_LAYOUT 2
 uint32_t lifetime_cache_layout(void);
 void lifetime_cache_get_stats(const lifetime_cache* c, lifetime_cache_stats* out);
 void lifetime_cache_set_revalidate_every(lifetime_cache* c, uint32_t n);  // 0: never
@@ -242,16 +242,19 @@ class Predictor {
   Impl* impl_;
 };
 
-// Cache key of §2.3: values an allocator has in registers.
+// Cache key of §2.3: values an allocator has in registers.  One multiply per value, the
+// three in parallel, xor-ed: the allocator's hit path waits on this key before it can
+// load the entry, and a final mixing round (shift, multiply, shift) had doubled that
+// wait.  Slot's top bits depend on every bit of each value.  Xor, not a sum: a sum is
+// linear, and its constants then have short relations (K1*a + K2*b + K3*c = 0 mod 2^64
+// with |a|, |b|, |c| within a program's code, stack and size ranges), so contexts that
+// far apart would share a key.  The low bit is set: 0 marks an empty entry.
 inline uint64_t CacheKey(uintptr_t return_address, uintptr_t stack_height,
                          size_t size) noexcept {
-  uint64_t h = static_cast<uint64_t>(return_address) * 0x9E3779B97F4A7C15ull;
-  h ^= (static_cast<uint64_t>(stack_height) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
-  h ^= (static_cast<uint64_t>(size) + 0x165667B19E3779F9ull) * 0xD6E8FEB86659FD93ull;
-  h ^= h >> 32;
-  h *= 0x9E3779B97F4A7C15ull;
-  h ^= h >> 29;
-  return h ? h : 1;  // 0 marks an empty entry
+  const uint64_t h = (static_cast<uint64_t>(return_address) * 0x9E3779B97F4A7C15ull) ^
+                     (static_cast<uint64_t>(stack_height) * 0xC2B2AE3D27D4EB4Full) ^
+                     (static_cast<uint64_t>(size) * 0xFF51AFD7ED558CCDull);
+  return h | 1;
 }
 
 // The prediction cache: fixed size, no heap memory, not thread-safe (one per thread).
