@@ -69,12 +69,8 @@ void setup(bool addr_mode) REQUIRES(heap_lock) {
     g_caches.recent[c] = uint32_t(std::clamp<uint64_t>(kRecentBytes / size, 1, kRecentObjects));
     g_caches.magic[c] = ((uint64_t(1) << 36) + size - 1) / size;
   }
-  for (uint64_t i = 1; i <= kMaxSize / 16; ++i) {
-    const uint32_t c = b->size_class(i * 16, uint32_t(kSmallAlign));
-    if (c == 0 || c >= classes.size()) return;
-    g_caches.class_by_16[i] = uint8_t(c);
-  }
-  g_caches.class_by_16[0] = g_caches.class_by_16[1];
+  // (a request's class: TcmallocBaseline::small_class, the heap's own read-only table)
+  if (b->size_class(kMaxSize, uint32_t(kSmallAlign)) == 0) return;
   const uint64_t pages = g_state->backing.reserved_bytes() >> kPageShift;
   void* m = mmap(nullptr, pages * sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return;

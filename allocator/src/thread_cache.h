@@ -103,7 +103,6 @@ struct Global {
   unsigned groups, shared;
   uint64_t seg_above;
   const unsigned* group_of;         // by predicted class (nullptr: the baseline, one heap)
-  uint8_t class_by_16[kMaxSize / 16 + 1];  // the class of a request of 16 x i bytes (align 16)
   uint32_t size[kClasses], objs[kClasses], max[kClasses], batch[kClasses], recent[kClasses];
   uint64_t clock_res_ns;  // the policy's clock's resolution (its tick)
   uint64_t magic[kClasses];  // (offset * magic) >> 36 == offset / size for a multiple
@@ -178,7 +177,7 @@ inline void* pop(Cache* c, List& l, uint32_t cls) {
 
 __attribute__((always_inline)) inline void* cached_alloc(State* s, size_t size, uintptr_t ra) EXCLUDES(heap_lock) {
   const uint64_t usable = asked(size);
-  const uint32_t cls = g_caches.class_by_16[usable / 16];
+  const uint32_t cls = sim::TcmallocBaseline::small_class(usable);
   const Prediction pred = s->predictor->predict({size, uint32_t(kSmallAlign), ra});
   Cache* c = t_cache;
   if (__builtin_expect(c > kDead, 1)) {

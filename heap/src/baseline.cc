@@ -1,6 +1,7 @@
 #include "baseline.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "json.h"
 #include "slot_ids.h"
@@ -34,14 +35,9 @@ bool fit_class(uint32_t size) { return size % 33 == 0 && popcount64(size / 33) =
 // below).  2.2 KB, where a table by 8 bytes to 256 KiB took 32 KiB of every process's
 // resident file pages (the kernel maps them 64 KiB around each read).
 constexpr uint32_t kFineMax = 1024;
-constexpr uint32_t class_index(uint64_t size) {
-  return size <= kFineMax ? uint32_t((size + 7) >> 3) : uint32_t((size + 127 + (120 << 7)) >> 7);
-}
-struct ClassIndex {
-  uint8_t c[class_index(TcmallocBaseline::kMaxSmall) + 1] = {};
-};
-constexpr ClassIndex make_class_index() {
-  ClassIndex t;
+constexpr uint32_t class_index(uint64_t size) { return TcmallocBaseline::small_class_index(size); }
+constexpr TcmallocBaseline::SmallClassIndex make_class_index() {
+  TcmallocBaseline::SmallClassIndex t;
   const uint32_t n = uint32_t(sizeof kClassSizes / sizeof kClassSizes[0]);
   uint32_t c = 0;  // index into kClassSizes; class c + 1
   for (uint32_t size = 0; size <= TcmallocBaseline::kMaxSmall; size += size < kFineMax ? 8 : 128) {
@@ -56,15 +52,21 @@ constexpr bool classes_index_exactly() {
   return true;
 }
 static_assert(classes_index_exactly(), "a class above 1 KiB not a multiple of 128 (or below, of 8)");
-constexpr ClassIndex kClassIndex = make_class_index();
+// small_class serves align 16 too: the smallest class >= a multiple of 16 is one.
+constexpr bool classes_above_8_align_16() {
+  for (uint32_t size : kClassSizes)
+    if (size > 8 && size % 16 != 0) return false;
+  return true;
+}
+static_assert(classes_above_8_align_16(), "a class above 8 bytes not a multiple of 16");
+static_assert(sizeof(TcmallocBaseline::SmallClassIndex) == class_index(TcmallocBaseline::kMaxSmall) + 1);
 }  // namespace
+
+constexpr TcmallocBaseline::SmallClassIndex TcmallocBaseline::kSmallClassIndex = make_class_index();
 
 TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
     : name_(std::move(name)), ids_(first_id), first_id_(first_id) {
   build_size_classes();
-  filler_head_.resize(kPagesPerHuge);
-  filler_used_.resize(kPagesPerHuge);
-  spare_bits_.resize(classes_.size());
   set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows, subrelease_rule.min_windows);
 }
 
@@ -189,6 +191,7 @@ void TcmallocBaseline::subrelease() {
 }
 
 void TcmallocBaseline::build_size_classes() {
+  classes_.reserve(std::size(kClassSizes) + 1);  // (no grown copies left in the arena)
   classes_.push_back({0, 0, 0});
   for (uint32_t size : kClassSizes) {
     // The fewest pages whose tail waste is at most 1/8 of the span (TCMalloc's rule); a
@@ -202,7 +205,7 @@ void TcmallocBaseline::build_size_classes() {
 
 uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {
   if (size > kMaxSmall || align > kPageBytes) return 0;
-  uint32_t c = kClassIndex.c[class_index(size)];
+  uint32_t c = kSmallClassIndex.c[class_index(size)];
   if (align > 8)
     while (c < classes_.size() && classes_[c].size % align != 0) ++c;
   return c < classes_.size() ? c : 0;
@@ -374,7 +377,7 @@ void TcmallocBaseline::central_unlink(uint32_t sid) {
 }
 
 uint64_t TcmallocBaseline::alloc(const AllocRequest& r) {
-  init_central();
+  init_on_first_alloc();
   if (!addr_mode_) grow_slots(handles_, r.slot);
   uint32_t cls = size_class(r.size, r.align);
   // (address mode: the placed size; the caller knows no other at the free)
@@ -411,8 +414,14 @@ void TcmallocBaseline::set_span_at(const Span& s, uint32_t sid) {
   for (uint32_t p = s.first_page; p < s.first_page + s.npages; ++p) at[p] = sid;
 }
 
-void TcmallocBaseline::init_central() {
+// What only allocation reads, made at the first: a heap that never allocates (a
+// segregated policy's group no prediction falls in) costs no more than its class table
+// (these had been 24 KiB of every process's metadata per such heap).
+void TcmallocBaseline::init_on_first_alloc() {
   if (!central_head_.empty()) return;
+  filler_head_.resize(kPagesPerHuge);
+  filler_used_.resize(kPagesPerHuge);
+  spare_bits_.resize(classes_.size());
   central_head_.resize(classes_.size());
   for (auto& a : central_head_) a.fill(kNone);
   central_mask_.assign(classes_.size(), 0);
@@ -457,7 +466,7 @@ uint32_t TcmallocBaseline::take_object(Span& s) {
 uint32_t TcmallocBaseline::alloc_batch(const AllocRequest& r, uint32_t n, uint64_t* out) {
   const uint32_t cls = size_class(r.size, r.align);
   if (!addr_mode_ || cls == 0) return HeapAllocator::alloc_batch(r, n, out);
-  init_central();
+  init_on_first_alloc();
   const uint64_t size = classes_[cls].size;
   uint32_t got = 0;
   while (got < n) {  // as n calls of alloc: each takes from the fullest span until it is full

@@ -80,6 +80,24 @@ class TcmallocBaseline final : public HeapAllocator {
   const std::vector<SizeClass>& size_classes() const { return classes_; }
   // The class of a request (0: a large object of its own span).
   uint32_t size_class(uint64_t size, uint32_t align) const;
+  // size_class(size, align) for 0 < size <= kMaxSmall and align 8, or a size that is a
+  // multiple of 16 and align 16 (every class above 8 is a multiple of 16: checked in
+  // baseline.cc): one read of the read-only table size_class reads, for the thread
+  // caches' hit path (their own copy by 16 bytes had been 16 KiB of every process's RSS).
+  static uint32_t small_class(uint64_t size) {
+    // A branch, not the index's select: most requests are small, and the select's two
+    // extra steps sat on the hit path's critical path (a malloc+free pair +0.4 ns).
+    if (__builtin_expect(size <= 1024, 1)) return kSmallClassIndex.c[(size + 7) >> 3];
+    return kSmallClassIndex.c[small_class_index(size)];
+  }
+  // Indexed as TCMalloc does: by 8 bytes up to 1 KiB, by 128 above.
+  static constexpr uint32_t small_class_index(uint64_t size) {
+    return size <= 1024 ? uint32_t((size + 7) >> 3) : uint32_t((size + 127 + (120 << 7)) >> 7);
+  }
+  struct SmallClassIndex {
+    uint8_t c[((kMaxSmall + 127 + (120 << 7)) >> 7) + 1] = {};  // small_class_index(kMaxSmall) + 1
+  };
+  static const SmallClassIndex kSmallClassIndex;
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -174,7 +192,7 @@ class TcmallocBaseline final : public HeapAllocator {
   // the page's span index entry, 1 the span, 2 the object's word of live bits (each
   // reads what the one before fetched).
   const void* ahead_of(uint64_t addr, int stage) const;
-  void init_central();
+  void init_on_first_alloc();
   void set_span_at(const Span& s, uint32_t sid);  // every page of a span (< a huge page)
   uint32_t take_span(uint32_t cls);  // off the central list (or new)
   uint32_t take_object(Span& s);     // its index
