@@ -32,7 +32,7 @@ error and how to reproduce it; the others go on.
 
 "Simulator vs measured" (issue 22): per LLAMA model run, the simulator's steady-state
 heap for the same workload, load seed, policy and model seed 0 (simulate_redis.py's
-results<tag>.json beside the export; SIM_RESULTS) against the measured RSS and the
+results<tag>.json beside the export it served) against the measured RSS and the
 allocator's own policy heap, and measured RSS - simulated split into where it went
 (sim_vs_measured).
 
@@ -447,13 +447,10 @@ def aggregate(runs: list[dict]) -> dict:
 
 # --- the simulator's figure for the same workload and load seed (issue 22) ------------
 
-# benchmarks/simulate_redis.py's results per workload and load seed (<tag>: table3's
-# policy_tag, none for the paper's policy): `lifetime simulate` on the full trace of Redis
-# 6.2.14 under the same load seed, per model seed; the allocator's model runs use
-# export-seed0 of the same directory (EXPORTS), hence model seed 0.
-SIM_RESULTS = {"phases": "out/redis21/phases-wrap/load{seed}/results{tag}.json",
-               "mixed": "out/redis21/mixed/load{seed}/results{tag}.json",
-               "fates": "out/redis21/fates/load{seed}/results{tag}.json"}
+# benchmarks/simulate_redis.py writes results<tag>.json (<tag>: table3's policy_tag, none
+# for the paper's policy) beside each load seed's export-seed<S>: `lifetime simulate` on
+# the full trace of Redis 6.2.14 under the same load seed, per model seed.  A model run's
+# counterpart is the file beside the export it served (--export or EXPORTS), model seed 0.
 SIM_MODEL_SEED = "0"
 SIM_FIELD = "per_seed['0'].rows.model.llama_steady_state_bytes"
 WITHIN = 0.15  # issue 22: the simulator's steady state within 15% of the measured RSS
@@ -502,13 +499,16 @@ def load_simulated(runs: list[dict], root: pathlib.Path = ROOT) -> dict:
 
     sims = {}
     for r in runs:
-        if r.get("allocator") != "llama" or r.get("workload") not in SIM_RESULTS:
+        if r.get("allocator") != "llama" or r.get("workload") not in EXPORTS:
             continue
         policy, why = llama_counterpart(r)
         key = (r["workload"], policy, r["load_seed"])
         if why is None and key not in sims:
-            rel = SIM_RESULTS[r["workload"]].format(seed=r["load_seed"], tag=policy_tag(policy))
-            sims[key] = read_simulated(root / rel, rel, policy, r["load_seed"])
+            cmd = r["command"]
+            path = root / cmd[cmd.index("--model") + 1]  # (an absolute path stays as it is)
+            path = path.parent / f"results{policy_tag(policy)}.json"
+            rel = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+            sims[key] = read_simulated(path, rel, policy, r["load_seed"])
     return sims
 
 
