@@ -76,6 +76,10 @@ CPYTHON_MODULES = ("test_list", "test_dict", "test_set", "test_bytes", "test_tup
                    "test_heapq", "test_sort", "test_string", "test_json", "test_itertools",
                    "test_collections")
 SAMPLE_S = 0.1
+# The dense regions (a read of the whole heap's pagemap: ~25 ms a GiB, beside the program,
+# which runs at nice 10) every 5th sample only: at every one the sampler had taken a
+# quarter to a half of a CPU from the 2-CPU machine's runs of a large heap.
+DENSE_EVERY = 5
 LAUNCHER_COMM = "lifetime_run_me"  # allocator/tools' lifetime_run_measured, 15 chars
 
 RUN_LINE = re.compile(r"lifetime run: (?P<alloc>\S+)(?: \((?P<detail>[^)]*)\))?: exit (?P<exit>-?\d+), "
@@ -110,12 +114,12 @@ def steady_rss(samples: list[tuple[float, float]], end: float, marker: float | N
     return statistics.fmean(win), basis
 
 
-def huge_pages(mem: list[tuple[float, float, float, float]], end: float, marker: float | None) -> dict:
+def huge_pages(mem: list[tuple[float, float, float, float | None]], end: float, marker: float | None) -> dict:
     """Over steady_rss's window: huge pages as a share of the anonymous memory, and as a
     share of the dense 2 MiB regions (where they cost no RSS: issue 32's "huge pages
     where they do not cost RSS"; None when no region was dense)."""
     def mean(i):
-        win, _ = steady_rss([(m[0], m[i]) for m in mem], end, marker)
+        win, _ = steady_rss([(m[0], m[i]) for m in mem if m[i] is not None], end, marker)
         return win
     anon, huge, dense = mean(1), mean(2), mean(3)
     return {"steady_anon_mib": anon, "steady_huge_mib": huge, "steady_dense_mib": dense,
@@ -271,21 +275,22 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
-def program_memory_kib(root: int) -> dict | None:
+def program_memory_kib(root: int, dense: bool = True) -> dict | None:
     """Summed over the processes under lifetime run's launcher, one walk of them: VmRSS,
-    anonymous memory, what of it is in huge pages, and the 2 MiB regions dense enough that
-    a huge page there costs no RSS (servers/machine.py dense_regions_kib); None: not
-    started (no launcher, or nothing under it yet)."""
+    anonymous memory, what of it is in huge pages, and (DENSE; else None) the 2 MiB
+    regions dense enough that a huge page there costs no RSS (servers/machine.py
+    dense_regions_kib); None: not started (no launcher, or nothing under it yet)."""
     pids = _program_pids(root)
     if not pids:
         return None
-    out = {"rss": 0, "anon": 0, "huge": 0, "dense": 0}
+    out = {"rss": 0, "anon": 0, "huge": 0, "dense": 0 if dense else None}
     for pid in pids:
         rollup = smaps_rollup_kib(pid, ("Anonymous", "AnonHugePages")) or {}
         out["rss"] += _rss_kib(pid)
         out["anon"] += rollup.get("Anonymous", 0)
         out["huge"] += rollup.get("AnonHugePages", 0)
-        out["dense"] += dense_regions_kib(pid) or 0
+        if dense:
+            out["dense"] += dense_regions_kib(pid) or 0
     return out
 
 
@@ -322,16 +327,19 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd, env=env)
     samples: list[tuple[float, float]] = []
-    mem: list[tuple[float, float, float, float]] = []  # (t, anonymous, huge, dense) MiB
+    mem: list[tuple[float, float, float, float | None]] = []  # (t, anonymous, huge, dense or None) MiB
     done = threading.Event()
 
     def sample():
+        n = 0
         while not done.is_set():
-            m = program_memory_kib(proc.pid)
+            m = program_memory_kib(proc.pid, dense=n % DENSE_EVERY == 0)
             if m is not None:
+                n += 1
                 t = time.monotonic() - start
                 samples.append((t, m["rss"] / 1024))
-                mem.append((t, m["anon"] / 1024, m["huge"] / 1024, m["dense"] / 1024))
+                mem.append((t, m["anon"] / 1024, m["huge"] / 1024,
+                            None if m["dense"] is None else m["dense"] / 1024))
             done.wait(SAMPLE_S)
 
     err_chunks: list[str] = []
@@ -361,7 +369,7 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
            "samples": [[round(t, 2), round(r, 1)] for t, r in samples]}
     steady, basis = steady_rss(samples, end, marker)
     rec.update(huge_pages(mem, end, marker))
-    rec["mem_samples"] = [[round(x, 2) for x in m] for m in mem]
+    rec["mem_samples"] = [[None if x is None else round(x, 2) for x in m] for m in mem]
     rec.update(steady_rss_mib=steady, steady_basis=basis,
                sampled_peak_mib=max((r for _, r in samples), default=None),
                result=result_key(program, stdout), stdout_tail=stdout[-400:])

@@ -117,6 +117,9 @@ def test_huge_page_shares_over_the_steady_window():
     mem = [(t / 10, 40.0, 0.0 if t < 50 else 20.0, 0.0 if t < 50 else 25.0) for t in range(100)]
     got = peer_suite.huge_pages(mem, 10.0, None)
     assert got["huge_share_of_anon"] == pytest.approx(0.5) and got["huge_share_of_dense"] == pytest.approx(0.8)
+    # the dense regions read at every DENSE_EVERY-th sample only (None between): the same shares
+    sparse = [(t, a, h, d if i % peer_suite.DENSE_EVERY == 0 else None) for i, (t, a, h, d) in enumerate(mem)]
+    assert peer_suite.huge_pages(sparse, 10.0, None)["huge_share_of_dense"] == pytest.approx(0.8)
     quiet = peer_suite.huge_pages([(t / 10, 40.0, 0.0, 0.0) for t in range(10)], 1.0, None)
     assert quiet["huge_share_of_anon"] == 0.0 and quiet["huge_share_of_dense"] is None
     rec = {"program": "z3", "allocator": "llama", "error": None, "elapsed_s": 1.0, "peak_rss_mib": 10.0,

@@ -180,6 +180,7 @@ def smaps_rollup_kib(pid: int, fields: tuple[str, ...]) -> dict | None:
 
 HUGE = 2 << 20
 DENSE_MAX_MISSING = 8  # as the allocator's collapse rule (allocator/src/backing.h)
+_HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
 def dense_regions_kib(pid: int, max_missing: int = DENSE_MAX_MISSING) -> int | None:
@@ -202,13 +203,23 @@ def dense_regions_kib(pid: int, max_missing: int = DENSE_MAX_MISSING) -> int | N
         with open(f"/proc/{pid}/pagemap", "rb") as pm:
             for lo, hi in ranges:
                 a = (lo + HUGE - 1) & ~(HUGE - 1)
-                while a + HUGE <= hi:
-                    pm.seek((a >> 12) * 8)
-                    data = pm.read(512 * 8)
-                    if len(data) == 512 * 8:
-                        present = sum(b >> 7 for b in data[7::8])  # bit 63 of each entry
-                        dense += 512 - present <= max_missing
-                    a += HUGE
+                n = (hi - a) // HUGE
+                if n <= 0:
+                    continue
+                # One read per range, counted in C: this runs every sample beside the
+                # program, and a loop over each entry in Python took a CPU's tenth to a
+                # third from a 2-CPU machine's runs of a large heap (an allocator whose
+                # heap is unnamed mappings, not [heap], paid it alone).
+                pm.seek((a >> 12) * 8)
+                while n > 0:
+                    chunk = min(n, 256)  # (1 MiB of pagemap a read)
+                    data = pm.read(chunk * 512 * 8)
+                    top = data[7::8]  # each entry's last byte: its top bit is bit 63, present
+                    for k in range(len(top) // 512):
+                        region = top[k * 512:(k + 1) * 512]
+                        missing = len(region.translate(None, _HIGH_BYTES))  # bytes < 0x80
+                        dense += missing <= max_missing
+                    n -= chunk
         return dense * (HUGE >> 10)
     except (OSError, ValueError, IndexError):
         return None
