@@ -155,3 +155,16 @@ def test_each_allocator_takes_a_different_place_each_run():
     assert all(len(p) == 3 for p in places.values()), places  # three runs, three places each
     assert peer_suite.round_order(["glibc", "llama"], 1, 2) == ["llama", "glibc"]
     assert peer_suite.round_order(["llama"], 0, 1) == ["llama"]
+
+
+def test_pair_latency_quiet_rounds_are_those_where_glibc_ran_at_its_speed():
+    # rounds 1 and 2 throttled (glibc's own pair 1.5x its fastest): they leave the quiet table
+    runs = {"glibc": [{"p50": v} for v in (9.0, 13.5, 14.0, 9.5)],
+            "llama + model": [{"p50": v} for v in (14.2, 21.0, 22.0, 14.4)]}
+    assert allocator_pair_latency.quiet_rounds(runs) == [0, 3]
+    quiet = {k: allocator_pair_latency.summary([rs[i]["p50"] for i in (0, 3)]) for k, rs in runs.items()}
+    md = allocator_pair_latency.markdown(
+        {k: allocator_pair_latency.summary([x["p50"] for x in rs]) for k, rs in runs.items()},
+        {"runs": 4, "cpu": 1, "direct": True, "model": "m", "load_before": [0], "load_after": [0]}, quiet)
+    assert "| llama + model | 4 | 17.70 | **22.00** |" in md
+    assert "2 of 4" in md and "| llama + model | 2 | 14.30 | **14.40** |" in md
