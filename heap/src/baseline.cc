@@ -34,21 +34,19 @@ bool fit_class(uint32_t size) { return size % 33 == 0 && popcount64(size / 33) =
 // up to 1 KiB, by 128 above (every class above 1 KiB is a multiple of 128: checked
 // below).  2.2 KB, where a table by 8 bytes to 256 KiB took 32 KiB of every process's
 // resident file pages (the kernel maps them 64 KiB around each read).
-constexpr uint32_t kFineMax = 1024;
-constexpr uint32_t class_index(uint64_t size) { return TcmallocBaseline::small_class_index(size); }
 constexpr TcmallocBaseline::SmallClassIndex make_class_index() {
   TcmallocBaseline::SmallClassIndex t;
   const uint32_t n = uint32_t(sizeof kClassSizes / sizeof kClassSizes[0]);
   uint32_t c = 0;  // index into kClassSizes; class c + 1
-  for (uint32_t size = 0; size <= TcmallocBaseline::kMaxSmall; size += size < kFineMax ? 8 : 128) {
+  for (uint32_t size = 0; size <= TcmallocBaseline::kMaxSmall; size += size < TcmallocBaseline::kFineMax ? 8 : 128) {
     while (c < n && kClassSizes[c] < size) ++c;
-    t.c[class_index(size)] = uint8_t(c + 1);
+    t.c[TcmallocBaseline::small_class_index(size)] = uint8_t(c + 1);
   }
   return t;
 }
 constexpr bool classes_index_exactly() {
   for (uint32_t size : kClassSizes)
-    if (size % (size <= kFineMax ? 8 : 128) != 0) return false;
+    if (size % (size <= TcmallocBaseline::kFineMax ? 8 : 128) != 0) return false;
   return true;
 }
 static_assert(classes_index_exactly(), "a class above 1 KiB not a multiple of 128 (or below, of 8)");
@@ -59,7 +57,7 @@ constexpr bool classes_above_8_align_16() {
   return true;
 }
 static_assert(classes_above_8_align_16(), "a class above 8 bytes not a multiple of 16");
-static_assert(sizeof(TcmallocBaseline::SmallClassIndex) == class_index(TcmallocBaseline::kMaxSmall) + 1);
+static_assert(sizeof(TcmallocBaseline::SmallClassIndex) == TcmallocBaseline::small_class_index(TcmallocBaseline::kMaxSmall) + 1);
 }  // namespace
 
 constexpr TcmallocBaseline::SmallClassIndex TcmallocBaseline::kSmallClassIndex = make_class_index();
@@ -205,7 +203,7 @@ void TcmallocBaseline::build_size_classes() {
 
 uint32_t TcmallocBaseline::size_class(uint64_t size, uint32_t align) const {
   if (size > kMaxSmall || align > kPageBytes) return 0;
-  uint32_t c = kSmallClassIndex.c[class_index(size)];
+  uint32_t c = small_class(size);
   if (align > 8)
     while (c < classes_.size() && classes_[c].size % align != 0) ++c;
   return c < classes_.size() ? c : 0;

@@ -87,12 +87,13 @@ class TcmallocBaseline final : public HeapAllocator {
   static uint32_t small_class(uint64_t size) {
     // A branch, not the index's select: most requests are small, and the select's two
     // extra steps sat on the hit path's critical path (a malloc+free pair +0.4 ns).
-    if (__builtin_expect(size <= 1024, 1)) return kSmallClassIndex.c[(size + 7) >> 3];
+    if (__builtin_expect(size <= kFineMax, 1)) return kSmallClassIndex.c[(size + 7) >> 3];
     return kSmallClassIndex.c[small_class_index(size)];
   }
-  // Indexed as TCMalloc does: by 8 bytes up to 1 KiB, by 128 above.
+  // Indexed as TCMalloc does: by 8 bytes up to kFineMax, by 128 above.
+  static constexpr uint64_t kFineMax = 1024;
   static constexpr uint32_t small_class_index(uint64_t size) {
-    return size <= 1024 ? uint32_t((size + 7) >> 3) : uint32_t((size + 127 + (120 << 7)) >> 7);
+    return size <= kFineMax ? uint32_t((size + 7) >> 3) : uint32_t((size + 127 + (120 << 7)) >> 7);
   }
   struct SmallClassIndex {
     uint8_t c[((kMaxSmall + 127 + (120 << 7)) >> 7) + 1] = {};  // small_class_index(kMaxSmall) + 1
