@@ -101,24 +101,23 @@ def quiet_rounds(runs: dict[str, list[dict]], reference: str = "glibc") -> list[
     return [i for i, v in enumerate(ref) if v <= QUIET * min(ref)]
 
 
+def _table(results: dict) -> list[str]:
+    """One markdown table: per allocator, summary()'s figures and every run's p50."""
+    return (["| allocator | n | p50 median | p50 worst | sd | every run |", "|---|---|---|---|---|---|"]
+            + [f"| {label} | {s['n']} | {s['median']:.2f} | **{s['worst']:.2f}** | {s['sd']:.2f} | "
+               + ", ".join(f"{v:.2f}" for v in s["values"]) + " |" for label, s in results.items()])
+
+
 def markdown(results: dict, meta: dict, quiet: dict | None = None) -> str:
     lines = [f"# malloc+free pair latency ({SIZE} B, {BATCHES} batches of {PAIRS} pairs)", "",
              f"{meta['runs']} interleaved runs per allocator; "
              + (f"pinned to CPU {meta['cpu']}" if meta["cpu"] is not None else "not pinned")
              + ("; started directly (--direct)" if meta["direct"] else "; under `lifetime run`")
              + f"; model `{meta['model']}`; load before {meta['load_before']}, after {meta['load_after']}.",
-             "p50 per run (ns); median, worst; sd is the sample sd over n runs.", "",
-             "| allocator | n | p50 median | p50 worst | sd | every run |", "|---|---|---|---|---|---|"]
-    for label, s in results.items():
-        lines.append(f"| {label} | {s['n']} | {s['median']:.2f} | **{s['worst']:.2f}** | {s['sd']:.2f} | "
-                     + ", ".join(f"{v:.2f}" for v in s["values"]) + " |")
+             "p50 per run (ns); median, worst; sd is the sample sd over n runs.", "", *_table(results)]
     if quiet:
         lines += ["", f"Quiet rounds only (glibc's pair within {QUIET:.2f}x of its fastest round; "
-                  f"{next(iter(quiet.values()))['n']} of {meta['runs']}):", "",
-                  "| allocator | n | p50 median | p50 worst | sd | every run |", "|---|---|---|---|---|---|"]
-        for label, s in quiet.items():
-            lines.append(f"| {label} | {s['n']} | {s['median']:.2f} | **{s['worst']:.2f}** | {s['sd']:.2f} | "
-                         + ", ".join(f"{v:.2f}" for v in s["values"]) + " |")
+                  f"{next(iter(quiet.values()))['n']} of {meta['runs']}):", "", *_table(quiet)]
     return "\n".join(lines) + "\n"
 
 
