@@ -118,13 +118,23 @@ def huge_pages(mem: list[tuple[float, float, float, float | None]], end: float, 
     """Over steady_rss's window: huge pages as a share of the anonymous memory, and as a
     share of the dense 2 MiB regions (where they cost no RSS: issue 32's "huge pages
     where they do not cost RSS"; None when no region was dense)."""
-    def mean(i):
-        win, _ = steady_rss([(m[0], m[i]) for m in mem if m[i] is not None], end, marker)
-        return win
-    anon, huge, dense = mean(1), mean(2), mean(3)
+    def mean(i, rows):
+        win, basis = steady_rss([(m[0], m[i]) for m in rows], end, marker)
+        return win, basis
+    anon, _ = mean(1, mem)
+    huge, _ = mean(2, mem)
+    # The dense regions are read every DENSE_EVERY-th sample: their share is of the huge
+    # pages in those same samples, and only of samples inside the window (a short window
+    # may hold none: steady_rss's last-sample fallback had read one from the peak, 194 MiB
+    # of dense regions in a 30 MiB steady lua).
+    paired = [m for m in mem if m[3] is not None]
+    dense, basis = mean(3, paired)
+    huge_d, _ = mean(2, paired)
+    if "last sample" in basis:
+        dense = huge_d = None
     return {"steady_anon_mib": anon, "steady_huge_mib": huge, "steady_dense_mib": dense,
             "huge_share_of_anon": huge / anon if anon else None,
-            "huge_share_of_dense": huge / dense if dense else None}
+            "huge_share_of_dense": huge_d / dense if dense else None}
 
 
 def result_key(program: str, stdout: str) -> str:

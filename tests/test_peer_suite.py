@@ -120,6 +120,14 @@ def test_huge_page_shares_over_the_steady_window():
     # the dense regions read at every DENSE_EVERY-th sample only (None between): the same shares
     sparse = [(t, a, h, d if i % peer_suite.DENSE_EVERY == 0 else None) for i, (t, a, h, d) in enumerate(mem)]
     assert peer_suite.huge_pages(sparse, 10.0, None)["huge_share_of_dense"] == pytest.approx(0.8)
+    # the share is of the huge pages in the samples that read the dense regions: huge
+    # pages that swing between samples do not bias it
+    swing = [(t, a, h if i % peer_suite.DENSE_EVERY == 0 else 0.0, d) for i, (t, a, h, d) in enumerate(sparse)]
+    assert peer_suite.huge_pages(swing, 10.0, None)["huge_share_of_dense"] == pytest.approx(0.8)
+    # a marker window that holds no dense reading: no share (not a reading from before it)
+    peak = [(0.0, 400.0, 0.0, 400.0), (0.1, 40.0, 20.0, None), (0.2, 40.0, 20.0, None)]
+    got_peak = peer_suite.huge_pages(peak, 0.3, 0.05)
+    assert got_peak["huge_share_of_dense"] is None and got_peak["huge_share_of_anon"] == pytest.approx(0.5)
     quiet = peer_suite.huge_pages([(t / 10, 40.0, 0.0, 0.0) for t in range(10)], 1.0, None)
     assert quiet["huge_share_of_anon"] == 0.0 and quiet["huge_share_of_dense"] is None
     rec = {"program": "z3", "allocator": "llama", "error": None, "elapsed_s": 1.0, "peak_rss_mib": 10.0,

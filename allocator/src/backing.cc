@@ -257,6 +257,13 @@ void Backing::subreleased(uint64_t id, uint64_t offset, uint64_t bytes) {
   subreleased_ += bytes;
 }
 
+bool Backing::whole(uint64_t id) const {
+  uint64_t page;
+  if (!huge_on_ || !touched_page(id, page)) return false;
+  // (fault mode: every page past the switch is advised but the broken ones)
+  return collapse_ ? bit_of(advised_, page) || bit_of(queued_, page) : !bit_of(broken_, page);
+}
+
 void Backing::dense(uint64_t id) {
   uint64_t page;
   if (!huge_on_ || !touched_page(id, page)) return;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include "common.h"  // sim::HugePageHooks (heap/src)
 
 namespace lalloc {
 
@@ -70,7 +71,7 @@ class Backing {
   // ... and only once at most this many of its 512 small pages are not resident: a
   // collapse faults in the rest, so it costs at most 1/64 of a huge page in RSS (a page
   // the policy calls dense may hold spans whose objects were never written).
-  static constexpr unsigned kCollapseMaxMissing = 8;
+  static constexpr unsigned kCollapseMaxMissing = sim::HugePageHooks::kCollapseMaxMissing;
   uint64_t collapse_deferred() const { return collapse_deferred_; }
   // A collapse runs in whichever thread moves the clock (under the lock) and costs it
   // 2.5-5 ms on the development VM (the copy, and compaction to find a free huge page),
@@ -132,6 +133,8 @@ class Backing {
   // in free pages): a broken one is MADV_HUGEPAGE again; under collapse, any is queued
   // for collapse_some().
   void dense(uint64_t id);
+  // Page id is a huge page now (advised: collapsed, or faulted whole) or queued to be.
+  bool whole(uint64_t id) const;
   uint64_t subreleased_bytes_total() const { return subreleased_; }
   uint64_t rehugified_pages() const { return rehugified_; }
   uint64_t broken_pages() const { return broken_count_; }

@@ -60,6 +60,8 @@ Config read_config() {
     c.subrelease_min_windows = unsigned(parse_uint("LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS", v, 1, sim::SubreleaseRule::kMaxWindows));
   // The shortest horizon is at most the longest (both equal: a fixed horizon).
   c.subrelease_min_windows = std::min(c.subrelease_min_windows, c.subrelease_windows);
+  if (const char* v = std::getenv("LIFETIME_ALLOC_IDLE_PLACES"))
+    c.idle_places = parse_uint("LIFETIME_ALLOC_IDLE_PLACES", v, 0, 1) != 0;
   if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_FROM_MIB"))
     c.huge_from_bytes = parse_uint("LIFETIME_ALLOC_HUGE_FROM_MIB", v, 0, 1 << 20) << 20;
   if (const char* v = std::getenv("LIFETIME_ALLOC_HUGE_COLLAPSE"))

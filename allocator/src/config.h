@@ -38,6 +38,7 @@ struct Config {
   // of demand remembered, in intervals (equal: a fixed horizon).
   uint64_t subrelease_interval_ns = 0;
   unsigned subrelease_windows = 1, subrelease_min_windows = 1;
+  bool idle_places = true;
   // LIFETIME_ALLOC_REVALIDATE: the model cache reruns the model every N hits of an entry
   // (0: never); -1: the model library's default (1000).
   int64_t revalidate_every = 100000;

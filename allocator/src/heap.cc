@@ -68,6 +68,7 @@ void on_subreleased(uint64_t id, uint64_t offset, uint64_t bytes) REQUIRES(heap_
   g_state->backing.subreleased(id, offset, bytes);
 }
 void on_dense(uint64_t id) REQUIRES(heap_lock) { g_state->backing.dense(id); }
+bool on_whole(uint64_t id) REQUIRES(heap_lock) { return g_state->backing.whole(id); }
 
 bool grouped(const sim::LlamaPolicy& p) {
   return p.size_classes || p.size_classes_from || p.divert_mixed || p.segregate_above_bytes;
@@ -158,7 +159,7 @@ void init() REQUIRES(heap_lock) {
   g_policy_small_pad.store(!baseline && !grouped(pol) ? 0 : 8192, std::memory_order_relaxed);
   g_state->predictor = make_predictor(g_state->cfg.predictor, g_state->classes.num_classes(), g_state->cfg.revalidate_every);
   sim::subrelease_rule = {g_state->cfg.subrelease_interval_ns, g_state->cfg.subrelease_windows,
-                         g_state->cfg.subrelease_min_windows};
+                         g_state->cfg.subrelease_min_windows, g_state->cfg.idle_places};
   guarded("policy: ", [&]() REQUIRES(heap_lock) {
     if (baseline) g_state->policy = std::make_unique<sim::TcmallocBaseline>("baseline");
     else g_state->policy = sim::make_policy_heap("llama", g_state->classes, pol, kDeadlineK, false);
@@ -175,7 +176,7 @@ void init() REQUIRES(heap_lock) {
   g_state->backing.set_huge_from((g_state->cfg.huge_from_bytes + Backing::kHuge - 1) / Backing::kHuge);
   g_state->backing.set_collapse(g_state->cfg.huge_collapse);
   g_state->backing.set_growth((g_state->cfg.huge_growth_bytes + Backing::kHuge - 1) / Backing::kHuge);
-  sim::huge_page_hooks = {on_taken, on_released, on_subreleased, on_dense};
+  sim::huge_page_hooks = {on_taken, on_released, on_subreleased, on_dense, on_whole};
   tc::setup(g_state->addr_mode);  // before any span is made
   g_state->policy_name = baseline ? "baseline" : pol.describe();
   g_state->start_ns = g_state->last_now = policy_clock_ns();  // (the stats' uptime: coarse <= precise)

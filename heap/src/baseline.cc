@@ -65,15 +65,17 @@ constexpr TcmallocBaseline::SmallClassIndex TcmallocBaseline::kSmallClassIndex =
 TcmallocBaseline::TcmallocBaseline(std::string name, uint64_t first_id)
     : name_(std::move(name)), ids_(first_id), first_id_(first_id) {
   build_size_classes();
-  set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows, subrelease_rule.min_windows);
+  set_subrelease(subrelease_rule.interval_ns, subrelease_rule.windows, subrelease_rule.min_windows,
+                 subrelease_rule.idle_places);
 }
 
-void TcmallocBaseline::set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows) {
+void TcmallocBaseline::set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows, bool idle_places) {
   SIM_CHECK(windows >= 1 && windows <= kMaxWindows, name_ + ": subrelease windows");
   SIM_CHECK(min_windows >= 1 && min_windows <= windows, name_ + ": subrelease min windows");
   sr_interval_ns_ = interval_ns;
   sr_windows_ = windows;
   sr_min_windows_ = min_windows;
+  sr_places_ = idle_places;
   sr_horizon_ = min_windows;
   sr_calm_ = 0;
   sr_at_ = 0;
@@ -92,10 +94,14 @@ void TcmallocBaseline::note_used(uint32_t hp, unsigned first, unsigned n) {
         h.released.clear(p);
         --h.nreleased;
         --released_pages_;
-        ++sr_refaulted_[sr_at_];
+        sr_refaulted_[sr_at_] += kOsPerPage;
         ++c_refaulted_;
       }
-  if (!h.dense_said && !h.nreleased && h.nused >= HugePageHooks::kDensePages) {
+  say_if_dense(h);
+}
+
+void TcmallocBaseline::say_if_dense(HugePage& h) {
+  if (!h.dense_said && !h.nreleased && !h.nreleased_places && h.nused >= HugePageHooks::kDensePages) {
     h.dense_said = true;
     if (huge_page_hooks.dense) huge_page_hooks.dense(h.id);
   }
@@ -118,7 +124,120 @@ void TcmallocBaseline::advance(uint64_t now) {
     sr_refaulted_[sr_at_] = 0;
   }
   sr_next_ns_ += k * sr_interval_ns_;
+  sr_serial_ += k;
   subrelease();
+  if (sr_places_ && sr_serial_ >= sr_places_next_) {
+    release_idle_places();
+    sr_places_next_ = sr_serial_ + sr_horizon_;
+  }
+}
+
+// Idle places.  A size-class heap's free object places can be reused only by objects of
+// their class, and the fullest span is filled first, so a sparse span's free places wait
+// while the heap's other spans of the class have room: on z3 and Ghostscript (read at a
+// stats write) 1.1 and 1.9 MiB sat free in spans that also held live objects, 0.8 and 1.8
+// MiB of it as whole 4 KiB pages, where glibc's best fit reuses any freed chunk.  Those
+// pages go back to the OS here: a place is a bit in its span's live_bits, never a link
+// written in the free object, so a page of free places holds nothing the heap reads, and
+// when a place on it is handed out again the kernel faults in a zeroed page
+// (refault_places counts it against the horizon, as a refaulted free page is).
+// Which: the spans no allocation took from for a whole horizon (recent demand did not
+// need their places), on huge pages the allocator does not back whole (a collapsed one
+// stays whole: on lua and cpython, pages collapsed, broken for their idle places, then
+// collapsed again as the places refilled spent the collapse budget, and their dense
+// regions in huge pages fell 57 -> 10% and 24 -> 7%), that are not dense once their idle pages are counted
+// free (the policy's own rule, kDensePages: a huge page with at most 1/16 free costs
+// little backed whole, and one given back pages is broken: Ghostscript's dense regions
+// went from 93% to 43% huge when every huge page gave back its idle pages) and where
+// this leaves more than kCollapseMaxMissing small pages missing (fewer would cost the
+// huge page for less than a collapse puts back).
+uint64_t TcmallocBaseline::idle_page_mask(const Span& s) const {
+  const uint64_t size = classes_[s.cls].size, n = uint64_t(s.npages) * kOsPerPage;
+  uint64_t mask = 0;
+  for (uint64_t p = 0; p < n; ++p) {
+    const uint64_t lo = p * kOsPageBytes / size, hi = std::min<uint64_t>((p * kOsPageBytes + kOsPageBytes - 1) / size, s.nobjs - 1);
+    bool live = false;
+    for (uint64_t i = lo; i <= hi && !live && lo < s.nobjs;) {  // word by word
+      const uint64_t w = i / 64, last = std::min<uint64_t>(hi, w * 64 + 63);
+      const uint64_t bits = s.live_bits[w] >> (i % 64);
+      const uint64_t width = last - i + 1;
+      live = (width == 64 ? bits : bits & ((uint64_t(1) << width) - 1)) != 0;
+      i = last + 1;
+    }
+    if (!live) mask |= uint64_t(1) << p;
+  }
+  return mask;
+}
+
+void TcmallocBaseline::release_idle_places() {
+  if (central_head_.empty()) return;  // (nothing allocated yet)
+  const uint64_t horizon = sr_horizon_;
+  place_cand_.assign(hps_.size(), 0);
+  auto each_idle = [&](auto&& f) {
+    for (uint32_t cls = 1; cls < classes_.size(); ++cls) {
+      if (classes_[cls].pages * kOsPerPage > 64) continue;  // (places_released: 64 bits)
+      for (uint32_t b = 0; b < kCentralBuckets; ++b)
+        for (uint32_t sid = central_head_[cls][b]; sid != kNone; sid = spans_[sid].next) {
+          Span& sp = spans_[sid];
+          if (sr_serial_ - sp.took < horizon) continue;
+          if (const uint64_t m = idle_page_mask(sp) & ~sp.places_released) f(sp, m);
+        }
+    }
+  };
+  each_idle([&](Span& sp, uint64_t m) { place_cand_[sp.hp] += uint32_t(popcount64(m)); });
+  each_idle([&](Span& sp, uint64_t m) {
+    HugePage& h = hps_[sp.hp];
+    const uint64_t idle = h.nreleased_places + place_cand_[sp.hp];
+    if (h.nreleased * kOsPerPage + idle <= HugePageHooks::kCollapseMaxMissing ||
+        h.nused * kOsPerPage >= HugePageHooks::kDensePages * kOsPerPage + idle ||
+        (huge_page_hooks.whole && huge_page_hooks.whole(h.id)))
+      return;
+    for (unsigned p = 0; p < 64;) {  // each run of idle pages: one call
+      if (!(m >> p & 1)) { ++p; continue; }
+      unsigned e = p;
+      while (e < 64 && (m >> e & 1)) ++e;
+      if (huge_page_hooks.subreleased)
+        huge_page_hooks.subreleased(h.id, sp.first_page * kPageBytes + p * kOsPageBytes, (e - p) * kOsPageBytes);
+      p = e;
+    }
+    const unsigned n = unsigned(popcount64(m));
+    sp.places_released |= m;
+    h.nreleased_places += n;
+    h.dense_said = false;
+    released_places_ += n;
+    c_places_released_ += n;
+  });
+}
+
+void TcmallocBaseline::refault_places(Span& s, uint32_t idx) {
+  const uint64_t size = classes_[s.cls].size, at = uint64_t(idx) * size;
+  HugePage& h = hps_[s.hp];
+  for (uint64_t p = at / kOsPageBytes; p <= (at + size - 1) / kOsPageBytes; ++p)
+    if (s.places_released >> p & 1) {
+      s.places_released &= ~(uint64_t(1) << p);
+      --h.nreleased_places;
+      --released_places_;
+      ++sr_refaulted_[sr_at_];
+      ++c_places_refaulted_;
+    }
+  say_if_dense(h);
+}
+
+// Span s's pages go back to the page heap: a page whose 4 KiB halves both went back is a
+// released free page from here on; one half of one is forgotten (counted resident).
+void TcmallocBaseline::forget_places(Span& s) {
+  HugePage& h = hps_[s.hp];
+  for (unsigned j = 0; j < s.npages; ++j)
+    if ((s.places_released >> (j * kOsPerPage) & ((uint64_t(1) << kOsPerPage) - 1)) == (uint64_t(1) << kOsPerPage) - 1 &&
+        !h.released.test(s.first_page + j)) {
+      h.released.set(s.first_page + j);
+      ++h.nreleased;
+      ++released_pages_;
+    }
+  const unsigned n = unsigned(popcount64(s.places_released));
+  h.nreleased_places -= n;
+  released_places_ -= n;
+  s.places_released = 0;
 }
 
 void TcmallocBaseline::adapt_horizon() {
@@ -458,6 +577,8 @@ uint32_t TcmallocBaseline::take_object(Span& s) {
   const uint32_t idx = s.hint * 64 + uint32_t(__builtin_ctzll(~w));
   w |= uint64_t(1) << (idx % 64);
   ++s.nlive;
+  s.took = uint32_t(sr_serial_);
+  if (__builtin_expect(s.places_released != 0, 0)) refault_places(s, idx);
   return idx;
 }
 
@@ -576,6 +697,7 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
   if (s.nlive == 0) {
     central_unlink(sid);
     if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
+    if (s.places_released) forget_places(s);
     set_span_at(s, kNone);
     pageheap_free(s.hp, s.first_page, s.npages);
     if (spare_bits_[s.cls].empty()) spare_bits_[s.cls].swap(s.live_bits);  // (the next span of its class)
@@ -656,13 +778,23 @@ uint32_t TcmallocBaseline::span_of_shadow(uint64_t addr, uint32_t slot) const {
 }
 
 Counters TcmallocBaseline::counters() const {
-  return {{"huge_pages_acquired", c_hp_acquired_}, {"huge_pages_released", c_hp_released_},
+  // Where the heap's pages go, beyond its objects (read here, at a stats write, not kept):
+  // free object places in spans that hold some live object, and free pages the huge pages
+  // keep (neither used by a span nor given back).
+  uint64_t span_free = 0;
+  for (const Span& s : spans_)
+    if (s.cls && s.nlive) span_free += uint64_t(s.nobjs - s.nlive) * classes_[s.cls].size;
+  const uint64_t kept = live_hps_ * kPagesPerHuge - released_pages_ - used_pages_;
+  return {{"span_free_object_bytes", span_free}, {"free_pages_kept_bytes", kept * kPageBytes},
+          {"idle_place_pages_released", c_places_released_}, {"idle_place_pages_refaulted", c_places_refaulted_},
+          {"idle_place_bytes_released", released_places_ * kOsPageBytes},
+          {"huge_pages_acquired", c_hp_acquired_}, {"huge_pages_released", c_hp_released_},
           {"spans_created", c_spans_created_},     {"spans_released", c_spans_released_},
           {"large_allocs", c_large_allocs_},       {"multi_huge_page_allocs", c_multi_hp_allocs_},
           {"pages_subreleased", c_subreleased_},   {"subrelease_runs", c_subrelease_runs_},
           {"subreleased_pages_refaulted", c_refaulted_}, {"subrelease_horizon_changes", c_horizon_changes_},
           {"subrelease_horizon_windows", sr_horizon_},
-          {"subreleased_bytes", released_pages_ * kPageBytes}};
+          {"subreleased_bytes", subreleased_bytes()}};
 }
 
 void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
@@ -699,6 +831,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
     if (a < lo)  // a multi-huge-page object ending here: its span's tail page
       SIM_CHECK(span_of_shadow(a, o.slot) == h.owner, where + "object straddles huge pages");
   });
+  uint64_t places = 0;  // 4 KiB pages given back inside its spans
   for (unsigned p = 0; p < kPagesPerHuge; ++p) {
     uint32_t sid = h.span_at[p];
     if (sid == kNone) continue;
@@ -722,6 +855,10 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
       bool hint_ok = true;
       for (uint32_t k = 0; k < s.hint && k < s.live_bits.size(); ++k) hint_ok &= s.live_bits[k] == ~uint64_t(0);
       SIM_CHECK(set == s.nlive + tail && hint_ok, where + "span slot accounting");
+      SIM_CHECK((s.places_released & ~idle_page_mask(s)) == 0, where + "a page given back holds a live object");
+      places += popcount64(s.places_released);
+    } else {
+      SIM_CHECK(s.places_released == 0, where + "places given back in a large object's span");
     }
     SIM_CHECK((s.nlive < s.nobjs) == (s.bucket >= 0) || s.cls == 0, where + "central list membership");
   }
@@ -729,6 +866,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
   Bits256 both = h.used;
   for (int i = 0; i < 4; ++i) both.w[i] &= h.released.w[i];
   SIM_CHECK(!both.any() && h.nreleased == h.released.count(), where + "subreleased pages in use or miscounted");
+  SIM_CHECK(places == h.nreleased_places, where + "idle place pages miscounted");
   SIM_CHECK(h.nused == h.used.count() && h.nused > 0, where + "used page count");
   SIM_CHECK(h.in_filler && h.lfr == longest_free_run(h.used), where + "filler bucket");
 }
@@ -749,12 +887,14 @@ void TcmallocBaseline::check_all(const ShadowHeap& shadow) const {
     SIM_CHECK(slot_of(a / kHugePageBytes) != kNone && slot_of((o.end - 1) / kHugePageBytes) != kNone,
               name_ + ": live object at " + std::to_string(a) + " on a released huge page");
   SIM_CHECK(live == live_hps_, name_ + ": live huge page count");
-  uint64_t used = 0, released = 0;
+  uint64_t used = 0, released = 0, places = 0;
   for (const auto& [id, slot] : slot_by_id_) {
     used += hps_[slot].whole ? hps_[slot].count * kPagesPerHuge : hps_[slot].nused;
     released += hps_[slot].nreleased;
+    places += hps_[slot].nreleased_places;
   }
-  SIM_CHECK(used == used_pages_ && released == released_pages_, name_ + ": used or subreleased page count");
+  SIM_CHECK(used == used_pages_ && released == released_pages_ && places == released_places_,
+            name_ + ": used or subreleased page count");
   SIM_CHECK(shadow.bytes() == live_bytes_, name_ + ": bytes not conserved");
   SIM_CHECK(live_bytes_ <= live_hps_ * kHugePageBytes, name_ + ": more live bytes than huge pages hold");
 }

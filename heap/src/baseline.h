@@ -25,12 +25,14 @@ struct SubreleaseRule {
   uint64_t interval_ns = 100000000ull;
   unsigned windows = 50;      // the longest horizon
   unsigned min_windows = 2;   // the shortest (= windows: a fixed horizon)
+  bool idle_places = true;    // also the idle places inside spans (release_idle_places)
 };
 inline SubreleaseRule subrelease_rule;
 
 class TcmallocBaseline final : public HeapAllocator {
  public:
   static constexpr uint64_t kPageBytes = 8192;
+  static constexpr uint64_t kOsPageBytes = 4096;  // what the OS gives back and faults in
   static constexpr unsigned kPagesPerHuge = 256;
   static constexpr uint64_t kMaxSmall = 256 * 1024;
 
@@ -40,10 +42,13 @@ class TcmallocBaseline final : public HeapAllocator {
   void free(uint32_t slot, uint64_t now) override;
   void prefetch_free(uint32_t slot, int stage) const override;
   uint64_t live_huge_pages() const override { return live_hps_; }
-  uint64_t subreleased_bytes() const override { return released_pages_ * kPageBytes; }
+  uint64_t subreleased_bytes() const override {
+    return released_pages_ * kPageBytes + released_places_ * kOsPageBytes;
+  }
   void subreleased_by_page(std::vector<std::pair<uint64_t, uint64_t>>& out) const override {
     for (const auto& [id, slot] : slot_by_id_)
-      if (hps_[slot].nreleased) out.push_back({id, uint64_t(hps_[slot].nreleased) * kPageBytes});
+      if (hps_[slot].nreleased || hps_[slot].nreleased_places)
+        out.push_back({id, uint64_t(hps_[slot].nreleased) * kPageBytes + uint64_t(hps_[slot].nreleased_places) * kOsPageBytes});
   }
   // Subrelease (after TCMalloc's huge-page filler): every `interval_ns` of the clock, the
   // free pages of live huge pages beyond what recent demand says will be needed again go
@@ -54,7 +59,10 @@ class TcmallocBaseline final : public HeapAllocator {
   // The horizon starts at min_windows and doubles, up to `windows`, while faults on the
   // pages given back take 1% or more of its time (demand comes back later than it
   // remembers); it halves after two horizons without that.  interval_ns 0: never.
-  void set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows);
+  // Idle places (release_idle_places): at the same runs, once per horizon, the 4 KiB pages
+  // inside spans that hold only free object places go back too, in spans no allocation
+  // took from for a whole horizon.
+  void set_subrelease(uint64_t interval_ns, unsigned windows, unsigned min_windows, bool idle_places = true);
   void advance(uint64_t now) override;
   Counters counters() const override;
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
@@ -121,6 +129,10 @@ class TcmallocBaseline final : public HeapAllocator {
     // metadata per object place, where a stack of freed indexes cost 2 B per freed object.
     std::vector<uint64_t> live_bits;
     uint32_t hint = 0;
+    uint32_t took = 0;  // sr_serial_ when an object was last taken from it (idle places)
+    // Bit i: the span's 4 KiB page i went back to the OS holding only free places
+    // (release_idle_places); cleared as take_object hands out a place on it.
+    uint64_t places_released = 0;
     uint64_t large_size = 0;  // cls 0: the object's size and its alignment padding
     uint32_t large_pad = 0;
   };
@@ -133,6 +145,7 @@ class TcmallocBaseline final : public HeapAllocator {
     bool dense_said = false;  // huge_page_hooks.dense called; false again at a subrelease
     Bits256 released;  // free pages given back to the OS (subrelease); never used ones
     uint32_t nreleased = 0;
+    uint32_t nreleased_places = 0;  // 4 KiB pages given back inside its spans (idle places)
     uint32_t owner = kNone;  // whole pages and tail of a span of several huge pages: the span (checks)
     std::array<uint32_t, kPagesPerHuge> span_at;  // the span holding each page (kNone: free)
   };
@@ -206,12 +219,23 @@ class TcmallocBaseline final : public HeapAllocator {
   // Subrelease: pages in use (spans, whole pages included), pages given back.
   void note_used(uint32_t hp, unsigned first, unsigned n);  // released pages reused
   void subrelease();
+  void release_idle_places();
+  void refault_places(Span& s, uint32_t idx);  // take_object, on a span with places released
+  void forget_places(Span& s);                 // the span goes back to the page heap
+  void say_if_dense(HugePage& h);
+  // 4 KiB pages of span s that hold no live object place (its tail past nobjs included).
+  uint64_t idle_page_mask(const Span& s) const;
+  static constexpr unsigned kOsPerPage = unsigned(kPageBytes / kOsPageBytes);
+  uint64_t released_places_ = 0, c_places_released_ = 0, c_places_refaulted_ = 0;
+  uint64_t sr_serial_ = 0, sr_places_next_ = 0;  // windows since the start; the next idle-place run
+  bool sr_places_ = true;
+  std::vector<uint32_t> place_cand_;  // release_idle_places: idle pages found, by huge page slot
   uint64_t used_pages_ = 0, released_pages_ = 0, c_subreleased_ = 0, c_subrelease_runs_ = 0, c_refaulted_ = 0,
            c_horizon_changes_ = 0;
   static constexpr unsigned kMaxWindows = SubreleaseRule::kMaxWindows;
-  // What a page given back costs when it is touched again: two 4 KiB faults, zeroed
-  // (2.5-2.8 us per 8 KiB page measured on the 2-core development box).
-  static constexpr uint64_t kRefaultNs = 2500;
+  // What a 4 KiB page given back costs when it is touched again: a fault, zeroed (2.5-2.8
+  // us per 8 KiB page measured on the 2-core development box).  sr_refaulted_ counts them.
+  static constexpr uint64_t kRefaultNs = 1250;
   uint64_t sr_interval_ns_ = 0, sr_next_ns_ = 0;
   unsigned sr_windows_ = 0, sr_min_windows_ = 0, sr_at_ = 0;
   unsigned sr_horizon_ = 0, sr_calm_ = 0;  // the horizon now; windows since it last changed

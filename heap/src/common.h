@@ -88,7 +88,17 @@ struct HugePageHooks {
   // in use, so backing it with a huge page costs little resident memory (the allocator
   // has the kernel collapse it).  Once per episode: again only after a subrelease.
   void (*dense)(uint64_t id) = nullptr;
+  // Whether huge page id is backed whole now, or queued to be (the allocator's collapse):
+  // its idle places stay (TcmallocBaseline::release_idle_places; giving them back would
+  // break the huge page, and a later collapse would fault them in again).  Null: never.
+  bool (*whole)(uint64_t id) = nullptr;
   static constexpr unsigned kDensePages = 240;  // of 256 8 KiB pages: <= 1/16 free
+  // A huge page is backed whole (collapsed) only while at most this many of its 512 4 KiB
+  // pages are not resident (a collapse faults in the rest: at most 1/64 of it in RSS).
+  // So the heap gives back idle places inside its spans only where that leaves more than
+  // this many missing: fewer would cost the huge page and save less than the collapse
+  // puts back.
+  static constexpr unsigned kCollapseMaxMissing = 8;
 };
 inline HugePageHooks huge_page_hooks;
 
