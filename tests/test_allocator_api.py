@@ -117,6 +117,24 @@ def test_malloc_trim_returns_held_pages(policy, tmp_path):
     assert s["trims"] == 2 and s["trimmed_bytes"] >= 64 * MIB and s["held_free_pages"] == 0
 
 
+def test_malloc_trim_returns_free_pages_inside_the_heap(tmp_path):
+    """Free pages inside live huge pages and the 4 KiB pages of spans that hold only free
+    places go back at malloc_trim, whatever recent demand says (as glibc's trim gives back
+    the free pages inside its heap)."""
+    stats = tmp_path / "s.json"
+    # a subrelease interval of an hour: nothing goes back before the trim
+    n = {k: int(v) for k, v in fields(run("trim_sparse", env=preload_env(
+        policy="segregated", stats=stats, subrelease_ms=3600000))).items()}
+    assert n["rss_live"] - n["rss_base"] >= 15 * MIB
+    assert n["rss_freed"] - n["rss_base"] >= 15 * MIB  # nothing given back yet
+    assert n["trim"] == 1
+    # 8 MiB of free spans and 4 MiB of pages of free places back; the live objects' 4 MiB stay
+    assert n["rss_freed"] - n["rss_trimmed"] >= 11 * MIB, n
+    assert n["rss_trimmed"] - n["rss_base"] <= 6 * MIB, n
+    s = json.loads(stats.read_text())
+    assert s["trimmed_bytes"] >= 11 * MIB
+
+
 def test_mallopt_trim_threshold_bounds_the_held_pages():
     """M_TRIM_THRESHOLD maps onto the free huge pages kept committed: 0 keeps none."""
     n = {k: int(v) for k, v in fields(run("trim", "0", env=preload_env(**HOLD))).items()}

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,11 +18,17 @@
 
 #include "common.h"
 
+/* read(2), not stdio: a FILE's buffer is a malloc, and a trim after it would have that
+   block's page to give back. */
 static long rss_bytes(void) {
   long size, resident;
-  FILE* f = fopen("/proc/self/statm", "r");
-  if (!f || fscanf(f, "%ld %ld", &size, &resident) != 2) DIE("statm");
-  fclose(f);
+  char buf[128];
+  int fd = open("/proc/self/statm", O_RDONLY);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+  if (fd >= 0) close(fd);
+  if (n <= 0) DIE("statm");
+  buf[n] = 0;
+  if (sscanf(buf, "%ld %ld", &size, &resident) != 2) DIE("statm");
   return resident * sysconf(_SC_PAGESIZE);
 }
 
@@ -89,6 +96,30 @@ static int cmd_trim(int threshold) {
   int again = malloc_trim(0);
   printf("rss_base=%ld\nrss_live=%ld\nrss_freed=%ld\nkeepcost=%zu\nordblks=%zu\ntrim=%d\nrss_trimmed=%ld\ntrim_again=%d\n",
          base, live, freed, m.keepcost, m.ordblks, r, trimmed, again);
+  return 0;
+}
+
+/* 16 MiB of 1 KiB objects; then every other span's objects freed, and all but the first
+   object of the spans between (8 objects to an 8 KiB span: its second 4 KiB page holds
+   free places only).  malloc_trim gives back the free pages and the pages of free places
+   at once, not after the subrelease horizon. */
+static int cmd_trim_sparse(void) {
+  enum { N = 16384, PER_SPAN = 8 };
+  static void* p[N];
+  long base = rss_bytes();
+  for (int i = 0; i < N; ++i) {
+    p[i] = malloc(1000);
+    if (!p[i]) DIE("malloc");
+    memset(p[i], 1, 1000);
+  }
+  long live = rss_bytes();
+  for (int i = 0; i < N; ++i)
+    if ((i / PER_SPAN) % 2 == 1 || i % PER_SPAN != 0) free(p[i]);
+  long freed = rss_bytes();
+  int r = malloc_trim(0);
+  long trimmed = rss_bytes();
+  printf("rss_base=%ld\nrss_live=%ld\nrss_freed=%ld\ntrim=%d\nrss_trimmed=%ld\n", base, live, freed, r, trimmed);
+  for (int i = 0; i < N; i += 2 * PER_SPAN) free(p[i]);
   return 0;
 }
 
@@ -224,6 +255,7 @@ int main(int argc, char** argv) {
   int rc;
   if (!strcmp(c, "mallinfo")) rc = cmd_mallinfo();
   else if (!strcmp(c, "trim")) rc = cmd_trim(argc > 2 ? atoi(argv[2]) : -1);
+  else if (!strcmp(c, "trim_sparse")) rc = cmd_trim_sparse();
   else if (!strcmp(c, "info")) rc = cmd_info();
   else if (!strcmp(c, "mallopt")) rc = cmd_mallopt();
   else if (!strcmp(c, "sized")) rc = cmd_sized();

@@ -80,6 +80,9 @@ class HeapAllocator {
   // No slot at or above slot_end is live: per-slot records may give back their tail (the
   // real allocator, whose ids are handed out lowest-first, calls it now and then).
   virtual void trim(uint32_t slot_end) { (void)slot_end; }
+  // malloc_trim: every free page inside a live huge page, and every page of free places
+  // inside a span, back to the OS now, whatever recent demand says; the bytes given back.
+  virtual uint64_t release_free() { return 0; }
   // The live object of slot `from` is known as `to` (a free slot) from now on, in the same
   // place: the real allocator packs live ids low so that trim can give records back.
   virtual void move_slot(uint32_t from, uint32_t to) = 0;

@@ -169,9 +169,9 @@ uint64_t TcmallocBaseline::idle_page_mask(const Span& s) const {
   return mask;
 }
 
-void TcmallocBaseline::release_idle_places() {
+void TcmallocBaseline::release_idle_places(bool all) {
   if (central_head_.empty()) return;  // (nothing allocated yet)
-  const uint64_t horizon = sr_horizon_;
+  const uint64_t horizon = all ? 0 : sr_horizon_;
   place_cand_.assign(hps_.size(), 0);
   auto each_idle = [&](auto&& f) {
     for (uint32_t cls = 1; cls < classes_.size(); ++cls) {
@@ -188,9 +188,9 @@ void TcmallocBaseline::release_idle_places() {
   each_idle([&](Span& sp, uint64_t m) {
     HugePage& h = hps_[sp.hp];
     const uint64_t idle = h.nreleased_places + place_cand_[sp.hp];
-    if (h.nreleased * kOsPerPage + idle <= HugePageHooks::kCollapseMaxMissing ||
-        h.nused * kOsPerPage >= HugePageHooks::kDensePages * kOsPerPage + idle ||
-        (huge_page_hooks.whole && huge_page_hooks.whole(h.id)))
+    if (!all && (h.nreleased * kOsPerPage + idle <= HugePageHooks::kCollapseMaxMissing ||
+                 h.nused * kOsPerPage >= HugePageHooks::kDensePages * kOsPerPage + idle ||
+                 (huge_page_hooks.whole && huge_page_hooks.whole(h.id))))
       return;
     for (unsigned p = 0; p < 64;) {  // each run of idle pages: one call
       if (!(m >> p & 1)) { ++p; continue; }
@@ -289,22 +289,36 @@ void TcmallocBaseline::subrelease() {
   std::sort(order.begin(), order.end());
   ++c_subrelease_runs_;
   for (const auto& [nused, hp] : order) {
-    HugePage& h = hps_[hp];
-    for (unsigned p = 0; p < kPagesPerHuge && want;) {
-      if (h.used.test(p) || h.released.test(p)) { ++p; continue; }
-      unsigned e = p;
-      while (e < kPagesPerHuge && !h.used.test(e) && !h.released.test(e)) h.released.set(e++);
-      const unsigned n = e - p;
-      if (huge_page_hooks.subreleased) huge_page_hooks.subreleased(h.id, uint64_t(p) * kPageBytes, uint64_t(n) * kPageBytes);
-      h.nreleased += n;
-      h.dense_said = false;
-      released_pages_ += n;
-      c_subreleased_ += n;
-      want -= std::min<uint64_t>(want, n);
-      p = e;
-    }
+    release_free_pages(hps_[hp], want);
     if (!want) break;
   }
+}
+
+void TcmallocBaseline::release_free_pages(HugePage& h, uint64_t& want) {
+  for (unsigned p = 0; p < kPagesPerHuge && want;) {
+    if (h.used.test(p) || h.released.test(p)) { ++p; continue; }
+    unsigned e = p;
+    while (e < kPagesPerHuge && !h.used.test(e) && !h.released.test(e)) h.released.set(e++);
+    const unsigned n = e - p;
+    if (huge_page_hooks.subreleased) huge_page_hooks.subreleased(h.id, uint64_t(p) * kPageBytes, uint64_t(n) * kPageBytes);
+    h.nreleased += n;
+    h.dense_said = false;
+    released_pages_ += n;
+    c_subreleased_ += n;
+    want -= std::min<uint64_t>(want, n);
+    p = e;
+  }
+}
+
+uint64_t TcmallocBaseline::release_free() {
+  const uint64_t before = subreleased_bytes();
+  for (const auto& [id, hp] : slot_by_id_) {
+    HugePage& h = hps_[hp];
+    uint64_t want = UINT64_MAX;
+    if (!h.whole) release_free_pages(h, want);
+  }
+  release_idle_places(true);
+  return subreleased_bytes() - before;
 }
 
 void TcmallocBaseline::build_size_classes() {

@@ -68,6 +68,7 @@ class TcmallocBaseline final : public HeapAllocator {
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   uint64_t asked_size(uint32_t slot) const override;
   void trim(uint32_t slot_end) override;
+  uint64_t release_free() override;
   void move_slot(uint32_t from, uint32_t to) override;
   bool enable_address_mode() override { addr_mode_ = true; return true; }
   uint64_t free_at(uint64_t addr, uint64_t now) override;
@@ -219,7 +220,8 @@ class TcmallocBaseline final : public HeapAllocator {
   // Subrelease: pages in use (spans, whole pages included), pages given back.
   void note_used(uint32_t hp, unsigned first, unsigned n);  // released pages reused
   void subrelease();
-  void release_idle_places();
+  void release_idle_places(bool all = false);  // all: every page of free places (malloc_trim)
+  void release_free_pages(HugePage& h, uint64_t& want);  // its free pages, up to want
   void refault_places(Span& s, uint32_t idx);  // take_object, on a span with places released
   void forget_places(Span& s);                 // the span goes back to the page heap
   void say_if_dense(HugePage& h);

@@ -116,6 +116,12 @@ void SegregatedHeap::advance(uint64_t now) {
   for (auto& h : heaps_) h->advance(now);
 }
 
+uint64_t SegregatedHeap::release_free() {
+  uint64_t n = 0;
+  for (auto& h : heaps_) n += h->release_free();
+  return n;
+}
+
 uint64_t SegregatedHeap::subreleased_bytes() const {
   uint64_t n = 0;
   for (const auto& h : heaps_) n += h->subreleased_bytes();

@@ -68,6 +68,7 @@ class SegregatedHeap final : public HeapAllocator {
   std::pair<uint64_t, uint64_t> where(uint32_t slot) const override;
   uint64_t asked_size(uint32_t slot) const override;
   void trim(uint32_t slot_end) override;
+  uint64_t release_free() override;
   void move_slot(uint32_t from, uint32_t to) override;
   // Address mode: every heap a size-class heap in address mode, no divert-mixed; the
   // heap of an address is its id range.  segregate-above counts placed bytes here (the
