@@ -68,6 +68,11 @@ def test_stress_driver_with_checker(driver, policy, tmp_path):
     main = json.loads((tmp_path / f"stats.{_pid_of(tmp_path, proc)}.json").read_text())
     assert main["checks"] >= 1 and main["failed_allocs"] == 0
     assert main["allocs"] > 0 and main["objects"] <= main["allocs"]
+    # The metadata arena's census: blocks of a size class are handed out as that class
+    # (a free block kept outside its class's list had been handed to smaller classes,
+    # and a class's free count went below zero).
+    for block_bytes, carved, free, live_requested in main["internal_arena_census"]:
+        assert free <= carved and live_requested <= (carved - free) * block_bytes, main["internal_arena_census"]
 
 
 # The per-thread caches (heap.cc: policies of size-class heaps, checker off): the drivers

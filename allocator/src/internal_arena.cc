@@ -24,15 +24,18 @@ constexpr size_t kHuge = size_t(2) << 20;
 // per class when freed (the list's link in the block).  The header counts in the size a
 // block is chosen by, and the classes are 16 B past the usual ones (2^k + 16, ...), so a
 // container of a power-of-two capacity (a vector) takes a block of its size, not twice.
-// A free block of kReturnFrom or more gives its whole pages but the first back
-// (MADV_DONTNEED; the link and header stay): free blocks of a class no longer needed
-// keep one page resident, not all of theirs.
+// A free block of kReturnFrom or more gives back every whole page it covers (MADV_DONTNEED):
+// its link is kept outside it, in out_free_ (a block of a vector that grew is freed at
+// each growth, and z3's and larson's such blocks had held 54 and 64 KiB: the whole of
+// each one under 16 KiB, the first page, holding the link, of each larger one).  When
+// out_free_ is full, the block keeps its link and first page as before.
 // Big blocks (over kSmallMax): whole huge pages, huge-page aligned, carved downward from
 // the range's top (no alignment gaps among the small ones); a freed one returns all its
 // pages and is kept (outside it: its pages stay unfaulted) for a later big block that
 // fits.
 constexpr size_t kSmallMax = size_t(1) << 20;
-constexpr size_t kReturnFrom = size_t(16) << 10;  // (64 KiB kept 264 KiB of free blocks in z3)
+constexpr size_t kReturnFrom = kPage + 16;  // a block that can cover a whole page
+constexpr unsigned kOutFree = 256;          // free blocks whose link is kept outside them
 constexpr unsigned kClasses = 4 * 16 + 2;  // 32, 48, then 4 per doubling from 64 to > 1 MiB
 constexpr unsigned kBigFree = 64;
 constexpr unsigned kBigCensus = 64;  // big blocks counted by huge pages (last: and more)
@@ -40,12 +43,15 @@ constexpr unsigned kBigCensus = 64;  // big blocks counted by huge pages (last: 
 struct Hdr { uintptr_t block; uint32_t cls; uint32_t size; };  // size: requested (census)
 struct FreeBlock { FreeBlock* next; };
 struct BigFree { char* block; size_t pages; };
+struct OutFree { char* block; unsigned cls; };
 
 char* base_ GUARDED_BY(heap_lock) = nullptr;
 size_t bump_ GUARDED_BY(heap_lock) = 0, top_ GUARDED_BY(heap_lock) = 0;  // small blocks below bump_, big ones from top_ up
 FreeBlock* free_[kClasses] GUARDED_BY(heap_lock);
 BigFree big_free_[kBigFree] GUARDED_BY(heap_lock);
 unsigned nbig_ GUARDED_BY(heap_lock) = 0;
+OutFree out_free_[kOutFree] GUARDED_BY(heap_lock);
+unsigned nout_ GUARDED_BY(heap_lock) = 0;
 size_t returned_ GUARDED_BY(heap_lock) = 0;  // pages given back in free blocks (small and big)
 // census: by class (small), by huge pages (big, kClasses + pages - 1)
 uint64_t carved_[kClasses + kBigCensus] GUARDED_BY(heap_lock), nfree_[kClasses + kBigCensus] GUARDED_BY(heap_lock),
@@ -111,9 +117,9 @@ size_t give_back(char* lo, char* hi) {
   return b - a;
 }
 
-size_t returnable(char* block, size_t bytes) {
-  const uintptr_t a = (uintptr_t(block) + kPage + kPage - 1) & ~uintptr_t(kPage - 1),
-                  b = (uintptr_t(block) + bytes) & ~uintptr_t(kPage - 1);
+// The whole pages of [lo, hi).
+size_t whole_pages(char* lo, char* hi) {
+  const uintptr_t a = (uintptr_t(lo) + kPage - 1) & ~uintptr_t(kPage - 1), b = uintptr_t(hi) & ~uintptr_t(kPage - 1);
   return b > a ? b - a : 0;
 }
 
@@ -178,10 +184,16 @@ void* alloc(size_t size, size_t align) {
     if (fresh) ++carved_[census_index(cls)], ++nfree_[census_index(cls)];
   } else {
     cls = class_for(need);
-    if (free_[cls]) {
+    unsigned out = class_size_[cls] >= kReturnFrom ? 0 : nout_;  // (nout_: none)
+    while (out < nout_ && out_free_[out].cls != cls) ++out;
+    if (out < nout_) {  // (its pages come back zeroed as they are touched)
+      block = out_free_[out].block;
+      out_free_[out] = out_free_[--nout_];
+      returned_ -= whole_pages(block, block + class_size_[cls]);
+    } else if (free_[cls]) {
       block = reinterpret_cast<char*>(free_[cls]);
       free_[cls] = free_[cls]->next;
-      if (class_size_[cls] >= kReturnFrom) returned_ -= returnable(block, class_size_[cls]);
+      if (class_size_[cls] >= kReturnFrom) returned_ -= whole_pages(block + kPage, block + class_size_[cls]);
     } else {
       const size_t bytes = class_size_[cls];
       if (bump_ + bytes > top_ || !writable_below(bump_ + bytes)) return nullptr;
@@ -212,6 +224,11 @@ void free(void* p) {
     returned_ += pages * kHuge;
     if (nbig_ < kBigFree) big_free_[nbig_++] = {block, pages};
     // else its address space stays unused (the range is 64 GiB)
+    return;
+  }
+  if (class_size_[cls] >= kReturnFrom && nout_ < kOutFree) {
+    out_free_[nout_++] = {block, cls};
+    returned_ += give_back(block, block + class_size_[cls]);
     return;
   }
   auto* f = reinterpret_cast<FreeBlock*>(block);
