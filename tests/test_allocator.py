@@ -197,6 +197,7 @@ def test_stats_file_fields_and_interval(tmp_path):
     ("subrelease_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '0'"),
     ("subrelease_windows", "65", "LIFETIME_ALLOC_SUBRELEASE_WINDOWS: out of range: '65'"),
     ("subrelease_min_windows", "0", "LIFETIME_ALLOC_SUBRELEASE_MIN_WINDOWS: out of range: '0'"),
+    ("idle_places", "2", "LIFETIME_ALLOC_IDLE_PLACES: out of range: '2'"),
     ("huge_from_mib", "", "LIFETIME_ALLOC_HUGE_FROM_MIB: not a number: ''"),
     ("huge_collapse", "2", "LIFETIME_ALLOC_HUGE_COLLAPSE: out of range: '2'"),
     ("huge_growth_mib", "8M", "LIFETIME_ALLOC_HUGE_GROWTH_MIB: not a number: '8M'"),

@@ -255,3 +255,33 @@ def test_free_places_on_every_page_stay(tmp_path):
     b = _base(simulator.simulate(path, [], check_invariants=True, check_every=1))
     assert b["counters"]["idle_place_pages_released"] == 0
     assert b["final_resident_bytes"] == 128 * PAGE + PAGE
+
+
+IDLE = r"""
+import time
+objs = [bytearray(1000) for _ in range(16384)]   # 1 KiB slots: 8 to an 8 KiB span
+keep = objs[::8]                                 # one per span: its second 4 KiB page idle
+del objs
+t = time.time()
+while time.time() - t < 1.5:                     # small objects move the policy's clock
+    x = [bytearray(64) for _ in range(50)]
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("on", ["1", "0"])
+def test_allocator_gives_back_idle_places(on, tmp_path):
+    """The real allocator: after the fall, spans that keep one live object give back their
+    pages of free places within the horizon, unless LIFETIME_ALLOC_IDLE_PLACES=0."""
+    built(LIB)
+    stats = tmp_path / "stats.json"
+    env = {**os.environ, "PYTHONMALLOC": "malloc", "LIFETIME_ALLOC_IDLE_PLACES": on}
+    out = subprocess.run([str(LIFETIME), "run", "--allocator", "llama", "--policy", "segregated",
+                          "--predictor", "constant:0", "--stats", str(stats), "--", sys.executable, "-c", IDLE],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    c = json.loads(stats.read_text())["counters"]
+    if on == "1":
+        assert c["idle_place_pages_released"] >= 1000, c  # ~2048 spans, one idle page each
+    else:
+        assert c["idle_place_pages_released"] == 0
