@@ -142,15 +142,14 @@ void TcmallocBaseline::advance(uint64_t now) {
 // when a place on it is handed out again the kernel faults in a zeroed page
 // (refault_places counts it against the horizon, as a refaulted free page is).
 // Which: the spans no allocation took from for a whole horizon (recent demand did not
-// need their places), on huge pages the allocator does not back whole (a collapsed one
-// stays whole: on lua and cpython, pages collapsed, broken for their idle places, then
-// collapsed again as the places refilled spent the collapse budget, and their dense
-// regions in huge pages fell 57 -> 10% and 24 -> 7%), that are not dense once their idle pages are counted
-// free (the policy's own rule, kDensePages: a huge page with at most 1/16 free costs
-// little backed whole, and one given back pages is broken: Ghostscript's dense regions
-// went from 93% to 43% huge when every huge page gave back its idle pages) and where
-// this leaves more than kCollapseMaxMissing small pages missing (fewer would cost the
-// huge page for less than a collapse puts back).
+// need their places), on huge pages
+// - the allocator does not back whole, nor has queued to (HugePageHooks::whole),
+// - that are not dense once their idle pages count as free (the policy's own rule,
+//   kDensePages: at most 1/16 free costs little backed whole),
+// - and where more than kCollapseMaxMissing small pages end up missing (fewer cost the
+//   huge page for less than a collapse would fault in again).
+// (Given back everywhere, Ghostscript's dense regions went from 93% to 43% in huge
+// pages: collapsed, broken for their idle places, collapsed again as they refilled.)
 uint64_t TcmallocBaseline::idle_page_mask(const Span& s) const {
   const uint64_t size = classes_[s.cls].size, n = uint64_t(s.npages) * kOsPerPage;
   uint64_t mask = 0;
@@ -185,13 +184,18 @@ void TcmallocBaseline::release_idle_places(bool all) {
     }
   };
   each_idle([&](Span& sp, uint64_t m) { place_cand_[sp.hp] += uint32_t(popcount64(m)); });
+  // Each huge page decided once, on what it holds before this run (place_cand_: 1 = go).
+  for (uint32_t hp = 0; hp < place_cand_.size(); ++hp) {
+    if (!place_cand_[hp]) continue;
+    const HugePage& h = hps_[hp];
+    const uint64_t idle = h.nreleased_places + place_cand_[hp];
+    place_cand_[hp] = all || !(h.nreleased * kOsPerPage + idle <= HugePageHooks::kCollapseMaxMissing ||
+                               h.nused * kOsPerPage >= HugePageHooks::kDensePages * kOsPerPage + idle ||
+                               (huge_page_hooks.whole && huge_page_hooks.whole(h.id)));
+  }
   each_idle([&](Span& sp, uint64_t m) {
     HugePage& h = hps_[sp.hp];
-    const uint64_t idle = h.nreleased_places + place_cand_[sp.hp];
-    if (!all && (h.nreleased * kOsPerPage + idle <= HugePageHooks::kCollapseMaxMissing ||
-                 h.nused * kOsPerPage >= HugePageHooks::kDensePages * kOsPerPage + idle ||
-                 (huge_page_hooks.whole && huge_page_hooks.whole(h.id))))
-      return;
+    if (!place_cand_[sp.hp]) return;
     for (unsigned p = 0; p < 64;) {  // each run of idle pages: one call
       if (!(m >> p & 1)) { ++p; continue; }
       unsigned e = p;
