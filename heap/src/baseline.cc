@@ -172,18 +172,19 @@ void TcmallocBaseline::release_idle_places(bool all) {
   if (central_head_.empty()) return;  // (nothing allocated yet)
   const uint64_t horizon = all ? 0 : sr_horizon_;
   place_cand_.assign(hps_.size(), 0);
-  auto each_idle = [&](auto&& f) {
-    for (uint32_t cls = 1; cls < classes_.size(); ++cls) {
-      if (classes_[cls].pages * kOsPerPage > 64) continue;  // (places_released: 64 bits)
-      for (uint32_t b = 0; b < kCentralBuckets; ++b)
-        for (uint32_t sid = central_head_[cls][b]; sid != kNone; sid = spans_[sid].next) {
-          Span& sp = spans_[sid];
-          if (sr_serial_ - sp.took < horizon) continue;
-          if (const uint64_t m = idle_page_mask(sp) & ~sp.places_released) f(sp, m);
+  idle_spans_.clear();  // (span, its idle pages not given back yet)
+  for (uint32_t cls = 1; cls < classes_.size(); ++cls) {
+    if (classes_[cls].pages * kOsPerPage > 64) continue;  // (places_released: 64 bits)
+    for (uint32_t b = 0; b < kCentralBuckets; ++b)
+      for (uint32_t sid = central_head_[cls][b]; sid != kNone; sid = spans_[sid].next) {
+        const Span& sp = spans_[sid];
+        if (sr_serial_ - sp.took < horizon) continue;
+        if (const uint64_t m = idle_page_mask(sp) & ~sp.places_released) {
+          idle_spans_.push_back({sid, m});
+          place_cand_[sp.hp] += uint32_t(popcount64(m));
         }
-    }
-  };
-  each_idle([&](Span& sp, uint64_t m) { place_cand_[sp.hp] += uint32_t(popcount64(m)); });
+      }
+  }
   // Each huge page decided once, on what it holds before this run (place_cand_: 1 = go).
   for (uint32_t hp = 0; hp < place_cand_.size(); ++hp) {
     if (!place_cand_[hp]) continue;
@@ -193,9 +194,10 @@ void TcmallocBaseline::release_idle_places(bool all) {
                                h.nused * kOsPerPage >= HugePageHooks::kDensePages * kOsPerPage + idle ||
                                (huge_page_hooks.whole && huge_page_hooks.whole(h.id)));
   }
-  each_idle([&](Span& sp, uint64_t m) {
+  for (const auto& [sid, m] : idle_spans_) {
+    Span& sp = spans_[sid];
     HugePage& h = hps_[sp.hp];
-    if (!place_cand_[sp.hp]) return;
+    if (!place_cand_[sp.hp]) continue;
     for (unsigned p = 0; p < 64;) {  // each run of idle pages: one call
       if (!(m >> p & 1)) { ++p; continue; }
       unsigned e = p;
@@ -210,7 +212,7 @@ void TcmallocBaseline::release_idle_places(bool all) {
     h.dense_said = false;
     released_places_ += n;
     c_places_released_ += n;
-  });
+  }
 }
 
 void TcmallocBaseline::refault_places(Span& s, uint32_t idx) {

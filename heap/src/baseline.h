@@ -232,6 +232,7 @@ class TcmallocBaseline final : public HeapAllocator {
   uint64_t sr_serial_ = 0, sr_places_next_ = 0;  // windows since the start; the next idle-place run
   bool sr_places_ = true;
   std::vector<uint32_t> place_cand_;  // release_idle_places: idle pages found, by huge page slot
+  std::vector<std::pair<uint32_t, uint64_t>> idle_spans_;  // ... and the spans holding them, with their pages
   uint64_t used_pages_ = 0, released_pages_ = 0, c_subreleased_ = 0, c_subrelease_runs_ = 0, c_refaulted_ = 0,
            c_horizon_changes_ = 0;
   static constexpr unsigned kMaxWindows = SubreleaseRule::kMaxWindows;
