@@ -109,18 +109,18 @@ unsigned class_for(size_t need) {
   return c;
 }
 
-// Whole pages of [lo, hi) back to the OS.
-size_t give_back(char* lo, char* hi) {
-  const uintptr_t a = (uintptr_t(lo) + kPage - 1) & ~uintptr_t(kPage - 1), b = uintptr_t(hi) & ~uintptr_t(kPage - 1);
-  if (b <= a) return 0;
-  madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-  return b - a;
+// The whole pages of [lo, hi): their first byte; how many bytes.
+uintptr_t first_whole_page(char* lo) { return (uintptr_t(lo) + kPage - 1) & ~uintptr_t(kPage - 1); }
+size_t whole_pages(char* lo, char* hi) {
+  const uintptr_t a = first_whole_page(lo), b = uintptr_t(hi) & ~uintptr_t(kPage - 1);
+  return b > a ? b - a : 0;
 }
 
-// The whole pages of [lo, hi).
-size_t whole_pages(char* lo, char* hi) {
-  const uintptr_t a = (uintptr_t(lo) + kPage - 1) & ~uintptr_t(kPage - 1), b = uintptr_t(hi) & ~uintptr_t(kPage - 1);
-  return b > a ? b - a : 0;
+// Whole pages of [lo, hi) back to the OS.
+size_t give_back(char* lo, char* hi) {
+  const size_t n = whole_pages(lo, hi);
+  if (n) madvise(reinterpret_cast<void*>(first_whole_page(lo)), n, MADV_DONTNEED);
+  return n;
 }
 
 // The range read/write before it is carved: small blocks up to `end`, by 2 MiB steps

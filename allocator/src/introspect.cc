@@ -66,12 +66,14 @@ uint64_t trim() EXCLUDES(heap_lock) {
   }
   // The policy's per-slot records give back their tail (as every 1024 frees do).
   const uint64_t meta_before = arena::held_bytes();
-  guarded("policy: ", [&]() REQUIRES(heap_lock) { s.policy->trim(uint32_t(s.slots.end())); });
-  // Every free page and page of free places inside the heap's huge pages, and every held
-  // free huge page, back to the kernel now (glibc's malloc_trim gives back the free pages
-  // inside its heap too).
+  // Then every free page and page of free places inside the heap's huge pages, and every
+  // held free huge page, back to the kernel now (glibc's malloc_trim gives back the free
+  // pages inside its heap too).
   uint64_t freed = 0;
-  guarded("policy: ", [&]() REQUIRES(heap_lock) { freed = s.policy->release_free(); });
+  guarded("policy: ", [&]() REQUIRES(heap_lock) {
+    s.policy->trim(uint32_t(s.slots.end()));
+    freed = s.policy->release_free();
+  });
   Backing& b = s.backing;
   const uint64_t returned_before = b.pages_returned();
   b.release_held();
