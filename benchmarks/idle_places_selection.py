@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import pathlib
-import statistics
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -25,35 +24,18 @@ from benchmarks import peer_suite, policy_selection  # noqa: E402
 ENV = "LIFETIME_ALLOC_IDLE_PLACES"
 
 
-def summary(records: list[dict]) -> dict:
-    """workload -> medians of steady RSS (MiB), huge share of the dense regions, elapsed (s)."""
-    by: dict[str, list[dict]] = {}
-    for r in records:
-        if r.get("error"):
-            continue
-        by.setdefault(r["program"], []).append(r)
-
-    def med(xs):
-        xs = [x for x in xs if x is not None]
-        return statistics.median(xs) if xs else None
-    return {w: {"runs": len(rs),
-                "steady_rss_mib": med([r.get("steady_rss_mib") for r in rs]),
-                "huge_share_of_dense": med([r.get("huge_share_of_dense") for r in rs]),
-                "elapsed_s": med([r.get("elapsed_s") for r in rs])} for w, rs in by.items()}
-
-
 def render(res: dict) -> str:
-    def f(x, fmt):
-        return "–" if x is None else fmt.format(x)
+    """Per workload and setting: peer_suite.aggregate's medians of the runs that finished."""
     lines = ["# Idle places on the selection set", "",
-             f"`{ENV}` = 1 (the default) and 0; the default policy, constant:0; medians.", "",
+             f"`{ENV}` = 1 (the default) and 0; the default policy, constant:0; medians "
+             "(huge pages: median (worst) where they differ).", "",
              "| workload | idle places | runs | steady RSS MiB | huge / dense regions % | elapsed s |",
              "|---|---|---|---|---|---|"]
     for on in ("1", "0"):
-        for w, c in summary(res[on]).items():
-            lines.append(f"| {w} | {'on' if on == '1' else 'off'} | {c['runs']} | {f(c['steady_rss_mib'], '{:.1f}')} | "
-                         f"{f(c['huge_share_of_dense'] and 100 * c['huge_share_of_dense'], '{:.0f}')} | "
-                         f"{f(c['elapsed_s'], '{:.2f}')} |")
+        for (w, _), c in peer_suite.aggregate(res[on]).items():
+            st, el = c.get("steady_rss_median"), c.get("elapsed_median")
+            lines.append(f"| {w} | {'on' if on == '1' else 'off'} | {c['ok']} | {'–' if st is None else f'{st:.1f}'} | "
+                         f"{peer_suite.share(c, 'huge_share_of_dense')} | {'–' if el is None else f'{el:.2f}'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -181,10 +181,11 @@ def test_pair_latency_quiet_rounds_are_those_where_glibc_ran_at_its_speed():
 def test_idle_places_selection_tables_medians():
     from benchmarks import idle_places_selection as ips
     rec = {"program": "sqlite", "allocator": "llama-segregated", "error": None, "steady_rss_mib": 80.0,
-           "huge_share_of_dense": 0.4, "elapsed_s": 6.0}
+           "huge_share_of_dense": 0.4, "elapsed_s": 6.0, "peak_rss_mib": 90.0, "steady_basis": "last third",
+           "result": "r"}
     res = {"1": [rec, dict(rec, steady_rss_mib=82.0, huge_share_of_dense=None), dict(rec, error="exit 1")],
            "0": [dict(rec, steady_rss_mib=83.0, huge_share_of_dense=0.0)]}
-    s = ips.summary(res["1"])
-    assert s["sqlite"] == {"runs": 2, "steady_rss_mib": 81.0, "huge_share_of_dense": 0.4, "elapsed_s": 6.0}
+    s = peer_suite.aggregate(res["1"])[("sqlite", "llama-segregated")]
+    assert (s["ok"], s["steady_rss_median"], s["huge_share_of_dense_median"], s["elapsed_median"]) == (2, 81.0, 0.4, 6.0)
     md = ips.render(res)
     assert "| sqlite | on | 2 | 81.0 | 40 | 6.00 |" in md and "| sqlite | off | 1 | 83.0 | 0 | 6.00 |" in md
