@@ -86,7 +86,7 @@ def test_annotated_targets_build_clean_under_clang_thread_safety():
 
 _CXX_PROBE = r"""
 #include "lock.h"
-namespace lalloc { Mutex heap_lock{PTHREAD_MUTEX_INITIALIZER}; }
+namespace lalloc { Mutex heap_lock{}; }
 using lalloc::heap_lock;
 int counter GUARDED_BY(heap_lock);
 void needs_lock() REQUIRES(heap_lock) { ++counter; }

@@ -58,7 +58,7 @@ struct Slot {
 Slot* g_slots = nullptr;
 uintptr_t* g_frames = nullptr;  // [kFirstStack + kMaxStacks][kMaxFrames]
 uint32_t* g_depth = nullptr;
-Mutex g_intern{PTHREAD_MUTEX_INITIALIZER};
+Mutex g_intern{};
 uint32_t g_nstacks GUARDED_BY(g_intern) = kFirstStack;
 std::atomic<uint64_t> g_counts[kFirstStack] = {};  // allocations given a reserved id
 
@@ -335,7 +335,7 @@ void maybe_dump(uint64_t now) {
 }
 
 // (re-made in place: the analysis cannot see that as taking or letting go of it)
-void fork_child() NO_THREAD_SAFETY_ANALYSIS { new (&g_intern) Mutex{PTHREAD_MUTEX_INITIALIZER}; }
+void fork_child() NO_THREAD_SAFETY_ANALYSIS { new (&g_intern) Mutex{}; }
 
 void dump_final(uint64_t now) {
   if (g_on.load(std::memory_order_relaxed)) dump(now, "exit");

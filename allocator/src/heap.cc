@@ -26,7 +26,7 @@ namespace lalloc {
 
 // Adaptive: a thread that finds it taken spins briefly before it sleeps (the critical
 // sections are a refill or a flush, microseconds; a futex sleep and wake costs more).
-Mutex heap_lock{PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
+Mutex heap_lock{};
 
 __thread bool t_inside __attribute__((tls_model("initial-exec"))) = false;
 __thread bool t_locked __attribute__((tls_model("initial-exec"))) = false;
