@@ -403,6 +403,7 @@ void TcmallocBaseline::filler_insert(uint64_t hp) {
   if (h.lfr == 0) return;  // full: not findable
   auto& row = filler_head_[h.lfr - 1];
   if (row.empty()) row.assign(kPagesPerHuge, kNone);
+  else if (!filler_lfr_.test(h.lfr - 1)) --empty_rows_;  // a spare row in use again
   h.next = row[h.nused];
   if (h.next != kNone) hps_[h.next].prev = uint32_t(hp);
   row[h.nused] = uint32_t(hp);
@@ -422,10 +423,17 @@ void TcmallocBaseline::filler_remove(uint64_t hp) {
     filler_used_[h.lfr - 1].clear(h.nused);
     if (!filler_used_[h.lfr - 1].any()) {
       filler_lfr_.clear(h.lfr - 1);
-      // The row goes with its last page: a heap holds rows for the longest free ranges
-      // its huge pages have now (a few for a small process), not for every one they
-      // ever had (z3 had all 256, 256 KiB per heap, for 9 huge pages).
-      std::vector<uint32_t>().swap(row);
+      // Empty rows go once more than kSpareRows wait: a heap holds rows for the longest
+      // free ranges its huge pages have now (a few for a small process), not for every one
+      // they ever had (z3 had all 256, 256 KiB per heap, for 9 huge pages).  Not at once:
+      // a span made or freed takes its huge page out and puts it back, often in the row it
+      // left, and rptest_sim spent 1.6% of its time (under the allocator's lock) freeing
+      // and remaking such rows.
+      if (++empty_rows_ > kSpareRows) {
+        for (unsigned i = 0; i < kPagesPerHuge; ++i)
+          if (!filler_lfr_.test(i) && !filler_head_[i].empty()) std::vector<uint32_t>().swap(filler_head_[i]);
+        empty_rows_ = 0;
+      }
     }
   }
   h.prev = h.next = kNone;

@@ -178,10 +178,12 @@ class TcmallocBaseline final : public HeapAllocator {
   std::map<uint64_t, uint32_t> slot_by_id_;  // live huge pages by id (checks, snapshots)
   HugePageIds ids_;
   // [lfr-1][nused]: a row of 256 list heads (1 KiB) made when a huge page has that longest
-  // free range and none other does, freed when the last one leaves it: not 256 KiB up
+  // free range and none other does, freed after the last one leaves it: not 256 KiB up
   // front, nor kept: a small process (a PostgreSQL backend, two heaps) holds the rows it
   // uses now.
   std::vector<std::vector<uint32_t>> filler_head_;
+  static constexpr unsigned kSpareRows = 4;  // empty rows kept (filler_remove)
+  unsigned empty_rows_ = 0;                  // rows kept with no huge page in them
   Bits256 filler_lfr_;                   // bit lfr-1: some page with that lfr
   std::vector<Bits256> filler_used_;     // per lfr-1: bit nused
   std::vector<std::array<uint32_t, kCentralBuckets>> central_head_;
