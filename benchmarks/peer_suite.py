@@ -460,6 +460,21 @@ def aggregate(records: list[dict]) -> dict:
     return agg
 
 
+def paired_elapsed(records: list[dict], base: str = "glibc") -> dict:
+    """(program, allocator) -> each run's elapsed over BASE's in the same run (the two ran
+    within one round, seconds apart), for the runs where both finished.  Why: this VM's
+    speed drifts by 10-30% over minutes, so the ratio of two medians taken over different
+    minutes swung rptest 0.83-1.31x across sets while the pairs agreed far better."""
+    by_run = {(r["program"], r["allocator"], r.get("run", 0)): r for r in records if not r["error"]}
+    out: dict = {}
+    for (prog, alloc, run), r in sorted(by_run.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        b = by_run.get((prog, base, run))
+        if alloc == base or b is None or not b["elapsed_s"]:
+            continue
+        out.setdefault((prog, alloc), []).append(r["elapsed_s"] / b["elapsed_s"])
+    return out
+
+
 def share(cell: dict, key: str) -> str:
     """A huge-page share cell: "median (worst)" in percent, – where none was measured."""
     med, worst = cell.get(key + "_median"), cell.get(key + "_worst")
@@ -468,7 +483,8 @@ def share(cell: dict, key: str) -> str:
     return f"{100 * med:.0f}" + (f" ({100 * worst:.0f})" if worst is not None and worst < med else "")
 
 
-def render(agg: dict, programs: list[str], allocators: list[str], notes: list[str], meta: dict) -> str:
+def render(agg: dict, programs: list[str], allocators: list[str], notes: list[str], meta: dict,
+           pairs: dict | None = None) -> str:
     L = ["# Peer suite (issue 32 item 7)", "",
          f"{meta['runs']} run(s) per cell; {meta['machine']}; stress programs -t {meta['threads']} "
          f"-s {meta['scale']:g}; LLAMA: constant:0 (llama: the default policy).  Elapsed: lifetime run's wall "
@@ -513,6 +529,15 @@ def render(agg: dict, programs: list[str], allocators: list[str], notes: list[st
         if len(results) > 1:
             mism.append(f"{prog}: results differ across allocators: {sorted(results)}")
     L.append("")
+    if pairs:
+        L += ["Elapsed against glibc's in the same run (each run's ratio; median, worst, n):", "",
+              "| program | allocator | elapsed ÷ glibc's (median / worst) | n |", "|---|---|---|---|"]
+        for prog in programs:
+            for a in allocators:
+                rs = pairs.get((prog, a))
+                if rs:
+                    L.append(f"| {prog} | {a} | {statistics.median(rs):.2f} / {max(rs):.2f} | {len(rs)} |")
+        L.append("")
     if mism:
         L += ["**Result mismatches:**", ""] + [f"* {m}" for m in mism] + [""]
     if notes:
@@ -563,7 +588,7 @@ def main(argv=None) -> int:
     (out / "results.json").write_text(json.dumps(
         {"meta": meta, "notes": notes, "records": records,
          "cells": [{"program": p, "allocator": a, **c} for (p, a), c in agg.items()]}, indent=1))
-    md = render(agg, programs, allocators, notes, meta)
+    md = render(agg, programs, allocators, notes, meta, paired_elapsed(records))
     (out / "results.md").write_text(md)
     print(md)
     return 0

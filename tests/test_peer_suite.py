@@ -111,6 +111,24 @@ def test_result_key_and_report():
     assert "results differ" in md and "a note" in md
 
 
+def test_elapsed_paired_by_run():
+    recs = []
+    # the machine slows from run 0 to run 1: each run's ratio is 1.1 whatever the drift
+    for run, speed in ((0, 1.0), (1, 2.0), (2, 1.5)):
+        for alloc, el in (("glibc", 2.0), ("llama", 2.2)):
+            recs.append({"program": "rptest", "allocator": alloc, "error": None, "run": run,
+                         "elapsed_s": el * speed, "peak_rss_mib": 1.0, "steady_rss_mib": 1.0,
+                         "steady_basis": "marker", "result": "r"})
+    recs.append(dict(recs[0], allocator="llama", run=3, elapsed_s=9.0))  # no glibc run 3: not paired
+    recs[4] = dict(recs[4], error="exit 1")                                 # glibc's run 2 failed: not paired
+    pairs = peer_suite.paired_elapsed(recs)
+    assert list(pairs) == [("rptest", "llama")]
+    assert pairs[("rptest", "llama")] == pytest.approx([1.1, 1.1])
+    md = peer_suite.render(peer_suite.aggregate(recs), ["rptest"], ["glibc", "llama"], [],
+                           {"runs": 4, "machine": "x", "threads": 2, "scale": 1.0}, pairs)
+    assert "| rptest | llama | 1.10 / 1.10 | 2 |" in md
+
+
 def test_huge_page_shares_over_the_steady_window():
     # (t, anonymous, huge, dense) MiB: 40 MiB anonymous, then 20 of it in huge pages in
     # 25 MiB of dense regions from t = 5
