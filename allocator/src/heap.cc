@@ -24,8 +24,9 @@
 
 namespace lalloc {
 
-// Adaptive: a thread that finds it taken spins briefly before it sleeps (the critical
-// sections are a refill or a flush, microseconds; a futex sleep and wake costs more).
+// A thread that finds it taken spins up to a few microseconds before it sleeps (lock.h:
+// the critical sections are a refill or a flush, microseconds; a futex sleep and wake
+// costs more).
 Mutex heap_lock{};
 
 __thread bool t_inside __attribute__((tls_model("initial-exec"))) = false;
