@@ -136,7 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--out", default=str(ROOT / "out" / "allocator_redis_suite"))
     args = ap.parse_args(argv)
-    out = pathlib.Path(args.out)
+    # Absolute: the wrapper names the stats directory to servers that runtest starts in its
+    # own tests/tmp (a relative --out had them write nowhere: "servers 0" and no proof)
+    out = pathlib.Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for alloc in args.allocators:
