@@ -109,11 +109,17 @@ Cache* cache_locked() REQUIRES(heap_lock) {
   return c;
 }
 
-// Under the lock: the policy frees the n objects of class cls linked from p (a chain cut
-// from cache c's lists), in batches.
-static void free_chain(Cache* c, void* p, uint32_t n, uint32_t cls) REQUIRES(heap_lock) {
+// Under the lock: the policy frees the n objects of class cls at p[0..n), out of cache c.
+static void free_objects(Cache* c, void* const* p, uint32_t n, uint32_t cls) REQUIRES(heap_lock) {
   bump(c->objects, -int64_t(n));
   bump(c->bytes, -int64_t(uint64_t(n) * g_caches.size[cls]));
+  free_batch_locked(p, n);
+  g_caches.flushed_objects += n;
+}
+
+// Under the lock: the policy frees the objects of class cls linked from p (a chain cut
+// from cache c's lists), in batches.
+static void free_chain(Cache* c, void* p, uint32_t cls) REQUIRES(heap_lock) {
   void* batch[64];
   while (p) {
     uint32_t k = 0;
@@ -121,8 +127,7 @@ static void free_chain(Cache* c, void* p, uint32_t n, uint32_t cls) REQUIRES(hea
       batch[k] = p;
       p = *static_cast<void**>(p);
     }
-    free_batch_locked(batch, k);
-    g_caches.flushed_objects += k;
+    free_objects(c, batch, k, cls);
   }
 }
 
@@ -146,7 +151,7 @@ static void give_back(Cache* c, List& l, uint32_t cls, uint32_t n) REQUIRES(heap
   }
   l.count -= n;
   if (l.low > l.count) l.low = l.count;
-  free_chain(c, tail, n, cls);
+  free_chain(c, tail, cls);
 }
 
 // List l of class cls goes to the lock at `now`: its reuse depth follows its traffic.
@@ -174,10 +179,9 @@ static void trip(List& l, uint32_t cls, uint64_t now) {
 static void give_back_freed(Cache* c, List& l, uint32_t cls) REQUIRES(heap_lock) {
   if (!l.nfreed) return;
   void* p = l.freed;
-  const uint32_t n = l.nfreed;
   l.freed = nullptr;
   l.nfreed = 0;
-  free_chain(c, p, n, cls);
+  free_chain(c, p, cls);
 }
 
 void drain_locked(Cache* c) {
@@ -228,12 +232,7 @@ __attribute__((noinline)) void flush(Cache* c, List& l, uint32_t cls) EXCLUDES(h
   const uint64_t now = tick();
   if (at_batch) {
     trip(l, cls, now);
-    if (n) {
-      bump(c->objects, -int64_t(n));
-      bump(c->bytes, -int64_t(uint64_t(n) * g_caches.size[cls]));
-      free_batch_locked(out, n);
-      g_caches.flushed_objects += n;
-    }
+    if (n) free_objects(c, out, n, cls);
     // Every other list's free buffer goes back in the same trip, whatever it holds: its
     // objects are never reused from there, so waiting for its own batch only held them
     // (on larson_sim's two threads the free buffers held ~340 KB, a third of the caches),
