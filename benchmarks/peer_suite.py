@@ -460,18 +460,18 @@ def aggregate(records: list[dict]) -> dict:
     return agg
 
 
-def paired_elapsed(records: list[dict], base: str = "glibc") -> dict:
-    """(program, allocator) -> each run's elapsed over BASE's in the same run (the two ran
+def paired_elapsed(records: list[dict]) -> dict:
+    """(program, allocator) -> each run's elapsed over glibc's in the same run (the two ran
     within one round, seconds apart), for the runs where both finished.  Why: this VM's
     speed drifts by 10-30% over minutes, so the ratio of two medians taken over different
     minutes swung rptest 0.83-1.31x across sets while the pairs agreed far better."""
     by_run = {(r["program"], r["allocator"], r.get("run", 0)): r for r in records if not r["error"]}
     out: dict = {}
-    for (prog, alloc, run), r in sorted(by_run.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        b = by_run.get((prog, base, run))
-        if alloc == base or b is None or not b["elapsed_s"]:
+    for prog, alloc, run in sorted(by_run):
+        b = by_run.get((prog, "glibc", run))
+        if alloc == "glibc" or b is None or not b["elapsed_s"]:
             continue
-        out.setdefault((prog, alloc), []).append(r["elapsed_s"] / b["elapsed_s"])
+        out.setdefault((prog, alloc), []).append(by_run[(prog, alloc, run)]["elapsed_s"] / b["elapsed_s"])
     return out
 
 
