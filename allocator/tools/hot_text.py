@@ -6,7 +6,11 @@ function of the library that executed is named by its section from the link map 
 build writes (build/allocator/liblifetime_alloc.map), the most executed first.  The
 default commands are programs no figure reports (the peer suite, Redis and PostgreSQL are
 measured with the order, not used to make it): an idle one, coreutils' sort, g++ on a
-small file (C++: operator new/delete), xz on two threads (thread caches).
+small file (C++: operator new/delete), xz on two threads (thread caches), bzip2 and sed
+(blocks past the thread caches, freed and grown by realloc), awk churning a
+26 MiB heap with pauses (subrelease, idle places, huge pages) and the allocator's own
+16-thread test driver (thread exits).  Two kinds of code are listed whether or not they ran: the
+lock's contended path (under valgrind threads run one at a time) and std::map's tree steps.
 
     python allocator/tools/hot_text.py [--build build] [--out allocator/src/hot_text.order]
 
@@ -29,6 +33,8 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LIB = "liblifetime_alloc.so"
+# lalloc::Mutex's functions (lock.h), and libstdc++'s red-black tree steps (std::map).
+ALWAYS = ("_ZN6lalloc5Mutex", "_ZSt18_Rb_tree_", "_ZSt28_Rb_tree_", "_ZSt29_Rb_tree_")
 
 SECTION = re.compile(r"^ (\.text\S*)(?:\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+\S+)?$")
 EXTENT = re.compile(r"^\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+\S+")
@@ -100,16 +106,31 @@ def executed(cmd: list[str], lib: pathlib.Path, tmp: pathlib.Path) -> collection
     return cost
 
 
-def default_commands(tmp: pathlib.Path) -> list[list[str]]:
+def default_commands(tmp: pathlib.Path, build: pathlib.Path) -> list[list[str]]:
     lines = tmp / "lines.txt"
     lines.write_text("".join(f"{(i * 7919) % 100003} line {i}\n" for i in range(200000)))
     src = tmp / "small.cc"
     src.write_text("#include <map>\n#include <string>\n#include <vector>\n"
                    "int main() { std::map<std::string, std::vector<int>> m; m[\"a\"].push_back(1);"
                    " return int(m.size()); }\n")
+    # A program that frees half of what it holds and pauses, again and again, its heap past
+    # the 16 MiB where huge pages start: subrelease, idle places and dense pages come only
+    # once a horizon (0.2 s and more) has passed, which the others end before (z3's idle
+    # places had run code of the cold part, a 64 KiB window of its own).
+    churn = ("BEGIN { for (r = 0; r < 4; r++) { for (i = 0; i < 300000; i++) a[i] = sprintf(\"%d-%d\", i, r);"
+             " for (i = 0; i < 300000; i += 2) delete a[i]; system(\"sleep 0.3\") } }")
     return [["sleep", "0.1"], ["sort", str(lines), "-o", str(tmp / "sorted.txt")],
             ["g++", "-fsyntax-only", str(src)],
-            ["xz", "-T2", "-k", "-f", "-3", str(lines)]]
+            ["xz", "-T2", "-k", "-f", "-3", str(lines)],
+            # Blocks of 256 KiB to 2 MiB, past the thread caches and freed one at a time
+            # (gs's were; the others here free none such).
+            ["bzip2", "-k", "-f", str(lines)],
+            # ... and grown by realloc (sed's hold space: all the lines; rptest's grew so).
+            ["sed", "-n", "-e", "H", "-e", f"${{x;w {tmp / 'held.txt'}", "-e", "}", str(lines)],
+            ["awk", churn],
+            # 16 threads that pass objects to each other and exit, each exit draining its
+            # cache (xz's and sort's threads came and went by timing, their exits with them).
+            [str(build / "allocator" / "tests" / "alloc_threads_xfree"), "2000"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     cost: collections.Counter = collections.Counter()
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
-        for cmd in [args.cmd] if args.cmd else default_commands(tmp):
+        for cmd in [args.cmd] if args.cmd else default_commands(tmp, pathlib.Path(args.build)):
             print(f"hot_text: {' '.join(cmd)}", file=sys.stderr, flush=True)
             cost.update(executed(cmd, lib, tmp))
     def section_of(name: str) -> str | None:
@@ -160,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     ranked = sorted(order, key=lambda s: (-order[s], s))
     # Every entry point a program may call (the malloc API, operator new and delete in all
     # their forms), after the ones that ran: one a run missed costs a window of its own.
-    for name in sorted(exported(lib)):
+    # And what a run shows only by chance: the lock's contended path (valgrind runs one
+    # thread at a time) and the red-black tree's steps (which of them a std::map insert
+    # takes depends on the order its keys come in: gs's huge page ids ran one no command
+    # here did, a window of its own).
+    chance = [name for name in addresses if name.startswith(ALWAYS)]
+    for name in sorted(exported(lib)) + sorted(chance):
         sec = section_of(name)
         if sec is not None and sec not in order:
             order[sec] = 0
