@@ -4,8 +4,8 @@ On the selection splits of `defaults_sweep.py --on selection` (its saved models 
 datasets: OUT/<family>/<config>-seed<N>/model-seed<N>), each test context gets the model's
 class, or, when the model's top probability is below a threshold, the class of a
 fallback: the training data's majority class, or the site table's (its own fallback the
-majority), or the served back-off's (`served`: model/backoff.py, the site keyed by the ids
-the model reads, as the export serves it).  Weighted and unweighted exact, overall and on
+majority), or the served back-off's (`served`: model/backoff.py, the site keyed by its
+frame text, as the export serves it).  Weighted and unweighted exact, overall and on
 unseen contexts, per threshold, against the model alone and the best table.  The choice:
 the largest threshold whose `served` rule is no lower than the model alone (0.05 points of
 rounding) in either weighting of any family, overall and unseen.
@@ -63,10 +63,10 @@ def one(model_dir: str, test_dir: str) -> dict:
     fitted = baselines.fit_baselines(train.frames, train.label, train.weight)
     # The served back-off's table (model/train.py fit_backoff's); each rule below is it with
     # other thresholds, applied by the code that serves it.
-    served = backoff.fit(encode(train, md.hparams), train.label, train.weight, 0.0,
+    served = backoff.fit(train.frames, train.label, train.weight, 0.0,
                          baselines.majority_class(train.label, train.weight),
                          2 if md.context.size_feature else 1, md.hparams.tokens_per_frame)
-    found = served.lookup(x)[1] > 0  # (a site in the table has purity > 0)
+    found = served.lookup(test.frames)[1] > 0  # (a site in the table has purity > 0)
     unseen = ~baselines.seen_mask(train.frames, test.frames)
     scopes = (("overall", np.ones(len(test), bool)), ("unseen", unseen))
 
@@ -81,7 +81,7 @@ def one(model_dir: str, test_dir: str) -> dict:
             out["rules"][rule_name(fb, t, 0.0)] = score(np.where(top < np.float32(t), table, cls))
     for t in THRESHOLDS:
         for q in (0.0, *PURE):
-            pred = dataclasses.replace(served, below=t, pure=q).apply(probs, x)
+            pred = dataclasses.replace(served, below=t, pure=q).apply(probs, test.frames)
             out["rules"][rule_name("served", t, q)] = score(pred)
             # `seen`: the same, but a site training never saw keeps the model's class
             out["rules"][rule_name("seen", t, q)] = score(np.where(found, pred, cls))

@@ -79,9 +79,10 @@ constexpr bool kNeedsX86_64_V3 = {"true" if needs_x86_64_v3 else "false"};
 // Frame 0 of a context is the object's size frame (core/context.py size_feature).
 constexpr bool kSizeFrame = {"true" if size_frame else "false"};
 // Back-off (model/backoff.py): where the top probability is below kBackoffBelow, the
-// class of the site (the hash of the first kBackoffSlots slots' ids) in kBackoffKeys
-// (sorted) / kBackoffClasses, else kBackoffFallback; and where kBackoffPure > 0, the
-// class of a site whose kBackoffPurity is at least kBackoffPure.  0, 0: the model alone.
+// class of the site (the hash of its first frame's text; kBackoffSlots 2: of the first
+// two frames' hashes) in kBackoffKeys (sorted) / kBackoffClasses, else kBackoffFallback;
+// and where kBackoffPure > 0, the class of a site whose kBackoffPurity is at least
+// kBackoffPure.  0, 0: the model alone.
 constexpr float kBackoffBelow = {below};
 constexpr float kBackoffPure = {pure};
 constexpr int kBackoffSlots = {slots};

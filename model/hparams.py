@@ -72,6 +72,8 @@ class HParams:
     # rules that lower neither weighting of any family, overall or on unseen contexts, the
     # one that gains the most (0.4 and 1.0, i.e. sites of one class only: +10.7 points
     # summed, against +4.7 for 0.4 alone; any backoff_pure below 0.99 costs a family).
+    # (Chosen with sites keyed by the ids the model reads; they are keyed by frame text
+    # since, and the choice has not been re-run.)
     backoff_below: float = 0.4
     backoff_pure: float = 1.0
 

@@ -175,7 +175,7 @@ def predict_classes(model, examples: Examples, hp: HParams,
     with native_notices_dropped():
         probs = model.predict(x, batch_size=2048, verbose=0)
     if backoff is not None:
-        return backoff.apply(probs, x)
+        return backoff.apply(probs, examples.frames)
     return np.argmax(probs, axis=-1).astype(np.int32)
 
 
@@ -183,7 +183,7 @@ def fit_backoff(examples: Examples, hp: HParams, context) -> backoff_mod.Backoff
     """The back-off table over the examples a model was fitted on (None: both rules off)."""
     if not hp.backs_off or not len(examples):
         return None
-    return backoff_mod.fit(encode(examples, hp), examples.label, examples.weight,
+    return backoff_mod.fit(examples.frames, examples.label, examples.weight,
                            hp.backoff_below, majority_class(examples.label, examples.weight),
                            2 if context.size_feature else 1, hp.tokens_per_frame,
                            hp.backoff_pure)

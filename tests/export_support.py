@@ -256,15 +256,16 @@ def keras_probabilities(model_dir: pathlib.Path, stacks: list[list[str]]):
     return ids, model.predict(ids, batch_size=256, verbose=0)
 
 
-def served_classes(model_dir: pathlib.Path, ids, probs):
-    """The classes the model is served with (model/backoff.py): argmax, or the back-off
-    table's class where the model is unsure."""
+def served_classes(model_dir: pathlib.Path, stacks, probs):
+    """The classes the model is served with on these contexts (STACKS: their frames;
+    model/backoff.py): argmax, or the back-off table's class where the model is unsure or
+    the site pure."""
     import numpy as np
 
     from model import io
 
     backoff = io.read_model_dir(str(model_dir)).backoff
-    return backoff.apply(probs, ids) if backoff is not None else np.argmax(probs, -1)
+    return backoff.apply(probs, stacks) if backoff is not None else np.argmax(probs, -1)
 
 
 if __name__ == "__main__":

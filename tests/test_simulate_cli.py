@@ -373,8 +373,9 @@ def test_model_predictor_serves_the_model_its_training_contexts(model_run):
     served = read_served(str(out / "model" / "served.txt"))["model"]
     assert set(served) == set(contexts)  # every stack of the trace allocated
     ids = sorted(served)
-    layouts, probs = keras_probabilities(model_dir, [list(contexts[i]) for i in ids])
-    want = served_classes(model_dir, layouts, probs)
+    frames = [list(contexts[i]) for i in ids]
+    _, probs = keras_probabilities(model_dir, frames)
+    want = served_classes(model_dir, frames, probs)
     top2 = np.sort(probs, axis=1)[:, -2:]
     below = read_model_dir(str(model_dir)).hparams.backoff_below
     checked = 0

@@ -223,7 +223,9 @@ struct Predictor::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  int Run() {
+  // SITE: the back-off's key of the context's site (SiteKey); the ids route, which has
+  // no frame text to key it by, passes none and serves the model alone.
+  int Run(const uint64_t* site) {
     if (!fn.Run()) return -1;
     const float* p = fn.result_fetch_probabilities_data();
     int best = 0;
@@ -232,13 +234,11 @@ struct Predictor::Impl {
       if (p[c] > p[best]) best = c;
     }
     const bool unsure = p[best] < generated::kBackoffBelow;
-    if (!unsure && !(generated::kBackoffPure > 0.0f)) return best;
+    if (!site || (!unsure && !(generated::kBackoffPure > 0.0f))) return best;
     // The back-off (model/backoff.py): the site's class in the training data where the
     // model is unsure (the training majority for a site it never saw), or where the site
     // is pure enough there.
-    const int32_t* ids = fn.arg_feed_token_ids_data();
-    const uint64_t key = HashBytes(reinterpret_cast<const char*>(ids),
-                                   sizeof(int32_t) * generated::kBackoffSlots * generated::kTokensPerFrame);
+    const uint64_t key = *site;
     uint32_t lo = 0, hi = generated::kBackoffCount;
     while (lo < hi) {
       const uint32_t mid = lo + (hi - lo) / 2;
@@ -253,6 +253,21 @@ struct Predictor::Impl {
 };
 
 namespace {
+// The back-off's key of a context's site (model/backoff.py `site_key`): the hash of its
+// first frame's text, or with two site slots (a size frame first) the hash of the first
+// two frames' hashes, 8 bytes each, little-endian (x86-64 only, as the model); 0 for a
+// context with no frame.
+uint64_t FrameHash(const char* const* frames, const size_t* lengths, int i) {
+  return frames[i] ? HashBytes(frames[i], Length(frames, lengths, i)) : HashBytes("", 0);
+}
+uint64_t SiteKey(const char* const* frames, const size_t* lengths, int n) {
+  if (n <= 0) return 0;
+  const uint64_t first = FrameHash(frames, lengths, 0);
+  if (generated::kBackoffSlots < 2 || n < 2) return first;
+  const uint64_t both[2] = {first, FrameHash(frames, lengths, 1)};
+  return HashBytes(reinterpret_cast<const char*>(both), sizeof both);
+}
+
 // The CPU can run code compiled for x86-64-v3 (what `lifetime export` targets by default).
 bool CpuRunsModel() {
   if (!generated::kNeedsX86_64_V3) return true;
@@ -276,7 +291,8 @@ int Predictor::PredictFrames(const char* const* frames, const size_t* lengths,
                              int num_frames) noexcept {
   if (!impl_ || num_frames < 0 || (num_frames > 0 && !frames)) return -1;
   FillSlots(frames, lengths, num_frames, impl_->fn.arg_feed_token_ids_data(), impl_->memo);
-  return impl_->Run();
+  const uint64_t site = SiteKey(frames, lengths, num_frames);
+  return impl_->Run(&site);
 }
 
 int Predictor::PredictIds(const int32_t* ids) noexcept {
@@ -285,7 +301,7 @@ int Predictor::PredictIds(const int32_t* ids) noexcept {
   for (int i = 0; i < generated::kMaxFrames * generated::kTokensPerFrame; ++i) {
     in[i] = (ids[i] >= 0 && ids[i] < generated::kVocabSize) ? ids[i] : 1;
   }
-  return impl_->Run();
+  return impl_->Run(nullptr);
 }
 
 const float* Predictor::probabilities() const noexcept {

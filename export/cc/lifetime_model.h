@@ -108,7 +108,8 @@ int lifetime_predict_frames(lifetime_predictor* p, const char* const* frames,
                             const size_t* lengths, int num_frames, float* probs);
 
 // Predicts from token ids in the frame-slot layout: max_tokens ids.  Ids outside
-// [0, vocab_size) are read as 1 (<unk>).
+// [0, vocab_size) are read as 1 (<unk>).  The class is the model's own (its argmax):
+// the back-off (model/backoff.py) keys a site by its frame text, which ids do not carry.
 int lifetime_predict_ids(lifetime_predictor* p, const int32_t* ids, float* probs);
 
 // The size frame of an object of SIZE bytes ("<size$4096>": the least size of its
