@@ -32,11 +32,14 @@ from run to run (round_order).  Per run: `nice lifetime run --allocator A -- CMD
 and peak RSS are lifetime run's (wait4) from its stderr line; a thread samples VmRSS of
 the program (the process tree under lifetime run's launcher) every 0.1 s.  Steady RSS: the mean of the samples after
 the program's "STEADY" line when it prints one (mstress, rptest, lua: basis "marker"),
-else over the last third of the run (basis "last third").  Each program's result line
+else over the last third of the run (basis "last third").  The huge-page share of the
+dense regions (a read of the heap's pagemap every 0.5 s, which slows the program by a
+quarter or more) comes from --dense-runs more runs per cell, which no other figure uses.
+Each program's result line
 (checksum, z3's answers, db_bench's found count) must agree across allocators; a
 mismatch is flagged.  Writes OUT/results.json and OUT/results.md.
 
-    nice .venv/bin/python benchmarks/peer_suite.py [--runs 3] [--out out/peer_suite]
+    nice .venv/bin/python benchmarks/peer_suite.py [--runs 3] [--dense-runs 1] [--out out/peer_suite]
         [--programs larson gs ...] [--allocators glibc llama ...] [--threads N] [--scale S]
 """
 
@@ -78,7 +81,10 @@ CPYTHON_MODULES = ("test_list", "test_dict", "test_set", "test_bytes", "test_tup
 SAMPLE_S = 0.1
 # The dense regions (a read of the whole heap's pagemap: ~25 ms a GiB, beside the program,
 # which runs at nice 10) every 5th sample only: at every one the sampler had taken a
-# quarter to a half of a CPU from the 2-CPU machine's runs of a large heap.
+# quarter to a half of a CPU from the 2-CPU machine's runs of a large heap.  And only in
+# runs of their own (--dense-runs), which no time, peak or steady RSS is taken from: even
+# every 5th sample, rptest_sim took 1.70 -> 2.2 s under glibc and 1.61 -> 2.43 under LLAMA
+# (4 runs each, the same nice 10 and lifetime run; the rest of the sampling cost 2-5%).
 DENSE_EVERY = 5
 LAUNCHER_COMM = "lifetime_run_me"  # allocator/tools' lifetime_run_measured, 15 chars
 
@@ -323,7 +329,9 @@ def _program_pids(root: int) -> list[int] | None:
 
 
 def run_once(program: str, allocator: str, argv: list[str], timeout: float,
-             cwd: pathlib.Path) -> dict:
+             cwd: pathlib.Path, dense: bool = True) -> dict:
+    """One run under lifetime run, sampled every SAMPLE_S; DENSE: the dense regions too
+    (every DENSE_EVERY-th sample), which slows the program (DENSE_EVERY says by how much)."""
     cmd = ["nice", "-n", "10", LIFETIME, "run", "--allocator", allocator]
     if allocator in LLAMA_POLICY:
         cmd[-1] = "llama"
@@ -343,7 +351,7 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
     def sample():
         n = 0
         while not done.is_set():
-            m = program_memory_kib(proc.pid, dense=n % DENSE_EVERY == 0)
+            m = program_memory_kib(proc.pid, dense=dense and n % DENSE_EVERY == 0)
             if m is not None:
                 n += 1
                 t = time.monotonic() - start
@@ -375,7 +383,7 @@ def run_once(program: str, allocator: str, argv: list[str], timeout: float,
     stdout = "".join(out_lines)
     summary = parse_run_line(stderr)
     rec = {"program": program, "allocator": allocator, "command": cmd, "exit": proc.returncode,
-           "error": None, "marker_s": marker, "end_s": round(end, 3),
+           "error": None, "marker_s": marker, "end_s": round(end, 3), "dense_scan": dense,
            "samples": [[round(t, 2), round(r, 1)] for t, r in samples]}
     steady, basis = steady_rss(samples, end, marker)
     rec.update(huge_pages(mem, end, marker))
@@ -406,20 +414,21 @@ def round_order(allocators: list[str], run: int, runs: int) -> list[str]:
 
 
 def run_matrix(programs: list[str], allocators: list[str], cmds: dict, runs: int, timeout: float,
-               tmp: pathlib.Path) -> list[dict]:
+               tmp: pathlib.Path, dense_runs: int = 1) -> list[dict]:
     """Every run x program x allocator (run_once, each in a fresh scratch directory TMP;
     the allocators in round_order), a progress line each on stderr; the records, each with
-    its run index."""
+    its run index.  RUNS runs sample memory only; DENSE_RUNS more after them read the
+    dense regions too (the huge-page share of them; aggregate says which figure is whose)."""
     records = []
-    total = len(programs) * len(allocators) * runs
+    total = len(programs) * len(allocators) * (runs + dense_runs)
     i = 0
-    for run in range(runs):
+    for run in range(runs + dense_runs):
         for prog in programs:
-            for alloc in round_order(allocators, run, runs):
+            for alloc in round_order(allocators, run, runs + dense_runs):
                 i += 1
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir(parents=True)
-                rec = run_once(prog, alloc, cmds[prog], timeout, tmp)
+                rec = run_once(prog, alloc, cmds[prog], timeout, tmp, dense=run >= runs)
                 rec["run"] = run
                 records.append(rec)
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -429,21 +438,27 @@ def run_matrix(programs: list[str], allocators: list[str], cmds: dict, runs: int
                     st = rec["steady_rss_mib"]
                     msg = (f"{rec['elapsed_s']:.2f} s, peak {rec['peak_rss_mib']:.1f} MiB, steady "
                            f"{'-' if st is None else f'{st:.1f}'} MiB ({rec['steady_basis']}), {rec['result']}")
-                print(f"[{i}/{total}] {prog} {alloc} run {run}: {msg}", file=sys.stderr, flush=True)
+                kind = " (dense regions)" if rec["dense_scan"] else ""
+                print(f"[{i}/{total}] {prog} {alloc} run {run}{kind}: {msg}", file=sys.stderr, flush=True)
     return records
 
 
 # --- report ---------------------------------------------------------------------------
 
 def aggregate(records: list[dict]) -> dict:
-    """(program, allocator) -> elapsed median/worst, peak and steady RSS medians."""
+    """(program, allocator) -> elapsed median/worst, peak and steady RSS medians and the
+    huge-page share of the anonymous memory, over the runs that did not read the dense
+    regions; the huge-page share of the dense regions over those that did.  (Records
+    without `dense_scan`, written before it: every figure over every run.)"""
     cells: dict = {}
     for r in records:
         cells.setdefault((r["program"], r["allocator"]), []).append(r)
     agg = {}
     for (prog, alloc), rs in cells.items():
-        ok = [r for r in rs if not r["error"]]
-        cell = {"runs": len(rs), "ok": len(ok), "errors": sorted({r["error"] for r in rs if r["error"]})}
+        all_ok = [r for r in rs if not r["error"]]
+        ok = [r for r in all_ok if not r.get("dense_scan")] or [r for r in all_ok if "dense_scan" not in r]
+        scanned = [r for r in all_ok if r.get("dense_scan", True)]
+        cell = {"runs": len(rs), "ok": len(all_ok), "errors": sorted({r["error"] for r in rs if r["error"]})}
         if ok:
             el = [r["elapsed_s"] for r in ok]
             cell.update(elapsed_median=statistics.median(el), elapsed_worst=max(el),
@@ -451,11 +466,12 @@ def aggregate(records: list[dict]) -> dict:
                         steady_basis=ok[0]["steady_basis"])
             st = [r["steady_rss_mib"] for r in ok if r["steady_rss_mib"] is not None]
             cell["steady_rss_median"] = statistics.median(st) if st else None
-            for key in ("huge_share_of_anon", "huge_share_of_dense"):
-                vals = [r[key] for r in ok if r.get(key) is not None]
-                cell[key + "_median"] = statistics.median(vals) if vals else None
-                cell[key + "_worst"] = min(vals) if vals else None
-            cell["results"] = sorted({r["result"] for r in ok})
+        for key, among in (("huge_share_of_anon", ok), ("huge_share_of_dense", scanned)):
+            vals = [r[key] for r in among if r.get(key) is not None]
+            cell[key + "_median"] = statistics.median(vals) if vals else None
+            cell[key + "_worst"] = min(vals) if vals else None
+        if all_ok:
+            cell["results"] = sorted({r["result"] for r in all_ok})
         agg[(prog, alloc)] = cell
     return agg
 
@@ -465,7 +481,8 @@ def paired_elapsed(records: list[dict]) -> dict:
     within one round, seconds apart), for the runs where both finished.  Why: this VM's
     speed drifts by 10-30% over minutes, so the ratio of two medians taken over different
     minutes swung rptest 0.83-1.31x across sets while the pairs agreed far better."""
-    by_run = {(r["program"], r["allocator"], r.get("run", 0)): r for r in records if not r["error"]}
+    by_run = {(r["program"], r["allocator"], r.get("run", 0)): r for r in records
+              if not r["error"] and not r.get("dense_scan")}  # (those runs were slowed)
     out: dict = {}
     for prog, alloc, run in sorted(by_run):
         b = by_run.get((prog, "glibc", run))
@@ -494,7 +511,9 @@ def render(agg: dict, programs: list[str], allocators: list[str], notes: list[st
          "that program (1.00 = best).  Huge pages over the same window: their share of the "
          "anonymous memory, and of the 2 MiB regions dense enough (at most 8 of 512 small pages "
          "not resident) that a huge page there costs no RSS (median, worst run; – where no "
-         "region was dense).", ""]
+         f"region was dense), the latter from {meta.get('dense_runs', 0)} more run(s) per cell "
+         "that read the dense regions (a read of the heap's pagemap, which slows the program: "
+         "no other figure is taken from those runs).", ""]
     L += ["| program | allocator | elapsed s (med / worst) | ×best | peak RSS MiB | ×best | "
           "steady RSS MiB | ×best | huge / anon % | huge / dense regions % | steady basis | result |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -556,6 +575,9 @@ def main(argv=None) -> int:
                     help="stress programs' threads (default: the CPUs, at least 2)")
     ap.add_argument("--scale", type=float, default=1.0, help="stress programs' work multiplier")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per run")
+    ap.add_argument("--dense-runs", type=int, default=1,
+                    help="runs more per cell that read the dense regions, for their huge-page "
+                         "share only (they slow the program; default 1)")
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out).resolve()  # the programs run in a scratch directory
     out.mkdir(parents=True, exist_ok=True)
@@ -580,9 +602,9 @@ def main(argv=None) -> int:
             programs.append(p)
     inputs = prepare_inputs(out, programs)
     cmds = commands(inputs, tmp, args.threads, args.scale)
-    records = run_matrix(programs, allocators, cmds, args.runs, args.timeout, tmp)
+    records = run_matrix(programs, allocators, cmds, args.runs, args.timeout, tmp, args.dense_runs)
     agg = aggregate(records)
-    meta = {"runs": args.runs, "threads": args.threads, "scale": args.scale,
+    meta = {"runs": args.runs, "dense_runs": args.dense_runs, "threads": args.threads, "scale": args.scale,
             "machine": f"{os.cpu_count()} CPUs", "allocators": allocators, "programs": programs,
             "commands": {p: cmds[p] for p in programs}}
     (out / "results.json").write_text(json.dumps(

@@ -156,6 +156,30 @@ def test_huge_page_shares_over_the_steady_window():
     assert "| 50 | 70 (60) |" in md  # huge / anon; huge / dense: median (worst)
 
 
+def test_dense_region_runs_give_only_their_share():
+    """Runs that read the dense regions (slowed by the pagemap reads) give the huge-page
+    share of the dense regions and nothing else; the other runs every other figure."""
+    base = {"program": "rptest", "error": None, "peak_rss_mib": 10.0, "steady_basis": "marker",
+            "result": "r", "huge_share_of_anon": 0.1, "huge_share_of_dense": None}
+    recs = []
+    for alloc in ("glibc", "llama"):
+        for run in (0, 1):
+            recs.append(dict(base, allocator=alloc, run=run, dense_scan=False, elapsed_s=2.0,
+                             steady_rss_mib=5.0))
+        recs.append(dict(base, allocator=alloc, run=2, dense_scan=True, elapsed_s=3.0,
+                         steady_rss_mib=9.0, peak_rss_mib=20.0, huge_share_of_anon=0.9,
+                         huge_share_of_dense=0.4))
+    agg = peer_suite.aggregate(recs)
+    c = agg[("rptest", "llama")]
+    assert (c["elapsed_median"], c["elapsed_worst"], c["peak_rss_median"], c["steady_rss_median"]) == (2.0, 2.0, 10.0, 5.0)
+    assert c["huge_share_of_anon_median"] == pytest.approx(0.1)
+    assert c["huge_share_of_dense_median"] == pytest.approx(0.4) and c["ok"] == 3
+    assert peer_suite.paired_elapsed(recs)[("rptest", "llama")] == pytest.approx([1.0, 1.0])
+    md = peer_suite.render(agg, ["rptest"], ["glibc", "llama"], [],
+                           {"runs": 2, "dense_runs": 1, "machine": "x", "threads": 2, "scale": 1.0})
+    assert "from 1 more run(s) per cell" in md
+
+
 def test_program_memory_of_a_tree():
     # the sampler finds the program under lifetime run's launcher: here, no launcher
     assert peer_suite.program_memory_kib(os.getpid()) is None
