@@ -456,7 +456,7 @@ def aggregate(records: list[dict]) -> dict:
     agg = {}
     for (prog, alloc), rs in cells.items():
         all_ok = [r for r in rs if not r["error"]]
-        ok = [r for r in all_ok if not r.get("dense_scan")] or [r for r in all_ok if "dense_scan" not in r]
+        ok = [r for r in all_ok if not r.get("dense_scan")]
         scanned = [r for r in all_ok if r.get("dense_scan", True)]
         cell = {"runs": len(rs), "ok": len(all_ok), "errors": sorted({r["error"] for r in rs if r["error"]})}
         if ok:
