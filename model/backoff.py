@@ -105,7 +105,7 @@ def site_key(frames, site_slots: int) -> int:
     """One context's key: the hash of its first frame's UTF-8 text, or with two site slots
     (a size frame first) the hash of its first two frames' hashes, 8 bytes each, little-
     endian; 0 for a context with no frame."""
-    hashes = [byte_hash.hash_bytes(f.encode("utf-8", "surrogateescape")) for f in list(frames)[:site_slots]]
+    hashes = [byte_hash.hash_bytes(f.encode("utf-8", "surrogateescape")) for f in frames[:site_slots]]
     if len(hashes) < 2:
         return hashes[0] if hashes else 0
     return byte_hash.hash_bytes(b"".join(h.to_bytes(8, "little") for h in hashes))
