@@ -579,6 +579,8 @@ def main(argv=None) -> int:
                     help="runs more per cell that read the dense regions, for their huge-page "
                          "share only (they slow the program; default 1)")
     args = ap.parse_args(argv)
+    if args.dense_runs < 0:
+        ap.error(f"--dense-runs {args.dense_runs}: must be 0 or more")
     out = pathlib.Path(args.out).resolve()  # the programs run in a scratch directory
     out.mkdir(parents=True, exist_ok=True)
     notes = []

@@ -180,6 +180,15 @@ def test_dense_region_runs_give_only_their_share():
     assert "from 1 more run(s) per cell" in md
 
 
+def test_dense_runs_below_zero_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        peer_suite.main(["--dense-runs", "-1", "--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--dense-runs -1: must be 0 or more" in err
+    assert not (tmp_path / "out").exists()  # refused before anything ran or was written
+
+
 def test_program_memory_of_a_tree():
     # the sampler finds the program under lifetime run's launcher: here, no launcher
     assert peer_suite.program_memory_kib(os.getpid()) is None
