@@ -361,6 +361,18 @@ void TestRevalidation() {
   c.Get(k, model);
   for (int i = 0; i < 3000; ++i) c.Get(k, model);
   CHECK(runs == 1 + 3);
+  // PeekUncounted (the allocator's inline hit): Peek's answer and its revalidation
+  // count, nothing in stats().hits.
+  c.Clear();
+  c.set_revalidate_every(3);
+  runs = 0;
+  c.Get(k, model);                               // miss -> 2
+  const uint64_t hits = c.stats().hits;
+  CHECK(c.PeekUncounted(k) == 2 && c.PeekUncounted(k) == 2);
+  CHECK(c.stats().hits == hits);
+  CHECK(c.PeekUncounted(k) == -1 && c.Peek(k) == -1);  // 3rd hit since the check: revalidation due
+  CHECK(c.PeekUncounted(lifetime_model::CacheKey(0x403000, 1024, 16)) == -1);  // not cached
+  CHECK(c.Get(k, model) == 2 && runs == 2 && c.stats().revalidations == 1);
   printf("PASS revalidation_max_on_disagree\n");
 }
 
