@@ -65,7 +65,7 @@ def one(model_dir: str, test_dir: str) -> dict:
     # other thresholds, applied by the code that serves it.
     served = backoff.fit(train.frames, train.label, train.weight, 0.0,
                          baselines.majority_class(train.label, train.weight),
-                         2 if md.context.size_feature else 1, md.hparams.tokens_per_frame)
+                         2 if md.context.size_feature else 1)
     found = served.lookup(test.frames)[1] > 0  # (a site in the table has purity > 0)
     unseen = ~baselines.seen_mask(train.frames, test.frames)
     scopes = (("overall", np.ones(len(test), bool)), ("unseen", unseen))

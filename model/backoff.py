@@ -38,7 +38,6 @@ class Backoff:
     below: float            # back off where the top probability is < this (0: never)
     fallback: int           # the class of a site not in the table
     site_slots: int         # leading frame slots that make the key (1, or 2 with a size frame)
-    tokens_per_frame: int
     keys: np.ndarray        # uint64, sorted
     classes: np.ndarray     # int32, one per key
     purity: np.ndarray      # float32, one per key: the share of the site's weight in its class
@@ -80,8 +79,7 @@ class Backoff:
 
     def to_json(self) -> dict:
         return {"below": self.below, "pure": self.pure, "fallback": self.fallback,
-                "site_slots": self.site_slots,
-                "tokens_per_frame": self.tokens_per_frame, "key": KEY, "sites": len(self.keys),
+                "site_slots": self.site_slots, "key": KEY, "sites": len(self.keys),
                 "keys": [f"{int(k):016x}" for k in self.keys],
                 "classes": [int(c) for c in self.classes],
                 "purity": [round(float(p), 6) for p in self.purity]}
@@ -97,8 +95,10 @@ class Backoff:
         if len(keys) != len(classes) or len(keys) != len(purity) or (
                 len(keys) > 1 and not np.all(keys[1:] > keys[:-1])):
             raise ValueError("keys, classes and purity differ in length, or keys unsorted")
+        # (a table written before the key was frame text also recorded the model's
+        # tokens_per_frame; it is refused above, by its key)
         return cls(float(d["below"]), int(d["fallback"]), int(d["site_slots"]),
-                   int(d["tokens_per_frame"]), keys, classes, purity, float(d["pure"]))
+                   keys, classes, purity, float(d["pure"]))
 
 
 def site_key(frames, site_slots: int) -> int:
@@ -117,11 +117,10 @@ def site_keys(frames, site_slots: int) -> np.ndarray:
 
 
 def fit(frames, labels, weights, below: float, fallback: int, site_slots: int,
-        tokens_per_frame: int, pure: float = 0.0) -> Backoff:
+        pure: float = 0.0) -> Backoff:
     """The table over these training contexts (FRAMES: one sequence of frame strings per
     context): each site's sample-weighted majority class and the share of its weight in
-    that class.  (tokens_per_frame: the model's, recorded with the table and checked
-    against it when a model is read.)"""
+    that class."""
     votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for k, y, w in zip(site_keys(frames, site_slots).tolist(), labels, weights):
         votes[k][int(y)] += float(w)
@@ -129,6 +128,6 @@ def fit(frames, labels, weights, below: float, fallback: int, site_slots: int,
     classes = [min(votes[k], key=lambda c: (-votes[k][c], c)) for k in keys]
     purity = [votes[k][c] / sum(votes[k].values()) if sum(votes[k].values()) > 0 else 0.0
               for k, c in zip(keys, classes)]
-    return Backoff(float(below), int(fallback), site_slots, tokens_per_frame,
+    return Backoff(float(below), int(fallback), site_slots,
                    np.array(keys, np.uint64), np.array(classes, np.int32),
                    np.array(purity, np.float32), float(pure))

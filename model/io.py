@@ -99,10 +99,9 @@ def backoff_of(config: dict, hp, config_path: str) -> Backoff | None:
         b = Backoff.from_json(d)
     except (KeyError, TypeError, ValueError) as e:
         raise ModelDirError(f"{config_path}: backoff: {e}") from None
-    if (b.below, b.pure, b.tokens_per_frame) != (hp.backoff_below, hp.backoff_pure,
-                                                 hp.tokens_per_frame):
-        raise ModelDirError(f"{config_path}: backoff: thresholds or frame width differ from "
-                            "the hyperparameters'")
+    if (b.below, b.pure) != (hp.backoff_below, hp.backoff_pure):
+        raise ModelDirError(f"{config_path}: backoff: thresholds differ from the "
+                            "hyperparameters'")
     return b
 
 

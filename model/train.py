@@ -185,8 +185,7 @@ def fit_backoff(examples: Examples, hp: HParams, context) -> backoff_mod.Backoff
         return None
     return backoff_mod.fit(examples.frames, examples.label, examples.weight,
                            hp.backoff_below, majority_class(examples.label, examples.weight),
-                           2 if context.size_feature else 1, hp.tokens_per_frame,
-                           hp.backoff_pure)
+                           2 if context.size_feature else 1, hp.backoff_pure)
 
 
 def load_training_data(dataset_dirs: list[str]):

@@ -18,28 +18,28 @@ def _contexts(sites):
 
 def test_fit_takes_each_sites_weighted_majority_and_the_training_majority_as_fallback():
     b = B.fit(_contexts(['a', 'a', 'a', 'b', 'b']), labels=[1, 1, 3, 2, 5],
-              weights=[1, 1, 5, 2, 2], below=0.5, fallback=0, site_slots=1, tokens_per_frame=4)
+              weights=[1, 1, 5, 2, 2], below=0.5, fallback=0, site_slots=1)
     assert len(b.keys) == 2 and np.all(np.diff(b.keys.astype(np.float64)) > 0)
     # site a: class 3 (weight 5 against 2); site b: a tie, the smaller class wins
     assert b.site_classes(_contexts(['a', 'b', 'c'])).tolist() == [3, 2, 0]
 
 
 def test_apply_backs_off_only_where_the_model_is_unsure():
-    b = B.fit(_contexts(['a']), [4], [1.0], below=0.5, fallback=6, site_slots=1, tokens_per_frame=4)
+    b = B.fit(_contexts(['a']), [4], [1.0], below=0.5, fallback=6, site_slots=1)
     probs = np.array([[0.6, 0.4, 0, 0, 0, 0, 0],    # sure: argmax 0
                       [0.45, 0.35, 0.2, 0, 0, 0, 0],  # unsure, seen site: 4
                       [0.45, 0.35, 0.2, 0, 0, 0, 0],  # unsure, unseen site: the fallback 6
                       [0.5, 0.5, 0, 0, 0, 0, 0]], np.float32)  # 0.5 is not below 0.5
     got = b.apply(probs, _contexts(['a', 'a', 'z', 'a']))
     assert got.tolist() == [0, 4, 6, 0]
-    off = B.Backoff(0.0, 6, 1, 4, b.keys, b.classes, b.purity)
+    off = B.Backoff(0.0, 6, 1, b.keys, b.classes, b.purity)
     assert off.apply(probs, _contexts(['a', 'a', 'z', 'a'])).tolist() == [0, 0, 0, 0]
 
 
 def test_a_pure_site_is_served_its_class_even_where_the_model_is_sure():
     contexts = _contexts(['a', 'a', 'b', 'b'])
     b = B.fit(contexts, [4, 4, 2, 3], [3.0, 1.0, 3.0, 1.0], below=0.4, fallback=6, site_slots=1,
-              tokens_per_frame=4, pure=0.9)
+              pure=0.9)
     assert sorted(b.purity.tolist()) == [0.75, 1.0]  # site a all class 4; site b 3/4 in class 2
     sure = np.array([[0.9, 0.1, 0, 0, 0, 0, 0]] * 3, np.float32)
     # site a is pure: its class; site b is not: the model's; an unseen site: the model's
@@ -64,11 +64,11 @@ def test_the_key_is_the_site_frames_text_hashed_as_the_exported_library_hashes()
 
 
 def test_json_round_trip_and_bad_tables():
-    b = B.fit(_contexts(['a', 'b', 'c']), [0, 1, 2], [1, 1, 1], 0.4, 1, 1, 4)
+    b = B.fit(_contexts(['a', 'b', 'c']), [0, 1, 2], [1, 1, 1], 0.4, 1, 1)
     d = json.loads(json.dumps(b.to_json()))
     c = B.Backoff.from_json(d)
     assert c.keys.tolist() == b.keys.tolist() and c.classes.tolist() == b.classes.tolist()
-    assert (c.below, c.fallback, c.site_slots, c.tokens_per_frame, c.pure) == (0.4, 1, 1, 4, 0.0)
+    assert (c.below, c.fallback, c.site_slots, c.pure) == (0.4, 1, 1, 0.0)
     assert c.purity.tolist() == b.purity.tolist()
     with pytest.raises(ValueError):
         B.Backoff.from_json({**d, "keys": d["keys"][::-1]})
@@ -88,7 +88,7 @@ def test_the_default_threshold_and_older_models():
 
 
 def test_generated_source_carries_the_table():
-    b = B.fit(_contexts(['a', 'b']), [3, 5], [1, 1], 0.4, 3, 1, 4)
+    b = B.fit(_contexts(['a', 'b']), [3, 5], [1, 1], 0.4, 3, 1)
     head = codegen.data_header(3, 4, 8, 100, backoff=b)
     assert "kBackoffBelow = 0.4f" in head and "kBackoffSlots = 1" in head
     src = codegen.data_source(["a"], [str(i) for i in range(8)], 3, 4, "m", "folded", "v", [],
@@ -105,7 +105,7 @@ def test_a_model_directorys_bad_back_off_is_one_line_naming_its_config():
     """model/io.py backoff_of (read_model_dir checks it with the rest of config.json)."""
     from model.io import ModelDirError, backoff_of
 
-    b = B.fit(_contexts(['a', 'b', 'c']), [0, 1, 2], [1, 1, 1], 0.4, 1, 1, 4, pure=1.0)
+    b = B.fit(_contexts(['a', 'b', 'c']), [0, 1, 2], [1, 1, 1], 0.4, 1, 1, pure=1.0)
     hp = HParams(tokens_per_frame=4, backoff_below=0.4, backoff_pure=1.0)
     good = b.to_json()
     assert backoff_of({"backoff": good}, hp, "m/config.json").keys.tolist() == b.keys.tolist()
