@@ -70,10 +70,11 @@ class HParams:
     # Both chosen on selection data (benchmarks/backoff_selection.py on the selection
     # sweep's models: Redis 6.2.9, PostgreSQL 15.5 run 2, CPython 3.11, clang 16): of the
     # rules that lower neither weighting of any family, overall or on unseen contexts, the
-    # one that gains the most (0.4 and 1.0, i.e. sites of one class only: +10.7 points
-    # summed, against +4.7 for 0.4 alone; any backoff_pure below 0.99 costs a family).
-    # (Chosen with sites keyed by the ids the model reads; they are keyed by frame text
-    # since, and the choice has not been re-run.)
+    # one that gains the most (0.4 and 1.0, i.e. sites of one class only).  Chosen first
+    # with sites keyed by the ids the model reads (+10.7 points summed); again with the
+    # frame-text key on a new selection sweep (out/defaults_sweep_selection/backoff.md:
+    # +16.5 summed, against +7.8 for 0.4 alone; any backoff_pure below 0.99 costs a
+    # family up to 1.5 points): the same rule.
     backoff_below: float = 0.4
     backoff_pure: float = 1.0
 
