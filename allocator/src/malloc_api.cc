@@ -248,9 +248,15 @@ LALLOC_API int mallopt(int param, int value) {
   }
 }
 
-// Fork safety: nobody is inside the heap while the child is made.
+// Fork safety: nobody is inside the heap while the child is made.  Registered with
+// libc's __register_atfork, as libc_nonshared's pthread_atfork does: that wrapper is
+// linked in as part of a whole .text that hot_text.order cannot place, and its one call
+// at start-up kept a 64 KiB window of this library resident wherever it landed.
+extern "C" int __register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso);
+extern "C" void* __dso_handle __attribute__((weak, visibility("hidden")));
 __attribute__((constructor)) static void lalloc_start() {
-  pthread_atfork(lalloc::fork_prepare, lalloc::fork_release, lalloc::fork_child);
+  __register_atfork(lalloc::fork_prepare, lalloc::fork_release, lalloc::fork_child,
+                    &__dso_handle == nullptr ? nullptr : __dso_handle);
   lalloc::start_predictor();  // the model plugin, if any: here, never inside an allocation
 }
 

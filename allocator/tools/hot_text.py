@@ -12,7 +12,13 @@ small file (C++: operator new/delete), xz on two threads (thread caches), bzip2 
 16-thread test driver (thread exits).  Two kinds of code are listed whether or not they ran: the
 lock's contended path (under valgrind threads run one at a time) and std::map's tree steps.
 
-    python allocator/tools/hot_text.py [--build build] [--out allocator/src/hot_text.order]
+With --model EXPORT_DIR, sort and g++ run once more served by that model (its plugin):
+the model path's code (the predictor's miss, inprocess/'s classification) is listed
+before the rest, away from the code every process runs (allocator/src/hot_text.order is
+made with the demo's model, out/demo/export).
+
+    python allocator/tools/hot_text.py [--build build] [--model out/demo/export] \
+        [--out allocator/src/hot_text.order]
 
 Needs valgrind (apt-get install valgrind); run it again when the allocator's code moves
 much (an entry no longer in the map is ignored by the linker, a new function is placed
@@ -32,6 +38,8 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # (export.serve, for --model)
 LIB = "liblifetime_alloc.so"
 # lalloc::Mutex's functions (lock.h), and libstdc++'s red-black tree steps (std::map).
 ALWAYS = ("_ZN6lalloc5Mutex", "_ZSt18_Rb_tree_", "_ZSt28_Rb_tree_", "_ZSt29_Rb_tree_")
@@ -88,11 +96,13 @@ def exported(lib: pathlib.Path) -> set[str]:
             if len(p) == 3 and p[1] in "TWi"}
 
 
-def executed(cmd: list[str], lib: pathlib.Path, tmp: pathlib.Path) -> collections.Counter:
-    """Instructions per function of the library over one command (and its children)."""
+def executed(cmd: list[str], lib: pathlib.Path, tmp: pathlib.Path, plugin: str | None = None) -> collections.Counter:
+    """Instructions per function of the library over one command (and its children);
+    PLUGIN: served by that model's plugin (constant:0 without)."""
     prefix = tmp / "cg"
+    served = [f"LIFETIME_MODEL_PLUGIN={plugin}"] if plugin else []
     subprocess.run(["valgrind", "--tool=callgrind", "--demangle=no", "--trace-children=yes",
-                    f"--callgrind-out-file={prefix}.%p", "env", f"LD_PRELOAD={lib}", *cmd],
+                    f"--callgrind-out-file={prefix}.%p", "env", f"LD_PRELOAD={lib}", *served, *cmd],
                    check=True, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cost: collections.Counter = collections.Counter()
     for out in tmp.glob("cg.*"):
@@ -137,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=str(ROOT / "build"), help="the CMake build directory")
     ap.add_argument("--out", default=str(ROOT / "allocator" / "src" / "hot_text.order"))
+    ap.add_argument("--model", metavar="EXPORT_DIR",
+                    help="also run two of the commands served by this exported model (its "
+                         "plugin): the model path's code, ordered after all the rest")
     ap.add_argument("cmd", nargs="*", help="-- CMD ARGS: one command instead of the defaults")
     args = ap.parse_args(argv)
     lib = pathlib.Path(args.build) / "allocator" / LIB
@@ -155,12 +168,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     starts = [s[0] for s in sections]
     addresses = symbol_addresses(lib)
+    plugin = None
+    if args.model:
+        from export import serve
+        plugin = serve.model_plugin(args.model)
     cost: collections.Counter = collections.Counter()
+    model_cost: collections.Counter = collections.Counter()
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
-        for cmd in [args.cmd] if args.cmd else default_commands(tmp, pathlib.Path(args.build)):
+        commands = [args.cmd] if args.cmd else default_commands(tmp, pathlib.Path(args.build))
+        for cmd in commands:
             print(f"hot_text: {' '.join(cmd)}", file=sys.stderr, flush=True)
             cost.update(executed(cmd, lib, tmp))
+        # The model path: a program served by a model runs it, one with constant:0 never.
+        for cmd in (commands[1:3] if plugin and not args.cmd else [args.cmd] if plugin else []):
+            print(f"hot_text: (model) {' '.join(cmd)}", file=sys.stderr, flush=True)
+            model_cost.update(executed(cmd, lib, tmp, plugin))
     def section_of(name: str) -> str | None:
         """The function's own section (None: a PLT stub, a symbol of no section, or one in
         an object's whole .text, which ordering would drag in with the rest)."""
@@ -191,6 +214,18 @@ def main(argv: list[str] | None = None) -> int:
         if sec is not None and sec not in order:
             order[sec] = 0
             ranked.append(sec)
+    # First, what only a model-served run ran: a process with constant:0 never reaches it.
+    # gold lays the ordered sections out last in .text, just before the start-up code and
+    # .rodata, which every process touches: the code every process runs stays next to
+    # them where it was, and the model's goes below it (after it, it had moved the rest
+    # by its size, and a process with constant:0 kept a fourth 64 KiB window).
+    model_only: dict[str, int] = {}
+    for name, n in model_cost.items():
+        sec = section_of(name)
+        if sec is not None and sec not in order:
+            model_only[sec] = model_only.get(sec, 0) + n
+    ranked = sorted(model_only, key=lambda s: (-model_only[s], s)) + ranked
+    order.update(model_only)
     pathlib.Path(args.out).write_text(
         "# Written by allocator/tools/hot_text.py: the allocator's sections that run, for gold's\n"
         "# --section-ordering-file (allocator/CMakeLists.txt).\n" + "".join(s + "\n" for s in ranked))
