@@ -39,7 +39,10 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # (export.serve, for --model)
+    sys.path.insert(0, str(ROOT))
+
+from export import serve  # noqa: E402  (--model: the plugin of an export)
+
 LIB = "liblifetime_alloc.so"
 # lalloc::Mutex's functions (lock.h), and libstdc++'s red-black tree steps (std::map).
 ALWAYS = ("_ZN6lalloc5Mutex", "_ZSt18_Rb_tree_", "_ZSt28_Rb_tree_", "_ZSt29_Rb_tree_")
@@ -170,7 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     addresses = symbol_addresses(lib)
     plugin = None
     if args.model:
-        from export import serve
         plugin = serve.model_plugin(args.model)
     cost: collections.Counter = collections.Counter()
     model_cost: collections.Counter = collections.Counter()
