@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", default=str(ROOT / "build"), help="the CMake build directory")
     ap.add_argument("--out", default=str(ROOT / "allocator" / "src" / "hot_text.order"))
     ap.add_argument("--model", metavar="EXPORT_DIR",
-                    help="also run two of the commands served by this exported model (its "
-                         "plugin): the model path's code, ordered after all the rest")
+                    help="also run two of the commands (sort, g++) served by this exported "
+                         "model (its plugin): the model path's code, ordered before the rest")
     ap.add_argument("cmd", nargs="*", help="-- CMD ARGS: one command instead of the defaults")
     args = ap.parse_args(argv)
     lib = pathlib.Path(args.build) / "allocator" / LIB
@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hot_text: {' '.join(cmd)}", file=sys.stderr, flush=True)
             cost.update(executed(cmd, lib, tmp))
         # The model path: a program served by a model runs it, one with constant:0 never.
-        for cmd in (commands[1:3] if plugin and not args.cmd else [args.cmd] if plugin else []):
+        # (commands[1:3]: the defaults' sort and g++)
+        model_commands = ([args.cmd] if args.cmd else commands[1:3]) if plugin else []
+        for cmd in model_commands:
             print(f"hot_text: (model) {' '.join(cmd)}", file=sys.stderr, flush=True)
             model_cost.update(executed(cmd, lib, tmp, plugin))
     def section_of(name: str) -> str | None:
@@ -195,14 +197,19 @@ def main(argv: list[str] | None = None) -> int:
             return None
         return sections[k][2]
 
-    order: dict[str, int] = {}
-    unplaced = []
-    for name, n in cost.items():
-        sec = section_of(name)
-        if sec is None:
-            unplaced.append(name)
-            continue
-        order[sec] = order.get(sec, 0) + n
+    def by_section(costs: collections.Counter) -> tuple[dict[str, int], list[str]]:
+        """COSTS summed per section; the functions of no section of their own."""
+        total: dict[str, int] = {}
+        unplaced = []
+        for name, n in costs.items():
+            sec = section_of(name)
+            if sec is None:
+                unplaced.append(name)
+            else:
+                total[sec] = total.get(sec, 0) + n
+        return total, unplaced
+
+    order, unplaced = by_section(cost)
     ranked = sorted(order, key=lambda s: (-order[s], s))
     # Every entry point a program may call (the malloc API, operator new and delete in all
     # their forms), after the ones that ran: one a run missed costs a window of its own.
@@ -221,11 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     # .rodata, which every process touches: the code every process runs stays next to
     # them where it was, and the model's goes below it (after it, it had moved the rest
     # by its size, and a process with constant:0 kept a fourth 64 KiB window).
-    model_only: dict[str, int] = {}
-    for name, n in model_cost.items():
-        sec = section_of(name)
-        if sec is not None and sec not in order:
-            model_only[sec] = model_only.get(sec, 0) + n
+    model_only = {sec: n for sec, n in by_section(model_cost)[0].items() if sec not in order}
     ranked = sorted(model_only, key=lambda s: (-model_only[s], s)) + ranked
     order.update(model_only)
     pathlib.Path(args.out).write_text(
