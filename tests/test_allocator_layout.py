@@ -82,6 +82,21 @@ def test_hot_text_refuses_a_build_without_the_library(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("what", ["missing", "empty", "corrupt manifest"])
+def test_hot_text_refuses_a_model_that_is_not_an_export(tmp_path, capsys, what):
+    """--model is checked first, as `lifetime run --model` checks it: one line naming it."""
+    model = tmp_path / "export"
+    if what != "missing":
+        model.mkdir()
+    if what == "corrupt manifest":
+        (model / "manifest.json").write_text('{"format": ')
+    out = tmp_path / "order"
+    assert hot_text.main(["--model", str(model), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hot_text: --model: ") and str(model) in err[0], err
+    assert not out.exists()
+
+
 def test_hot_text_refuses_a_map_that_lays_out_nothing(tmp_path, capsys):
     lib_dir = tmp_path / "allocator"
     lib_dir.mkdir()

@@ -41,6 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from core.errors import LifetimeError  # noqa: E402
 from export import serve  # noqa: E402  (--model: the plugin of an export)
 
 LIB = "liblifetime_alloc.so"
@@ -155,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
                          "model (its plugin): the model path's code, ordered before the rest")
     ap.add_argument("cmd", nargs="*", help="-- CMD ARGS: one command instead of the defaults")
     args = ap.parse_args(argv)
+    plugin = None
+    if args.model:
+        try:
+            plugin = serve.model_plugin(args.model)  # (checked as lifetime run --model checks it)
+        except LifetimeError as e:
+            print(f"hot_text: --model: {e}", file=sys.stderr)
+            return 2
     lib = pathlib.Path(args.build) / "allocator" / LIB
     link_map = lib.with_suffix(".map")
     for need, what in ((lib, "the library"), (link_map, "its link map, which a GCC + gold build writes")):
@@ -171,9 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     starts = [s[0] for s in sections]
     addresses = symbol_addresses(lib)
-    plugin = None
-    if args.model:
-        plugin = serve.model_plugin(args.model)
     cost: collections.Counter = collections.Counter()
     model_cost: collections.Counter = collections.Counter()
     with tempfile.TemporaryDirectory() as d:
