@@ -48,6 +48,7 @@ from benchmarks import roles_note  # noqa: E402
 from core import export_dir as export_dirs  # noqa: E402
 from core import version_roles  # noqa: E402
 from core.context import ContextDefinition  # noqa: E402
+from model.compare import costliest_table  # noqa: E402
 from pipeline.dataset import DatasetConfig, build_dataset  # noqa: E402
 from pipeline.manifest import dataset_context  # noqa: E402
 
@@ -202,6 +203,24 @@ def summarize(per_seed: dict) -> dict:
     return out
 
 
+def against_majority_lines(per_seed: dict | None) -> list[str]:
+    """Where the weight went on unseen contexts (model/compare.py `against_majority`): per
+    seed, the share the model loses to the majority class and the share it wins from it;
+    the first seed's costliest contexts."""
+    if not per_seed:
+        return []
+    seeds = sorted(per_seed)
+    unseen = {s: per_seed[s]["unseen"] for s in seeds}
+    lines = ["Against the majority class (every table's fallback) on unseen contexts, weight "
+             "it wins that the model loses / the model wins that it loses, per seed: "
+             + ", ".join(f"seed {s} {100 * u['lost']:.1f}% / {100 * u['won']:.1f}%"
+                         for s, u in unseen.items()), ""]
+    rows = unseen[seeds[0]]["costliest"]
+    if rows:
+        lines += [f"Costliest of them (seed {seeds[0]}):", "", *costliest_table(rows), ""]
+    return lines
+
+
 def markdown(name: str, summary: dict, info: dict) -> str:
     pct = lambda s: f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f} (n={s['n']})"  # noqa: E731
     lines = [f"# {name}", "", f"train: {', '.join(info['train'])}; seeds: {info['seeds']}", "",
@@ -223,6 +242,7 @@ def markdown(name: str, summary: dict, info: dict) -> str:
         lines += ["", "model lead over the best table on unseen contexts (points): "
                   + ", ".join(f"{f} {100 * lead[f]['mean']:+.1f} (min {100 * lead[f]['min']:+.1f})"
                               for f in FIGURES), ""]
+        lines += against_majority_lines(info.get("against_majority", {}).get(item))
         for scope in SCOPES:
             for p, rule in (res.get("lead_over_tcmalloc_rule") or {}).get(scope, {}).items():
                 lines += [f"model lead over {p} on {scope} contexts (points): "
@@ -305,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                                             if p in r[scope]}
                                     for scope in SCOPES}
             per_seed[seed][item]["unseen_share"] = r["unseen_share"]
+            per_seed[seed][item]["against_majority"] = r["against_majority"]
             u = per_seed[seed][item]["unseen"]
             print(f"seed {seed} {item}: unseen weighted exact model "
                   f"{u['model']['weighted_exact']:.1%} (tables: exact "
@@ -327,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
 
     info = {"family": args.family, "train": args.train, "seeds": args.seeds,
             "test_roles": test_roles,
+            "against_majority": {item: {s: per_seed[s][item]["against_majority"]
+                                        for s in args.seeds} for item in test_ds},
             "hyperparameters": json.loads(args.hparams), "train_seconds": train_seconds,
             "context": manifests["train"]["context"],
             "train_label_purity": purity(manifests["train"]),

@@ -4,7 +4,8 @@
     {"overall":      {predictor: classification_metrics},   every test context
      "unseen":       {predictor: classification_metrics},   test contexts whose exact
                                                              stack is not in the training data
-     "unseen_share": {"contexts": share, "samples": share}}
+     "unseen_share": {"contexts": share, "samples": share},
+     "against_majority": {scope: against_majority(...)}}      where the weight went
 
 Predictors are "model" and "baseline_<name>" for each baseline (model/baselines.py),
 fit on the same training contexts the model was trained on, so the model is always
@@ -45,9 +46,56 @@ def compare(model_classes: np.ndarray, train, test, class_names, split: dict | N
                 test.label[mask], [g for g, m in zip(given, mask) if m], class_names)
     out["unseen_share"] = {"contexts": float(unseen.mean()),
                            "samples": float(test.weight[unseen].sum() / test.weight.sum())}
+    out["against_majority"] = {
+        scope: against_majority(predicted["model"][mask], predicted["baseline_majority"][mask],
+                                train, test.select(mask), class_names)
+        for scope, mask in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
     return out
+
+
+def against_majority(served, majority, train, test, class_names, top: int = 5) -> dict:
+    """Where the served classes lose the weight the majority class (every table's fallback)
+    wins, and where they win what it loses (issue 33: never below the fallback on unseen
+    weight): shares of TEST's weight, and the TOP contexts that lose the most, each with
+    its site's classes in TRAIN (what the model and the site table learned there; None: a
+    site training never saw)."""
+    w = np.asarray(test.weight, np.float64)
+    total = float(w.sum())
+    if not len(test) or total <= 0:
+        return {"lost": 0.0, "won": 0.0, "costliest": []}
+    served, majority = np.asarray(served), np.asarray(majority)
+    lost = (majority == test.label) & (served != test.label)
+    won = (served == test.label) & (majority != test.label)
+    site_votes: dict = {}
+    for f, y, tw in zip(train.frames, train.label, train.weight):
+        votes = site_votes.setdefault(baselines.site_key(f), np.zeros(len(class_names)))
+        votes[int(y)] += float(tw)
+    costliest = []
+    for i in sorted(np.flatnonzero(lost), key=lambda i: (-w[i], i))[:top]:
+        votes = site_votes.get(baselines.site_key(test.frames[i]))
+        costliest.append({
+            "frames": list(test.frames[i][:4]), "share": float(w[i] / total),
+            "label": class_names[int(test.label[i])], "served": class_names[int(served[i])],
+            "site_in_training": None if votes is None else {
+                class_names[c]: float(votes[c] / max(votes.sum(), 1e-30))
+                for c in np.flatnonzero(votes)}})
+    return {"lost": float(w[lost].sum() / total), "won": float(w[won].sum() / total),
+            "costliest": costliest}
 
 
 def display_rows(scored: dict) -> dict:
     """{predictor: metrics} with the names tables show ("baseline: exact")."""
     return {name.replace("baseline_", "baseline: ", 1): m for name, m in scored.items()}
+
+
+def costliest_table(rows: list) -> list[str]:
+    """Markdown lines: `against_majority`'s costliest contexts."""
+    lines = ["| share of the weight | class | served | its site in training | context |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        site = ("not in training" if r["site_in_training"] is None else ", ".join(
+            f"{c} {100 * v:.0f}%" for c, v in sorted(r["site_in_training"].items(),
+                                                     key=lambda kv: -kv[1])))
+        lines.append(f"| {100 * r['share']:.1f}% | {r['label']} | {r['served']} | {site} | "
+                     f"`{' <- '.join(r['frames'])}` |")
+    return lines

@@ -26,7 +26,7 @@ from core import version_roles
 from core.files import write_json
 from model import io, plots, tcmalloc_rule
 from model.card import metrics_table
-from model.compare import PREDICTORS, compare, display_rows
+from model.compare import PREDICTORS, compare, costliest_table, display_rows
 from model.data import DatasetError, Examples, check_compatible, load_dataset
 from model.evaluate import select_split, training_data
 from model.html_page import markdown_page
@@ -305,6 +305,25 @@ def _figures(rep, class_names, out_dir) -> dict:
     return {k: os.path.basename(v) for k, v in figs.items()}
 
 
+def _against_majority(am) -> list:
+    """Where the served classes lose the weight the majority class (the tables' fallback)
+    wins (model/compare.py `against_majority`)."""
+    if not am:
+        return []
+    L = ["## Against the majority class", "",
+         "Share of the weight the majority class (every table's fallback) gets right and the "
+         "model does not, and the reverse:", "",
+         "| contexts | lost to it | won from it |", "|---|---|---|"]
+    L += [f"| {scope} | {_pct(am[scope]['lost'])} | {_pct(am[scope]['won'])} |"
+          for scope in ("overall", "unseen") if scope in am]
+    rows = am.get("unseen", {}).get("costliest")
+    if rows:
+        L += ["", "The contexts unseen in training that lose the most of it (share of the "
+              "unseen weight; the site's classes in the training data):", "",
+              *costliest_table(rows)]
+    return L + [""]
+
+
 def _markdown(rep, figs, depths) -> str:
     L = ["# Cross-version lifetime model report", "",
          f"Model `{rep['model_dir']}` ({rep['hyperparameters']['architecture']} architecture). "
@@ -352,6 +371,7 @@ def _markdown(rep, figs, depths) -> str:
                 L += [f"![model vs baselines]({figs[f'bars_{part}']})", ""]
         if part == "overall":
             L += _rule_paragraph(rep)
+    L += _against_majority(rep["test"].get("against_majority"))
     L += ["## Confusion matrices (model, all test contexts)", "",
           "Rows: true class; columns: predicted. Below the diagonal = under-prediction.", "",
           f"![confusion, weighted]({figs['confusion_weighted']})", "",

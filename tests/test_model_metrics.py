@@ -91,7 +91,7 @@ def test_compare_scores_model_and_baselines_overall_and_unseen():
     train = examples([("f", "main"), ("g", "main")], [0, 3], [5, 2])
     test = examples([("f", "main"), ("g", "other"), ("h", "main")], [0, 3, 7], [1, 1, 2])
     out = compare(np.array([0, 3, 0]), train, test, NAMES)
-    assert set(out) == {"overall", "unseen", "unseen_share"}
+    assert set(out) == {"overall", "unseen", "unseen_share", "against_majority"}
     assert all(set(out[s]) == set(PREDICTORS) for s in ("overall", "unseen"))
     assert out["overall"]["model"]["weighted"]["exact"] == pytest.approx(2 / 4)
     assert out["overall"]["baseline_exact"]["weighted"]["exact"] == pytest.approx(1 / 4)
@@ -100,6 +100,34 @@ def test_compare_scores_model_and_baselines_overall_and_unseen():
     assert out["unseen_share"] == {"contexts": pytest.approx(2 / 3), "samples": 0.75}
     assert out["unseen"]["model"]["contexts"] == 2
     assert out["unseen"]["model"]["weighted"]["exact"] == pytest.approx(1 / 3)
+    # The majority class (0: 5 of 7 training samples) is right for ("f", "main") only, which
+    # the model serves right too: it loses no weight to it, and wins ("g", "other")'s.
+    assert out["against_majority"]["overall"] == {"lost": 0.0, "won": 0.25, "costliest": []}
+
+
+def test_against_majority_names_the_contexts_that_lose_its_weight():
+    from model.compare import against_majority
+    from model.data import Examples
+
+    def examples(frames, labels, weights):
+        n = len(frames)
+        return Examples([np.zeros(0, np.int64)] * n, frames, np.array(labels, np.int32),
+                        np.array(weights, np.float32), *(np.array(["x"] * n, dtype=object)
+                                                          for _ in range(3)))
+
+    # A site always never-freed (7) in training, 1 s (2, the majority) in the test version:
+    # the model follows training and loses 6 of 10 samples' weight the majority wins.
+    train = examples([("set", "cmd"), ("set", "cmd2"), ("read", "loop")], [7, 7, 2], [3, 1, 5])
+    test = examples([("set", "cmd"), ("read", "loop"), ("new", "x"), ("odd", "y")],
+                    [2, 2, 2, 0], [6, 1, 2, 1])
+    served = np.array([7, 2, 0, 0])
+    out = against_majority(served, np.full(4, 2), train, test, NAMES)
+    assert out["lost"] == pytest.approx(8 / 10) and out["won"] == pytest.approx(1 / 10)
+    first, second = out["costliest"]
+    assert first == {"frames": ["set", "cmd"], "share": pytest.approx(0.6), "label": NAMES[2],
+                     "served": NAMES[7], "site_in_training": {NAMES[7]: 1.0}}
+    assert second["frames"] == ["new", "x"] and second["site_in_training"] is None
+    assert against_majority(served, np.full(4, 2), train, test, NAMES, top=1)["costliest"] == [first]
 
 
 def test_architecture_registry_is_what_hparams_accept():

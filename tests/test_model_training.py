@@ -179,7 +179,7 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
     assert rep["version_roles"]["v1"]["role"] == "seen (training)"
     for heading in ("## Exact stack overlap", "## Token and function overlap",
                     "## Model vs baselines: all compared (not all test: see Roles) contexts",
-                    "## Confusion matrices",
+                    "## Confusion matrices", "## Against the majority class",
                     "## Accuracy against sampling fraction"):
         assert heading in md
     assert "| baseline: exact |" in md and "| from -> to | depth 1 | depth 2 |" in md
@@ -208,6 +208,9 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
             comparison.keys()
     assert saved["sampling"][-1]["overall"] == saved["test"]["overall"]  # fraction 1
     assert saved["stack_overlap"][0]["depths"]["1"]["contexts"] == 1.0  # same version
+    am = saved["test"]["against_majority"]
+    assert set(am) == {"overall", "unseen"} and 0 <= am["overall"]["lost"] <= 1
+    assert f"| overall | {100 * am['overall']['lost']:.1f}% |" in md
 
 
 def test_missing_dataset_fails_clearly(tmp_path):
