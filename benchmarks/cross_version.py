@@ -211,10 +211,12 @@ def against_majority_lines(per_seed: dict | None) -> list[str]:
         return []
     seeds = sorted(per_seed)
     unseen = {s: per_seed[s]["unseen"] for s in seeds}
-    lines = ["Against the majority class (every table's fallback) on unseen contexts, weight "
-             "it wins that the model loses / the model wins that it loses, per seed: "
-             + ", ".join(f"seed {s} {100 * u['lost']:.1f}% / {100 * u['won']:.1f}%"
-                         for s, u in unseen.items()), ""]
+    lines = ["Against the majority class (every table's fallback) on unseen contexts, what "
+             "it gets right and the model does not / the reverse, weighted (unweighted), per "
+             "seed: " + ", ".join(
+                 f"seed {s} {100 * u['lost']:.1f}% ({100 * u['lost_contexts']:.1f}%) / "
+                 f"{100 * u['won']:.1f}% ({100 * u['won_contexts']:.1f}%)"
+                 for s, u in unseen.items()), ""]
     rows = unseen[seeds[0]]["costliest"]
     if rows:
         lines += [f"Costliest of them (seed {seeds[0]}):", "", *costliest_table(rows), ""]

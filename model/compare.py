@@ -56,13 +56,15 @@ def compare(model_classes: np.ndarray, train, test, class_names, split: dict | N
 def against_majority(served, majority, train, test, class_names, top: int = 5) -> dict:
     """Where the served classes lose the weight the majority class (every table's fallback)
     wins, and where they win what it loses (issue 33: never below the fallback on unseen
-    weight): shares of TEST's weight, and the TOP contexts that lose the most, each with
+    weight): shares of TEST's weight (and of its contexts, unweighted), and the TOP
+    contexts that lose the most weight, each with
     its site's classes in TRAIN (what the model and the site table learned there; None: a
     site training never saw)."""
     w = np.asarray(test.weight, np.float64)
     total = float(w.sum())
     if not len(test) or total <= 0:
-        return {"lost": 0.0, "won": 0.0, "costliest": []}
+        return {"lost": 0.0, "won": 0.0, "lost_contexts": 0.0, "won_contexts": 0.0,
+                "costliest": []}
     served, majority = np.asarray(served), np.asarray(majority)
     lost = (majority == test.label) & (served != test.label)
     won = (served == test.label) & (majority != test.label)
@@ -80,6 +82,7 @@ def against_majority(served, majority, train, test, class_names, top: int = 5) -
                 class_names[c]: float(votes[c] / max(votes.sum(), 1e-30))
                 for c in np.flatnonzero(votes)}})
     return {"lost": float(w[lost].sum() / total), "won": float(w[won].sum() / total),
+            "lost_contexts": float(lost.mean()), "won_contexts": float(won.mean()),
             "costliest": costliest}
 
 

@@ -311,10 +311,12 @@ def _against_majority(am) -> list:
     if not am:
         return []
     L = ["## Against the majority class", "",
-         "Share of the weight the majority class (every table's fallback) gets right and the "
-         "model does not, and the reverse:", "",
-         "| contexts | lost to it | won from it |", "|---|---|---|"]
-    L += [f"| {scope} | {_pct(am[scope]['lost'])} | {_pct(am[scope]['won'])} |"
+         "Share of the weight (and of the contexts, unweighted) the majority class (every "
+         "table's fallback) gets right and the model does not, and the reverse:", "",
+         "| contexts | lost to it: weighted / unweighted | won from it: weighted / unweighted |",
+         "|---|---|---|"]
+    L += [f"| {scope} | {_pct(am[scope]['lost'])} / {_pct(am[scope].get('lost_contexts'))} | "
+          f"{_pct(am[scope]['won'])} / {_pct(am[scope].get('won_contexts'))} |"
           for scope in ("overall", "unseen") if scope in am]
     rows = am.get("unseen", {}).get("costliest")
     if rows:

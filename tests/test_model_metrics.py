@@ -102,7 +102,9 @@ def test_compare_scores_model_and_baselines_overall_and_unseen():
     assert out["unseen"]["model"]["weighted"]["exact"] == pytest.approx(1 / 3)
     # The majority class (0: 5 of 7 training samples) is right for ("f", "main") only, which
     # the model serves right too: it loses no weight to it, and wins ("g", "other")'s.
-    assert out["against_majority"]["overall"] == {"lost": 0.0, "won": 0.25, "costliest": []}
+    assert out["against_majority"]["overall"] == {"lost": 0.0, "won": 0.25, "lost_contexts": 0.0,
+                                                  "won_contexts": pytest.approx(1 / 3),
+                                                  "costliest": []}
 
 
 def test_against_majority_names_the_contexts_that_lose_its_weight():
@@ -123,6 +125,7 @@ def test_against_majority_names_the_contexts_that_lose_its_weight():
     served = np.array([7, 2, 0, 0])
     out = against_majority(served, np.full(4, 2), train, test, NAMES)
     assert out["lost"] == pytest.approx(8 / 10) and out["won"] == pytest.approx(1 / 10)
+    assert out["lost_contexts"] == 0.5 and out["won_contexts"] == 0.25
     first, second = out["costliest"]
     assert first == {"frames": ["set", "cmd"], "share": pytest.approx(0.6), "label": NAMES[2],
                      "served": NAMES[7], "site_in_training": {NAMES[7]: 1.0}}

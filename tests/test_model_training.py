@@ -210,7 +210,7 @@ def test_report_renders_tables_and_plots(trained, tiny_dataset, tmp_path):
     assert saved["stack_overlap"][0]["depths"]["1"]["contexts"] == 1.0  # same version
     am = saved["test"]["against_majority"]
     assert set(am) == {"overall", "unseen"} and 0 <= am["overall"]["lost"] <= 1
-    assert f"| overall | {100 * am['overall']['lost']:.1f}% |" in md
+    assert f"| overall | {100 * am['overall']['lost']:.1f}% / " in md
 
 
 def test_missing_dataset_fails_clearly(tmp_path):
