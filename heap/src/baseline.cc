@@ -173,17 +173,22 @@ void TcmallocBaseline::release_idle_places(bool all) {
   const uint64_t horizon = all ? 0 : sr_horizon_;
   place_cand_.assign(hps_.size(), 0);
   idle_spans_.clear();  // (span, its idle pages not given back yet)
-  for (uint32_t cls = 1; cls < classes_.size(); ++cls) {
-    if (classes_[cls].pages * kOsPerPage > 64) continue;  // (places_released: 64 bits)
-    for (uint32_t b = 0; b < kCentralBuckets; ++b)
-      for (uint32_t sid = central_head_[cls][b]; sid != kNone; sid = spans_[sid].next) {
-        const Span& sp = spans_[sid];
-        if (sr_serial_ - sp.took < horizon) continue;
-        if (const uint64_t m = idle_page_mask(sp) & ~sp.places_released) {
-          idle_spans_.push_back({sid, m});
-          place_cand_[sp.hp] += uint32_t(popcount64(m));
-        }
-      }
+  // The spans of the central lists (bucket >= 0: neither full nor released), read in
+  // the order they lie in memory: following the lists' links took a cache miss a span,
+  // and the walk was 10% of Redis fates' CPU.  (The order only orders the hook's calls.)
+  for (uint32_t sid = 0; sid < spans_.size(); ++sid) {
+    Span& sp = spans_[sid];
+    if (sp.bucket < 0 || sp.cls == 0 || sr_serial_ - sp.took < horizon ||
+        classes_[sp.cls].pages * kOsPerPage > 64)  // (places_released: 64 bits)
+      continue;
+    if (!sp.idle_known) {
+      sp.idle_mask = idle_page_mask(sp);
+      sp.idle_known = true;
+    }
+    if (const uint64_t m = sp.idle_mask & ~sp.places_released) {
+      idle_spans_.push_back({sid, m});
+      place_cand_[sp.hp] += uint32_t(popcount64(m));
+    }
   }
   // Each huge page decided once, on what it holds before this run (place_cand_: 1 = go).
   for (uint32_t hp = 0; hp < place_cand_.size(); ++hp) {
@@ -606,6 +611,7 @@ uint32_t TcmallocBaseline::take_object(Span& s) {
   w |= uint64_t(1) << (idx % 64);
   ++s.nlive;
   s.took = uint32_t(sr_serial_);
+  s.idle_known = false;
   if (__builtin_expect(s.places_released != 0, 0)) refault_places(s, idx);
   return idx;
 }
@@ -722,6 +728,7 @@ void TcmallocBaseline::free_obj(uint32_t sid, uint32_t idx) {
   s.live_bits[idx / 64] &= ~(uint64_t(1) << (idx % 64));
   if (idx / 64 < s.hint) s.hint = idx / 64;
   --s.nlive;
+  s.idle_known = false;
   if (s.nlive == 0) {
     central_unlink(sid);
     if (span_hooks.released) span_hooks.released(hps_[s.hp].id * kHugePageBytes + s.first_page * kPageBytes, s.npages);
@@ -884,6 +891,7 @@ void TcmallocBaseline::check_page(uint64_t hp, const ShadowHeap& shadow) const {
       for (uint32_t k = 0; k < s.hint && k < s.live_bits.size(); ++k) hint_ok &= s.live_bits[k] == ~uint64_t(0);
       SIM_CHECK(set == s.nlive + tail && hint_ok, where + "span slot accounting");
       SIM_CHECK((s.places_released & ~idle_page_mask(s)) == 0, where + "a page given back holds a live object");
+      SIM_CHECK(!s.idle_known || s.idle_mask == idle_page_mask(s), where + "a span's idle pages known stale");
       places += popcount64(s.places_released);
     } else {
       SIM_CHECK(s.places_released == 0, where + "places given back in a large object's span");

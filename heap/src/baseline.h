@@ -134,9 +134,17 @@ class TcmallocBaseline final : public HeapAllocator {
     // Bit i: the span's 4 KiB page i went back to the OS holding only free places
     // (release_idle_places); cleared as take_object hands out a place on it.
     uint64_t places_released = 0;
-    uint64_t large_size = 0;  // cls 0: the object's size and its alignment padding
+    union {  // (one or the other: the span stays 96 B)
+      uint64_t large_size = 0;  // cls 0: the object's size and its alignment padding
+      // cls > 0: idle_page_mask(*this) as release_idle_places last computed it, while
+      // idle_known (cleared as an object is taken or freed), so a scan walks the bits of
+      // the spans that changed only (on Redis fates the walk was 9% of the server's CPU)
+      uint64_t idle_mask;
+    };
     uint32_t large_pad = 0;
+    bool idle_known = false;
   };
+  static_assert(sizeof(Span) == 96, "a span's record grew: the metadata of every span");
   struct HugePage {
     uint64_t id = 0, count = 1;
     Bits256 used;
