@@ -42,9 +42,13 @@ def _read(folder: str) -> dict:
         raise SystemExit(f"allocator_table: {path}: {e}")
 
 
-def _row(steady, worst, peak, huge, huge_of, time, time_kind, lower_time_is_better) -> dict:
+def _row(steady, worst, peak, huge, huge_of, time, time_kind, lower_time_is_better,
+         paced=False) -> dict:
+    # paced: the load's rate is the plan's, so its time is CPU per request, shown but not
+    # judged (issue 32's throughput bar is on unpaced work)
     return {"steady": steady, "worst": worst, "peak": peak, "huge": huge, "huge_of": huge_of,
-            "time": time, "time_kind": time_kind, "lower_time_is_better": lower_time_is_better}
+            "time": time, "time_kind": time_kind, "lower_time_is_better": lower_time_is_better,
+            "paced": paced}
 
 
 def peer_rows(res: dict) -> dict:
@@ -83,7 +87,8 @@ def redis_rows(res: dict) -> dict:
                 _agg(row, "peak_rss_mib"), huge if huge is not None else _agg(row, "huge_share_of_anon"),
                 "dense" if huge is not None else "anon",
                 _agg(row, "grow_commands_per_s" if unpaced else "cpu_us_per_command"),
-                "grow burst cmd/s" if unpaced else "CPU µs/command", not unpaced)
+                "grow burst cmd/s" if unpaced else "CPU µs/command", not unpaced,
+                paced=not unpaced)
     return out
 
 
@@ -95,7 +100,7 @@ def postgres_rows(res: dict) -> dict:
         out.setdefault("PostgreSQL mixed (anon)", {})[alloc] = _row(
             _agg(row, "steady_anon_mib"), _agg(row, "steady_anon_mib", max),
             _agg(row, "peak_anon_mib"), _agg(row, "huge_share_of_anon"), "anon",
-            _agg(row, "cpu_ms_per_statement"), "CPU ms/statement", True)
+            _agg(row, "cpu_ms_per_statement"), "CPU ms/statement", True, paced=True)
     return out
 
 
@@ -127,7 +132,8 @@ def judge(rows: dict) -> dict:
                 # all anonymous memory counts sparse memory too)
                 ("huge pages", r["huge_of"] == "dense" and r["huge"] is not None
                  and r["huge"] < HUGE_BAR),
-                ("throughput", j.get("throughput_to_glibc", 1) < TIME_BAR)) if bad]
+                ("throughput", not r.get("paced") and j.get("throughput_to_glibc", 1) < TIME_BAR))
+                if bad]
         out[a] = j
     return out
 
@@ -143,7 +149,8 @@ def markdown(table: dict, sources: dict) -> str:
          f"and its worst run (or load seed) each; peak ≤ {PEAK_BAR:g}× Google TCMalloc's; huge "
          f"pages ≥ {HUGE_BAR:.0%} where they cost no RSS (of the dense regions: judged only "
          f"where those were measured; \"anon\" is of all anonymous memory); throughput ≥ "
-         f"{TIME_BAR:g}× glibc's.", "",
+         f"{TIME_BAR:g}× glibc's on unpaced work (on paced work, Redis mixed and fates and "
+         f"PostgreSQL, the time is CPU per request: shown, not judged).", "",
          "| workload | allocator | steady MiB, median (worst) | ÷ best peer | peak MiB | "
          "÷ Google TCMalloc | huge pages % | time | throughput ÷ glibc |",
          "|---|---|---|---|---|---|---|---|---|"]
