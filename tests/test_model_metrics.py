@@ -78,15 +78,18 @@ def test_frame_slot_layout_and_truncation():
     assert features.layout_from_token_ids([], hp).tolist() == [0] * 6
 
 
-def test_compare_scores_model_and_baselines_overall_and_unseen():
-    from model.compare import PREDICTORS, compare
+def examples(frames, labels, weights):
+    """Examples of these contexts (no token ids: compare reads frames, labels, weights)."""
     from model.data import Examples
 
-    def examples(frames, labels, weights):
-        n = len(frames)
-        return Examples([np.zeros(0, np.int64)] * n, frames, np.array(labels, np.int32),
-                        np.array(weights, np.float32), *(np.array(["x"] * n, dtype=object)
-                                                          for _ in range(3)))
+    n = len(frames)
+    return Examples([np.zeros(0, np.int64)] * n, frames, np.array(labels, np.int32),
+                    np.array(weights, np.float32), *(np.array(["x"] * n, dtype=object)
+                                                      for _ in range(3)))
+
+
+def test_compare_scores_model_and_baselines_overall_and_unseen():
+    from model.compare import PREDICTORS, compare
 
     train = examples([("f", "main"), ("g", "main")], [0, 3], [5, 2])
     test = examples([("f", "main"), ("g", "other"), ("h", "main")], [0, 3, 7], [1, 1, 2])
@@ -109,13 +112,6 @@ def test_compare_scores_model_and_baselines_overall_and_unseen():
 
 def test_against_majority_names_the_contexts_that_lose_its_weight():
     from model.compare import against_majority
-    from model.data import Examples
-
-    def examples(frames, labels, weights):
-        n = len(frames)
-        return Examples([np.zeros(0, np.int64)] * n, frames, np.array(labels, np.int32),
-                        np.array(weights, np.float32), *(np.array(["x"] * n, dtype=object)
-                                                          for _ in range(3)))
 
     # A site always never-freed (7) in training, 1 s (2, the majority) in the test version:
     # the model follows training and loses 6 of 10 samples' weight the majority wins.
