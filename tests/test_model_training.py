@@ -62,7 +62,7 @@ def test_model_dir_holds_the_contract(trained, tiny_dataset):
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     m = json.load(open(os.path.join(trained, "metrics.json")))
     # The same comparison schema as `lifetime evaluate` and `lifetime report`.
-    assert set(m["eval"]) == {"overall", "unseen", "unseen_share"}
+    assert set(m["eval"]) == {"overall", "unseen", "unseen_share", "against_majority"}
     for scope in ("overall", "unseen"):
         assert set(m["eval"][scope]) == {"model", "baseline_majority", "baseline_exact",
                                          "baseline_site"}
