@@ -48,14 +48,20 @@ def site_key(frames) -> tuple | None:
     return tuple(frames[:2]) if context.is_size_frame(frames[0]) else (frames[0],)
 
 
+def votes_by(key, frames, labels, weights) -> dict:
+    """{key(frames): Counter {class: sample weight}} over the training contexts."""
+    votes = collections.defaultdict(collections.Counter)
+    for f, y, w in zip(frames, labels, weights):
+        votes[key(f)][int(y)] += float(w)
+    return votes
+
+
 class LookupTable:
     """key(frames) -> weighted-majority class, with a fallback class."""
 
     def __init__(self, key, frames, labels, weights, fallback: int):
         self._key = key
-        votes = collections.defaultdict(collections.Counter)
-        for f, y, w in zip(frames, labels, weights):
-            votes[key(f)][int(y)] += float(w)
+        votes = votes_by(key, frames, labels, weights)
         self.table = {k: min(c, key=lambda cls: (-c[cls], cls)) for k, c in votes.items()}
         self.fallback = fallback
 

@@ -46,20 +46,21 @@ def compare(model_classes: np.ndarray, train, test, class_names, split: dict | N
                 test.label[mask], [g for g, m in zip(given, mask) if m], class_names)
     out["unseen_share"] = {"contexts": float(unseen.mean()),
                            "samples": float(test.weight[unseen].sum() / test.weight.sum())}
+    site_votes = baselines.votes_by(baselines.site_key, train.frames, train.label, train.weight)
     out["against_majority"] = {
         scope: against_majority(predicted["model"][mask], predicted["baseline_majority"][mask],
-                                train, test.select(mask), class_names)
+                                site_votes, test.select(mask), class_names)
         for scope, mask in (("overall", np.ones(len(test), bool)), ("unseen", unseen))}
     return out
 
 
-def against_majority(served, majority, train, test, class_names, top: int = 5) -> dict:
+def against_majority(served, majority, site_votes, test, class_names, top: int = 5) -> dict:
     """Where the served classes lose the weight the majority class (every table's fallback)
     wins, and where they win what it loses (issue 33: never below the fallback on unseen
     weight): shares of TEST's weight (and of its contexts, unweighted), and the TOP
-    contexts that lose the most weight, each with
-    its site's classes in TRAIN (what the model and the site table learned there; None: a
-    site training never saw)."""
+    contexts that lose the most weight, each with its site's classes in the training data
+    (SITE_VOTES: baselines.votes_by(site_key, ...) over it, what the model and the site
+    table learned there; None: a site training never saw)."""
     w = np.asarray(test.weight, np.float64)
     total = float(w.sum())
     if not len(test) or total <= 0:
@@ -68,19 +69,16 @@ def against_majority(served, majority, train, test, class_names, top: int = 5) -
     served, majority = np.asarray(served), np.asarray(majority)
     lost = (majority == test.label) & (served != test.label)
     won = (served == test.label) & (majority != test.label)
-    site_votes: dict = {}
-    for f, y, tw in zip(train.frames, train.label, train.weight):
-        votes = site_votes.setdefault(baselines.site_key(f), np.zeros(len(class_names)))
-        votes[int(y)] += float(tw)
     costliest = []
     for i in sorted(np.flatnonzero(lost), key=lambda i: (-w[i], i))[:top]:
         votes = site_votes.get(baselines.site_key(test.frames[i]))
+        site_total = sum(votes.values()) if votes else 0.0
         costliest.append({
             "frames": list(test.frames[i][:4]), "share": float(w[i] / total),
             "label": class_names[int(test.label[i])], "served": class_names[int(served[i])],
             "site_in_training": None if votes is None else {
-                class_names[c]: float(votes[c] / max(votes.sum(), 1e-30))
-                for c in np.flatnonzero(votes)}})
+                class_names[c]: float(v / max(site_total, 1e-30))
+                for c, v in sorted(votes.items()) if v}})
     return {"lost": float(w[lost].sum() / total), "won": float(w[won].sum() / total),
             "lost_contexts": float(lost.mean()), "won_contexts": float(won.mean()),
             "costliest": costliest}

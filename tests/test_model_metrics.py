@@ -119,14 +119,15 @@ def test_against_majority_names_the_contexts_that_lose_its_weight():
     test = examples([("set", "cmd"), ("read", "loop"), ("new", "x"), ("odd", "y")],
                     [2, 2, 2, 0], [6, 1, 2, 1])
     served = np.array([7, 2, 0, 0])
-    out = against_majority(served, np.full(4, 2), train, test, NAMES)
+    votes = baselines.votes_by(baselines.site_key, train.frames, train.label, train.weight)
+    out = against_majority(served, np.full(4, 2), votes, test, NAMES)
     assert out["lost"] == pytest.approx(8 / 10) and out["won"] == pytest.approx(1 / 10)
     assert out["lost_contexts"] == 0.5 and out["won_contexts"] == 0.25
     first, second = out["costliest"]
     assert first == {"frames": ["set", "cmd"], "share": pytest.approx(0.6), "label": NAMES[2],
                      "served": NAMES[7], "site_in_training": {NAMES[7]: 1.0}}
     assert second["frames"] == ["new", "x"] and second["site_in_training"] is None
-    assert against_majority(served, np.full(4, 2), train, test, NAMES, top=1)["costliest"] == [first]
+    assert against_majority(served, np.full(4, 2), votes, test, NAMES, top=1)["costliest"] == [first]
 
 
 def test_architecture_registry_is_what_hparams_accept():
