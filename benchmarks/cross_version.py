@@ -223,7 +223,7 @@ def against_majority_lines(per_seed: dict | None) -> list[str]:
     return lines
 
 
-def markdown(name: str, summary: dict, info: dict) -> str:
+def markdown(name: str, summary: dict, info: dict, per_seed: dict | None = None) -> str:
     pct = lambda s: f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f} (n={s['n']})"  # noqa: E731
     lines = [f"# {name}", "", f"train: {', '.join(info['train'])}; seeds: {info['seeds']}", "",
              *roles_note.markdown_line(info.get("test_roles"))]
@@ -244,7 +244,9 @@ def markdown(name: str, summary: dict, info: dict) -> str:
         lines += ["", "model lead over the best table on unseen contexts (points): "
                   + ", ".join(f"{f} {100 * lead[f]['mean']:+.1f} (min {100 * lead[f]['min']:+.1f})"
                               for f in FIGURES), ""]
-        lines += against_majority_lines(info.get("against_majority", {}).get(item))
+        lines += against_majority_lines({s: r[item]["against_majority"]
+                                         for s, r in (per_seed or {}).items()
+                                         if "against_majority" in r.get(item, {})})
         for scope in SCOPES:
             for p, rule in (res.get("lead_over_tcmalloc_rule") or {}).get(scope, {}).items():
                 lines += [f"model lead over {p} on {scope} contexts (points): "
@@ -350,8 +352,6 @@ def main(argv: list[str] | None = None) -> int:
 
     info = {"family": args.family, "train": args.train, "seeds": args.seeds,
             "test_roles": test_roles,
-            "against_majority": {item: {s: per_seed[s][item]["against_majority"]
-                                        for s in args.seeds} for item in test_ds},
             "hyperparameters": json.loads(args.hparams), "train_seconds": train_seconds,
             "context": manifests["train"]["context"],
             "train_label_purity": purity(manifests["train"]),
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(base, exist_ok=True)
     with open(os.path.join(base, "results.json"), "w") as f:
         json.dump({"info": info, "summary": summary, "per_seed": per_seed}, f, indent=1)
-    text = markdown(args.name or args.family, summary, info)
+    text = markdown(args.name or args.family, summary, info, per_seed)
     with open(os.path.join(base, "results.md"), "w") as f:
         f.write(text)
     print(text)
