@@ -45,6 +45,8 @@ from core.errors import LifetimeError  # noqa: E402
 from export import serve  # noqa: E402  (--model: the plugin of an export)
 
 LIB = "liblifetime_alloc.so"
+# The default commands run again served by --model's plugin (named, not by their place).
+MODEL_PROGRAMS = ("sort", "g++")
 # lalloc::Mutex's functions (lock.h), and libstdc++'s red-black tree steps (std::map).
 ALWAYS = ("_ZN6lalloc5Mutex", "_ZSt18_Rb_tree_", "_ZSt28_Rb_tree_", "_ZSt29_Rb_tree_")
 
@@ -188,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hot_text: {' '.join(cmd)}", file=sys.stderr, flush=True)
             cost.update(executed(cmd, lib, tmp))
         # The model path: a program served by a model runs it, one with constant:0 never.
-        # (commands[1:3]: the defaults' sort and g++)
-        model_commands = ([args.cmd] if args.cmd else commands[1:3]) if plugin else []
+        model_commands = ([args.cmd] if args.cmd else
+                          [c for c in commands if c[0] in MODEL_PROGRAMS]) if plugin else []
         for cmd in model_commands:
             print(f"hot_text: (model) {' '.join(cmd)}", file=sys.stderr, flush=True)
             model_cost.update(executed(cmd, lib, tmp, plugin))
