@@ -184,10 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.peer or args.redis or args.postgres):
         ap.error("give at least one of --peer, --redis, --postgres")
     table: dict = {}
-    for folder, rows in ((args.redis, redis_rows), (args.postgres, postgres_rows),
-                         (args.peer, peer_rows)):
+    for folder, rows, script in ((args.redis, redis_rows, "allocator_rss.py"),
+                                 (args.postgres, postgres_rows, "allocator_postgres.py"),
+                                 (args.peer, peer_rows, "peer_suite.py")):
         if folder:
-            table.update(rows(_read(folder)))
+            try:
+                table.update(rows(_read(folder)))
+            except (KeyError, TypeError, AttributeError) as e:
+                raise SystemExit(f"allocator_table: {os.path.join(folder, 'results.json')}: "
+                                 f"not benchmarks/{script}'s results (no {e})")
     text = markdown(table, {"peer suite": args.peer, "Redis": args.redis,
                             "PostgreSQL": args.postgres})
     print(text, end="")

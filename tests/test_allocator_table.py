@@ -84,3 +84,16 @@ def test_table_judges_llama_against_the_best_peer(tmp_path, capsys):
 def test_a_missing_results_file_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match=r"allocator_table: .*nowhere/results.json"):
         allocator_table.main(["--peer", str(tmp_path / "nowhere")])
+
+
+def test_a_truncated_or_foreign_results_file_is_one_line(tmp_path):
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "results.json").write_text('{"cells": [')
+    with pytest.raises(SystemExit, match=r"allocator_table: .*cut/results.json: "):
+        allocator_table.main(["--peer", str(cut)])
+    # Redis's results given as the peer suite's
+    redis = write(tmp_path / "r", {"aggregate": {}})
+    with pytest.raises(SystemExit, match=r"r/results.json: not benchmarks/peer_suite.py's "
+                                         r"results \(no 'cells'\)"):
+        allocator_table.main(["--peer", redis])
